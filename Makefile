@@ -1,0 +1,26 @@
+# zerolab: every entry point a user or CI needs. `make help` lists them.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: help test lint dev
+
+help:  ## list the targets
+	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
+
+$(BIN)/zerolab: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	@touch $@
+
+dev: $(BIN)/zerolab  ## the development environment (.venv): zerolab and its test tools
+
+lint: dev  ## ruff and shellcheck
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	git ls-files -z '*.sh' .ci/run tools/summarize | xargs -0 -r $(BIN)/shellcheck
+
+test: lint  ## set up .venv, lint, and run every test (engine tests skip, with the reason, without the engine)
+	$(BIN)/pytest

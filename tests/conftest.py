@@ -1,0 +1,27 @@
+"""Shared fixtures. Tests that need the real engine use `engine`, which skips with the
+reason when Megatron-DeepSpeed and its environment are not set up (`make setup`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from zerolab.engine.paths import engine_dir, engine_missing, engine_python
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def repo_root() -> Path:
+    """The repository's root directory."""
+    return REPO_ROOT
+
+
+@pytest.fixture
+def engine() -> tuple[Path, Path]:
+    """(Megatron-DeepSpeed checkout, engine Python); skips the test when absent."""
+    reason = engine_missing()
+    if reason:
+        pytest.skip(f"engine not set up: {reason}")
+    return engine_dir(), engine_python()

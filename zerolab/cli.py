@@ -1,0 +1,46 @@
+"""The `zerolab` command. Each sub-command lives in its own module, which registers
+its parser with `register(subparsers)` and sets `run` to a function of the parsed args."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from zerolab import __version__
+from zerolab.errors import UserError
+
+COMMAND_MODULES: tuple[str, ...] = ()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full `zerolab` argument parser."""
+    parser = argparse.ArgumentParser(
+        prog="zerolab",
+        description="Recipes, data, launches and summaries for GPT-2 on Megatron-DeepSpeed.",
+    )
+    parser.add_argument("--version", action="version", version=f"zerolab {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for module_name in COMMAND_MODULES:
+        importlib.import_module(module_name).register(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run `zerolab`; bad input exits 2 with a message on stderr."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "run", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.run(args) or 0)
+    except UserError as error:
+        print(f"zerolab: error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

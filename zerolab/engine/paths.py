@@ -1,0 +1,44 @@
+"""Where the engine lives on this machine: a cache directory outside the repository.
+
+`ZEROLAB_HOME` (default `~/.cache/zerolab`) holds the engine's virtual environment
+(`venv/`) and its Megatron-DeepSpeed checkout (`engine/Megatron-DeepSpeed-<commit>/`,
+which must stay writable: Megatron compiles its data helpers inside it).
+`ZEROLAB_ENGINE_DIR` and `ZEROLAB_ENGINE_PYTHON` point elsewhere, e.g. in the image.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from zerolab.engine.pins import load_pins
+
+
+def zerolab_home() -> Path:
+    """The cache directory for the engine (`ZEROLAB_HOME`, default `~/.cache/zerolab`)."""
+    return Path(os.environ.get("ZEROLAB_HOME", "~/.cache/zerolab")).expanduser()
+
+
+def engine_dir() -> Path:
+    """The Megatron-DeepSpeed checkout at the pinned commit."""
+    override = os.environ.get("ZEROLAB_ENGINE_DIR")
+    if override:
+        return Path(override).expanduser()
+    return zerolab_home() / "engine" / f"Megatron-DeepSpeed-{load_pins().engine_commit[:12]}"
+
+
+def engine_python() -> Path:
+    """The Python interpreter of the engine's environment."""
+    override = os.environ.get("ZEROLAB_ENGINE_PYTHON")
+    if override:
+        return Path(override).expanduser()
+    return zerolab_home() / "venv" / "bin" / "python"
+
+
+def engine_missing() -> str | None:
+    """Why the engine cannot run here, or None when it can."""
+    if not (engine_dir() / "pretrain_gpt.py").is_file():
+        return f"no Megatron-DeepSpeed checkout at {engine_dir()} (run: make setup)"
+    if not engine_python().is_file():
+        return f"no engine environment at {engine_python()} (run: make setup)"
+    return None
