@@ -10,7 +10,10 @@ import sys
 from zerolab import __version__
 from zerolab.errors import UserError
 
-COMMAND_MODULES: tuple[str, ...] = ()
+COMMAND_MODULES: tuple[str, ...] = (
+    "zerolab.engine.cli",
+    "zerolab.engine.doctor",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

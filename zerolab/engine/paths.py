@@ -1,8 +1,9 @@
 """Where the engine lives on this machine: a cache directory outside the repository.
 
 `ZEROLAB_HOME` (default `~/.cache/zerolab`) holds the engine's virtual environment
-(`venv/`) and its Megatron-DeepSpeed checkout (`engine/Megatron-DeepSpeed-<commit>/`,
-which must stay writable: Megatron compiles its data helpers inside it).
+(`venv/`), its Megatron-DeepSpeed checkout (`engine/Megatron-DeepSpeed-<commit>/`,
+which must stay writable: Megatron compiles its data helpers inside it) and the record
+of what `zerolab engine install` set up (`install.json`).
 `ZEROLAB_ENGINE_DIR` and `ZEROLAB_ENGINE_PYTHON` point elsewhere, e.g. in the image.
 """
 
@@ -12,6 +13,9 @@ import os
 from pathlib import Path
 
 from zerolab.engine.pins import load_pins
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+"""The zerolab checkout this package runs from (recipes' paths are relative to it)."""
 
 
 def zerolab_home() -> Path:
@@ -33,6 +37,16 @@ def engine_python() -> Path:
     if override:
         return Path(override).expanduser()
     return zerolab_home() / "venv" / "bin" / "python"
+
+
+def engine_bin_dir() -> Path:
+    """The engine environment's bin directory: where `torchrun` and `deepspeed` live."""
+    return engine_python().parent
+
+
+def install_record() -> Path:
+    """The JSON record of what `zerolab engine install` set up last."""
+    return zerolab_home() / "install.json"
 
 
 def engine_missing() -> str | None:

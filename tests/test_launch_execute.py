@@ -1,0 +1,117 @@
+"""A launch's process management on a stand-in training command: streamed log, status.json,
+exit codes, the cause of a crash, signals, and no process left behind."""
+
+from __future__ import annotations
+
+import csv
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from launch_helpers import standin, still_running
+
+from zerolab.launch.execute import execute
+from zerolab.launch.status import failure_cause
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+def run(tmp_path: Path, *options: str) -> tuple[dict, Path]:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    lines: list[str] = []
+    status = execute(
+        run_dir, standin(tmp_path / "pids", *options), dict(os.environ), tmp_path, echo=lines.append
+    )
+    assert "".join(lines) == (run_dir / "train.log").read_text(), "the terminal and train.log differ"
+    return status, run_dir
+
+
+def test_completed_run_streams_every_rank_and_leaves_nothing_running(tmp_path):
+    status, run_dir = run(tmp_path, "--iters", "4")
+    assert status["state"] == "completed"
+    assert status["exit_code"] == 0
+    assert status["cause"] is None
+    assert status["started"] <= status["ended"]
+    assert json.loads((run_dir / "status.json").read_text()) == status
+    log = (run_dir / "train.log").read_text()
+    assert log.count("\n iteration ") == 4
+    assert "helper of rank 0" in log and "helper of rank 1" in log
+    assert still_running(tmp_path / "pids") == []
+
+
+def test_exit_code_of_the_training_is_the_exit_code(tmp_path):
+    status, _ = run(tmp_path, "--iters", "1", "--exit-code", "3")
+    assert (status["state"], status["exit_code"]) == ("failed", 3)
+    assert status["cause"] == "the training command exited with code 3"
+
+
+def test_crashing_rank_fails_the_launch_with_the_rank_error_as_cause(tmp_path):
+    status, _ = run(tmp_path, "--iters", "20", "--crash-rank", "1")
+    assert status["state"] == "failed"
+    assert status["exit_code"] == 1
+    assert status["cause"] == "RuntimeError: stand-in rank 1 crashed at iteration 2"
+    assert still_running(tmp_path / "pids") == []
+
+
+def test_cause_of_a_real_engine_crash_is_the_first_rank_error():
+    lines = (FIXTURES / "logs" / "crash_rank1_assertion.log").read_text().splitlines()
+    assert failure_cause(lines) == (
+        "AssertionError: Mismatch in local rank setting, args.local_rank=0 but env['LOCAL_RANK']=1."
+    )
+    assert failure_cause(["all fine", " iteration 1/ 2 | lm loss: 1.0 |"]) is None
+
+
+LAUNCH_IN_CHILD = """
+import os, sys
+from pathlib import Path
+from zerolab.launch.execute import execute
+status = execute(Path(sys.argv[1]), sys.argv[2:], dict(os.environ), Path.cwd())
+sys.exit(status["exit_code"])
+"""
+
+
+@pytest.mark.parametrize(("signal_number", "name"), [(signal.SIGTERM, "SIGTERM"), (signal.SIGINT, "SIGINT")])
+def test_signal_stops_every_rank_and_records_killed(tmp_path, signal_number, name):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    argv = standin(tmp_path / "pids", "--iters", "1000", "--sleep", "0.05")
+    launch = subprocess.Popen(
+        [sys.executable, "-c", LAUNCH_IN_CHILD, str(run_dir), *argv], stdout=subprocess.DEVNULL
+    )
+    log = run_dir / "train.log"
+    deadline = time.monotonic() + 30
+    while not (log.is_file() and log.read_text().count("\n iteration ") >= 3):
+        assert time.monotonic() < deadline, "the stand-in never started"
+        time.sleep(0.1)
+    assert len(list((tmp_path / "pids").glob("*.pid"))) == 5  # launcher, 2 ranks, 2 helpers
+    launch.send_signal(signal_number)
+    assert launch.wait(timeout=30) == 128 + signal_number
+    status = json.loads((run_dir / "status.json").read_text())
+    assert status["state"] == "killed"
+    assert status["exit_code"] == 128 + signal_number
+    assert name in status["cause"]
+    assert still_running(tmp_path / "pids") == []
+
+
+def test_samples_measure_the_resident_memory_of_the_whole_tree(tmp_path):
+    # Two ranks whose helpers (grandchildren of the launcher) each hold 128 MiB.
+    status, run_dir = run(tmp_path, "--iters", "25", "--sleep", "0.1", "--hold-mib", "128")
+    assert status["state"] == "completed"
+    with (run_dir / "samples.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert list(rows[0])[:3] == ["elapsed_s", "process_tree_rss_MiB", "system_used_MiB"]
+    elapsed = [float(row["elapsed_s"]) for row in rows]
+    assert len(rows) >= 3
+    assert all(
+        0.9 < later - earlier < 1.6 for earlier, later in itertools.pairwise(elapsed[:-1])
+    )  # the last: at exit
+    peak = max(float(row["process_tree_rss_MiB"]) for row in rows)
+    assert 2 * 128 < peak < 2 * 128 + 200  # both helpers' 128 MiB plus five small interpreters
+    assert all(float(row["system_used_MiB"]) > 0 for row in rows)

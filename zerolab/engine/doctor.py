@@ -1,0 +1,241 @@
+"""`zerolab doctor [--json]`: is this machine ready to train? Python, torch, CUDA or CPU and
+the devices, DeepSpeed and its compiled ops, the engine's commit against the pin, the
+tokenizer files, and for everything missing the command that fixes it."""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from zerolab import __version__
+from zerolab.assets import GPT2_MERGES, GPT2_VOCAB
+from zerolab.engine.install import checkout_commit, read_record
+from zerolab.engine.paths import REPO_ROOT, engine_dir, engine_python, zerolab_home
+from zerolab.engine.pins import load_pins
+
+PROBE_SCRIPT = Path(__file__).resolve().parent / "probe.py"
+PROBE_CACHE = "doctor-probe.json"
+SETUP_FIX = "make setup  (or: zerolab engine install)"
+TOKENIZER_SHA256 = {
+    GPT2_VOCAB: "196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783",
+    GPT2_MERGES: "1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5",
+}
+TOOLS = ("git", "make", "g++")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add `zerolab doctor`."""
+    parser = subparsers.add_parser(
+        "doctor",
+        help="check the engine, devices and tokenizer; say how to fix what is missing",
+        description="Report Python, torch, CUDA or CPU and devices, DeepSpeed and its compiled ops, "
+        "the Megatron-DeepSpeed commit against the pin, the tokenizer files, and what is missing "
+        "with the command that fixes it. Exit status 1 when something is missing.",
+    )
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.set_defaults(run=run_doctor)
+
+
+def run_doctor(args: argparse.Namespace) -> int:
+    """Print the report; 0 when nothing is missing, else 1."""
+    report = collect()
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        print_report(report)
+    return 1 if report["missing"] else 0
+
+
+def collect(*, cached: bool = False) -> dict[str, Any]:
+    """The doctor report. `cached` reuses the engine probe while the engine environment is
+    unchanged (a launch records the report without paying for DeepSpeed's import every time)."""
+    pins = load_pins()
+    missing: list[dict[str, str]] = []
+    commit = checkout_commit(engine_dir()) if engine_dir().is_dir() else None
+    engine = {
+        "dir": str(engine_dir()),
+        "commit": commit,
+        "pinned_commit": pins.engine_commit,
+        "matches_pin": commit == pins.engine_commit,
+        "python": str(engine_python()),
+        "install_record": read_record(),
+    }
+    if commit is None:
+        missing.append({"what": f"Megatron-DeepSpeed checkout at {engine_dir()}", "fix": SETUP_FIX})
+    elif commit != pins.engine_commit:
+        missing.append(
+            {
+                "what": f"Megatron-DeepSpeed at the pinned commit {pins.engine_commit[:12]} "
+                f"({engine_dir()} is at {commit[:12]})",
+                "fix": f"move {engine_dir()} away, then {SETUP_FIX}",
+            }
+        )
+    probe = _probe(pins.python, cached=cached) if engine_python().is_file() else None
+    if probe is None:
+        missing.append({"what": f"the engine's Python environment ({engine_python()})", "fix": SETUP_FIX})
+    else:
+        missing += _probe_problems(probe, pins.python)
+    tokenizer = {
+        path.name: {"path": str(path), "ok": path.is_file() and _sha256(path) == digest}
+        for path, digest in TOKENIZER_SHA256.items()
+    }
+    for name, entry in tokenizer.items():
+        if not entry["ok"]:
+            missing.append(
+                {"what": f"the GPT-2 {name} bundled with zerolab", "fix": "git checkout -- zerolab/assets"}
+            )
+    tools = {tool: shutil.which(tool) for tool in TOOLS}
+    for tool, where in tools.items():
+        if where is None:
+            missing.append(
+                {
+                    "what": f"{tool} (Megatron compiles its dataset helpers)",
+                    "fix": "apt-get install build-essential git",
+                }
+            )
+    return {
+        "zerolab": {"version": __version__, "repo": str(REPO_ROOT), "python": platform.python_version()},
+        "engine": engine,
+        "engine_env": probe,
+        "tokenizer": tokenizer,
+        "tools": tools,
+        "missing": missing,
+    }
+
+
+def _probe_problems(probe: dict[str, Any], pins: dict[str, str]) -> list[dict[str, str]]:
+    problems = []
+    for name, wanted in pins.items():
+        have = probe["packages"].get(name)
+        if have is None or have.split("+")[0] != wanted:
+            problems.append(
+                {"what": f"{name}=={wanted} in the engine environment (has {have})", "fix": SETUP_FIX}
+            )
+    for key in ("torch_error", "deepspeed_error"):
+        if key in probe:
+            problems.append({"what": f"a working import ({probe[key]})", "fix": SETUP_FIX})
+    return problems
+
+
+def _probe(packages: dict[str, str], *, cached: bool) -> dict[str, Any]:
+    """Run probe.py with the engine's Python; with `cached`, reuse the last result while the
+    engine environment's site-packages are unchanged. Whether each op is JIT-built is always
+    looked up afresh."""
+    python = engine_python()
+    key = {"python": str(python), "site_packages": _site_packages_stamp(python), "packages": sorted(packages)}
+    cache = zerolab_home() / PROBE_CACHE
+    result = None
+    if cached and cache.is_file():
+        try:
+            stored = json.loads(cache.read_text())
+            result = stored["probe"] if stored.get("key") == key else None
+        except (json.JSONDecodeError, KeyError):
+            result = None
+    if result is None:
+        with tempfile.TemporaryDirectory() as scratch:
+            out = Path(scratch) / "probe.json"
+            env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+            subprocess.run(
+                [str(python), str(PROBE_SCRIPT), str(out), *packages],
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                check=False,
+                cwd=scratch,
+            )
+            result = (
+                json.loads(out.read_text())
+                if out.is_file()
+                else {"packages": {}, "torch_error": "probe failed"}
+            )
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        cache.write_text(json.dumps({"key": key, "probe": result}))
+    extensions = result.get("torch_extensions_dir")
+    for name, op in result.get("ops", {}).items():
+        op["jit_built"] = bool(extensions) and (Path(extensions) / name / f"{name}.so").is_file()
+    return result
+
+
+def _site_packages_stamp(python: Path) -> list[float]:
+    """Modification times of the environment's site-packages directories (they change on install)."""
+    lib = python.parent.parent / "lib"
+    return sorted(path.stat().st_mtime for path in lib.glob("python3*/site-packages"))
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def print_report(report: dict[str, Any]) -> None:
+    """The report as tables on the terminal."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    table = Table(title="zerolab doctor", show_header=False, title_justify="left")
+    table.add_column(style="bold")
+    table.add_column()
+    env = report["engine_env"] or {}
+    engine = report["engine"]
+    devices = env.get("devices") or []
+    zerolab = report["zerolab"]
+    cuda = "available" if env.get("cuda_available") else "not available"
+    deepspeed = env.get("deepspeed") or env.get("deepspeed_error") or "-"
+    rows = [
+        (
+            "zerolab",
+            f"{zerolab['version']} ({zerolab['repo']}), Python {zerolab['python']}",
+        ),
+        ("engine Python", f"{env.get('python', '-')} at {engine['python']}"),
+        ("torch", env.get("torch") or env.get("torch_error") or "-"),
+        (
+            "device",
+            ", ".join(f"{d['name']} ({d['memory_GiB']} GiB)" for d in devices)
+            if devices
+            else f"CPU only ({env.get('cpu_count', '?')} cores), CUDA {cuda}",
+        ),
+        (
+            "DeepSpeed",
+            f"{deepspeed} (accelerator: {env.get('accelerator', '-')})",
+        ),
+        (
+            "Megatron-DeepSpeed",
+            f"{(engine['commit'] or 'missing')[:12]} (pin {engine['pinned_commit'][:12]}: "
+            f"{'matches' if engine['matches_pin'] else 'DOES NOT MATCH'}) at {engine['dir']}",
+        ),
+        (
+            "tokenizer",
+            ", ".join(
+                f"{name} {'ok' if e['ok'] else 'MISSING or changed'}"
+                for name, e in report["tokenizer"].items()
+            ),
+        ),
+        (
+            "tools",
+            ", ".join(f"{tool} {'ok' if where else 'MISSING'}" for tool, where in report["tools"].items()),
+        ),
+    ]
+    for name, value in rows:
+        table.add_row(name, str(value))
+    console.print(table)
+    if env.get("ops"):
+        ops = Table(title="DeepSpeed ops", title_justify="left")
+        for column in ("op", "prebuilt", "JIT-built", "compatible"):
+            ops.add_column(column)
+        for name, op in env["ops"].items():
+            ops.add_row(name, *("yes" if op[k] else "no" for k in ("installed", "jit_built", "compatible")))
+        console.print(ops)
+    if report["missing"]:
+        console.print("[bold red]missing[/]")
+        for item in report["missing"]:
+            console.print(f"  - {item['what']}\n    fix: [bold]{item['fix']}[/]")
+    else:
+        console.print("[green]ready to train[/]")

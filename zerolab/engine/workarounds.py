@@ -1,0 +1,154 @@
+"""What the pinned Megatron-DeepSpeed needs to run on current DeepSpeed and on CPU, applied by
+zerolab at launch (never by editing or copying the engine's files).
+
+Each workaround is an import hook on `sys.meta_path`: nothing of the engine is imported
+until the training script imports it itself. Standard library only: this module runs in
+the engine's environment before the training script.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import sys
+import types
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Workaround:
+    """One named fix: `why` is the one-line explanation printed at launch."""
+
+    name: str
+    why: str
+    apply: Callable[[], None]
+
+
+class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Provides module `fullname` from `build(module)` instead of (or in the absence of) its file."""
+
+    def __init__(self, fullname: str, build: Callable[[types.ModuleType], None]) -> None:
+        self.fullname = fullname
+        self.build = build
+
+    def find_spec(self, fullname: str, path: Sequence[str] | None, target: Any = None) -> Any:
+        if fullname != self.fullname:
+            return None
+        return importlib.util.spec_from_loader(fullname, self, origin=f"zerolab workaround for {fullname}")
+
+    def create_module(self, spec: Any) -> None:
+        return None
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        self.build(module)
+
+
+class _PatchAfterImport(importlib.abc.MetaPathFinder):
+    """Runs `patch(module)` right after module `fullname` is executed by its own loader."""
+
+    def __init__(self, fullname: str, patch: Callable[[types.ModuleType], None]) -> None:
+        self.fullname = fullname
+        self.patch = patch
+
+    def find_spec(self, fullname: str, path: Sequence[str] | None, target: Any = None) -> Any:
+        if fullname != self.fullname:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if spec is None or spec.loader is None:
+            return None
+        original_exec = spec.loader.exec_module
+        patch = self.patch
+
+        def exec_module(module: types.ModuleType) -> None:
+            original_exec(module)
+            patch(module)
+
+        spec.loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
+
+
+KNN_MONITOR = "megatron.model.vision.knn_monitor"
+
+
+def _lazy_module(module: types.ModuleType) -> None:
+    """Each attribute of `module` becomes a function that loads the real module on first call."""
+    fullname = module.__name__
+
+    def load_real() -> types.ModuleType:
+        parent = sys.modules[fullname.rpartition(".")[0]]
+        spec = importlib.machinery.PathFinder.find_spec(fullname, parent.__path__)
+        real = importlib.util.module_from_spec(spec)
+        sys.modules[fullname] = real
+        spec.loader.exec_module(real)
+        return real
+
+    def __getattr__(attribute: str) -> Callable[..., Any]:
+        if attribute.startswith("__"):
+            raise AttributeError(attribute)
+
+        def deferred(*args: Any, **kwargs: Any) -> Any:
+            return getattr(load_real(), attribute)(*args, **kwargs)
+
+        deferred.__name__ = attribute
+        return deferred
+
+    module.__getattr__ = __getattr__  # type: ignore[attr-defined]
+
+
+def lazy_vision_import() -> None:
+    """Defer megatron.model.vision.knn_monitor (torchvision) until DINO pretraining calls it."""
+    sys.meta_path.insert(0, _StubFinder(KNN_MONITOR, _lazy_module))
+
+
+COMPRESS = "deepspeed.compression.compress"
+
+
+def _compression_unavailable(module: types.ModuleType) -> None:
+    def unavailable(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError(
+            f"{COMPRESS} is not in this DeepSpeed (removed in 0.19.7): --compression-training "
+            "needs deepspeed<=0.19.6 (the version pins.toml pins)"
+        )
+
+    module.init_compression = unavailable  # type: ignore[attr-defined]
+    module.redundancy_clean = unavailable  # type: ignore[attr-defined]
+
+
+def missing_compression_module() -> None:
+    """Provide deepspeed.compression.compress (removed in DeepSpeed 0.19.7) only where it is absent."""
+    sys.meta_path.append(_StubFinder(COMPRESS, _compression_unavailable))
+
+
+TRANSFORMER = "megatron.model.transformer"
+
+
+def _contiguous_core_attention(module: types.ModuleType) -> None:
+    core_attention = module.CoreAttention
+    forward = core_attention.forward
+
+    def contiguous_forward(self: Any, query: Any, key: Any, value: Any, *args: Any, **kwargs: Any) -> Any:
+        return forward(self, query.contiguous(), key.contiguous(), value.contiguous(), *args, **kwargs)
+
+    contiguous_forward.__wrapped__ = forward  # type: ignore[attr-defined]
+    core_attention.forward = contiguous_forward
+
+
+def contiguous_attention_inputs() -> None:
+    """Make q/k/v contiguous before CoreAttention.forward: its .view() fails on them at micro-batch > 1."""
+    sys.meta_path.insert(0, _PatchAfterImport(TRANSFORMER, _contiguous_core_attention))
+
+
+WORKAROUNDS: tuple[Workaround, ...] = tuple(
+    Workaround(name=function.__name__, why=(function.__doc__ or "").strip(), apply=function)
+    for function in (lazy_vision_import, missing_compression_module, contiguous_attention_inputs)
+)
+
+
+def apply_all() -> list[Workaround]:
+    """Install every workaround's import hook; returns them in the order applied."""
+    for workaround in WORKAROUNDS:
+        workaround.apply()
+    return list(WORKAROUNDS)

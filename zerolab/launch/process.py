@@ -1,0 +1,161 @@
+"""Run the training command as its own process group: its combined output streamed to the
+terminal and to train.log, resources sampled, Ctrl-C and SIGTERM passed on to every rank,
+and nothing left running afterwards."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+from zerolab.launch.rundir import LOG_FILE, SAMPLES_FILE
+from zerolab.launch.sampler import Sampler
+
+GRACE_S = 15.0
+"""How long the ranks get to exit after SIGTERM before they are killed."""
+
+_SIGNAL_NAMES = {signal.SIGINT: "SIGINT (Ctrl-C)", signal.SIGTERM: "SIGTERM"}
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How the training command ended: its exit code, the signal that stopped it (if we were
+    asked to stop it), and the head and tail of its output (for the cause of a failure)."""
+
+    exit_code: int
+    stopped_by: str | None
+    head: list[str]
+    tail: list[str]
+
+
+def run_training(
+    argv: list[str],
+    env: dict[str, str],
+    cwd: Path,
+    run_dir: Path,
+    *,
+    echo: Callable[[str], None] | None = None,
+    sample_interval_s: float = 1.0,
+) -> Outcome:
+    """Run `argv` to the end; returns its Outcome. The exit code is the command's own, or
+    128 + the signal number when it was stopped by SIGINT/SIGTERM sent to us."""
+    echo = echo or _to_stdout
+    with (run_dir / LOG_FILE).open("w", buffering=1, errors="replace") as log:
+        process = subprocess.Popen(
+            argv,
+            env=env,
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group: signals reach every rank, and only them
+        )
+        sampler = Sampler(run_dir / SAMPLES_FILE, process.pid, interval_s=sample_interval_s).start()
+        head: list[str] = []
+        tail: deque[str] = deque(maxlen=400)
+        reader = threading.Thread(
+            target=_pump, args=(process, log, echo, head, tail), name="zerolab-log", daemon=True
+        )
+        reader.start()
+        stopper = _Stopper(process)
+        with stopper:
+            exit_code = process.wait()
+        sampler.stop()
+        _stop_leftovers(process.pid, list(sampler.seen.values()))
+        reader.join(timeout=10)
+    if stopper.signal_number is not None:
+        exit_code = 128 + stopper.signal_number
+    return Outcome(
+        exit_code=exit_code,
+        stopped_by=_SIGNAL_NAMES.get(stopper.signal_number) if stopper.signal_number else None,
+        head=head,
+        tail=list(tail),
+    )
+
+
+def _to_stdout(line: str) -> None:
+    sys.stdout.write(line)
+    sys.stdout.flush()
+
+
+def _pump(process: subprocess.Popen, log, echo, head: list[str], tail: deque[str]) -> None:
+    """Copy the command's output, line by line, to train.log and the terminal."""
+    assert process.stdout is not None
+    for raw in iter(process.stdout.readline, b""):
+        line = raw.decode("utf-8", errors="replace")
+        log.write(line)
+        echo(line)
+        if len(head) < 2000:
+            head.append(line)
+        tail.append(line)
+
+
+class _Stopper:
+    """While installed: SIGINT/SIGTERM to us -> SIGTERM to the training's process group, then
+    SIGKILL after GRACE_S if anything is still running."""
+
+    def __init__(self, process: subprocess.Popen) -> None:
+        self.process = process
+        self.signal_number: int | None = None
+        self._previous: dict[int, object] = {}
+
+    def __enter__(self) -> _Stopper:
+        if threading.current_thread() is threading.main_thread():
+            for number in (signal.SIGINT, signal.SIGTERM):
+                self._previous[number] = signal.signal(number, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for number, handler in self._previous.items():
+            signal.signal(number, handler)
+
+    def _handle(self, number: int, frame: object) -> None:
+        if self.signal_number is None:
+            self.signal_number = number
+            print(f"\nzerolab: {_SIGNAL_NAMES[number]}: stopping every rank", file=sys.stderr, flush=True)
+            _signal_group(self.process.pid, signal.SIGTERM)
+            timer = threading.Timer(GRACE_S, _signal_group, args=(self.process.pid, signal.SIGKILL))
+            timer.daemon = True
+            timer.start()
+        else:  # a second Ctrl-C: no more waiting
+            _signal_group(self.process.pid, signal.SIGKILL)
+
+
+def _signal_group(pgid: int, number: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, number)
+
+
+def _stop_leftovers(pgid: int, seen: list[psutil.Process]) -> None:
+    """After the launcher exits: stop what is left of its group and of every process the sampler
+    saw below it (a rank that started its own session, a data-loader worker)."""
+    _signal_group(pgid, signal.SIGTERM)
+    alive = [process for process in seen if _running(process)]
+    for process in alive:
+        try:
+            process.terminate()
+        except psutil.NoSuchProcess:
+            continue
+    _, still = psutil.wait_procs(alive, timeout=5)
+    for process in still:
+        try:
+            process.kill()
+        except psutil.NoSuchProcess:
+            continue
+    _signal_group(pgid, signal.SIGKILL)
+
+
+def _running(process: psutil.Process) -> bool:
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
