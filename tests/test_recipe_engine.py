@@ -53,8 +53,8 @@ for case in cases:
         args = parse_args()
         validate_args(args)
         calculator = build_num_microbatches_calculator(args)
-        outcome["megatron"] = {"num_microbatches": calculator.get(), "data_parallel_size": args.data_parallel_size,
-                               "zero_stage": args.zero_stage, "train_iters": args.train_iters}
+        outcome["megatron"] = {"num_microbatches": calculator.get(), "zero_stage": args.zero_stage,
+                               "data_parallel_size": args.data_parallel_size, "train_iters": args.train_iters}
     except BaseException as error:
         outcome["megatron_error"] = repr(error) or traceback.format_exc(limit=1)
     try:
