@@ -11,6 +11,8 @@ from zerolab import __version__
 from zerolab.errors import UserError
 
 COMMAND_MODULES: tuple[str, ...] = (
+    "zerolab.recipe.cli",
+    "zerolab.recipe.launch_cli",
     "zerolab.engine.cli",
     "zerolab.engine.doctor",
 )
