@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from zerolab.cli import main
@@ -203,8 +201,11 @@ def test_all_problems_are_reported_at_once(repo_root, capsys, monkeypatch):
     assert "3 problem(s)" in err
 
 
-def test_launch_refuses_without_the_engine_part_and_writes_nothing(repo_root, capsys, tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    assert main(["launch", str(Path(repo_root) / TINY)]) == 2
-    assert "data.path" in capsys.readouterr().err
-    assert list(tmp_path.iterdir()) == []
+def test_launch_refuses_missing_data_before_anything_starts(repo_root, capsys, tmp_path):
+    run_dir = tmp_path / "run"
+    missing = tmp_path / "nowhere" / "dolly_text_document"
+    assert main(["launch", TINY, f"data.path={missing}", "--run-dir", str(run_dir)]) == 2
+    err = capsys.readouterr().err
+    assert f"data.path: {missing}.bin and {missing}.idx not found" in err
+    assert "zerolab prep dolly" in err
+    assert not run_dir.exists()

@@ -12,7 +12,7 @@ from zerolab.errors import UserError
 
 COMMAND_MODULES: tuple[str, ...] = (
     "zerolab.recipe.cli",
-    "zerolab.recipe.launch_cli",
+    "zerolab.launch.cli",
     "zerolab.engine.cli",
     "zerolab.engine.doctor",
 )

@@ -18,7 +18,7 @@ from typing import Any
 from zerolab import __version__
 from zerolab.assets import GPT2_MERGES, GPT2_VOCAB
 from zerolab.engine.install import checkout_commit, read_record
-from zerolab.engine.paths import REPO_ROOT, engine_dir, engine_python, zerolab_home
+from zerolab.engine.paths import REPO_ROOT, engine_dir, engine_python, torch_extensions_dir, zerolab_home
 from zerolab.engine.pins import load_pins
 
 PROBE_SCRIPT = Path(__file__).resolve().parent / "probe.py"
@@ -143,6 +143,7 @@ def _probe(packages: dict[str, str], *, cached: bool) -> dict[str, Any]:
         with tempfile.TemporaryDirectory() as scratch:
             out = Path(scratch) / "probe.json"
             env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+            env["TORCH_EXTENSIONS_DIR"] = str(torch_extensions_dir())
             subprocess.run(
                 [str(python), str(PROBE_SCRIPT), str(out), *packages],
                 env=env,

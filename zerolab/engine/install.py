@@ -20,7 +20,13 @@ from pathlib import Path
 from rich.console import Console
 
 from zerolab import __version__
-from zerolab.engine.paths import REPO_ROOT, engine_dir, engine_python, install_record
+from zerolab.engine.paths import (
+    REPO_ROOT,
+    engine_dir,
+    engine_python,
+    install_record,
+    torch_extensions_dir,
+)
 from zerolab.engine.pins import Pins, load_pins
 from zerolab.errors import UserError
 
@@ -245,7 +251,8 @@ def _prebuild(python: Path, console: Console) -> None:
         "for name in ('ShareMemCommBuilder', 'CPUAdamBuilder'):\n"
         "    get_accelerator().create_op_builder(name).load(verbose=False)\n"
     )
-    _run([str(python), "-c", script], env={**_clean_env(), "DS_ACCELERATOR": "cpu"})
+    env = {**_clean_env(), "DS_ACCELERATOR": "cpu", "TORCH_EXTENSIONS_DIR": str(torch_extensions_dir())}
+    _run([str(python), "-c", script], env=env)
 
 
 def _pip(python: Path, args: list[str]) -> None:

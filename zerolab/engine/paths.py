@@ -1,9 +1,9 @@
 """Where the engine lives on this machine: a cache directory outside the repository.
 
 `ZEROLAB_HOME` (default `~/.cache/zerolab`) holds the engine's virtual environment
-(`venv/`), its Megatron-DeepSpeed checkout (`engine/Megatron-DeepSpeed-<commit>/`,
-which must stay writable: Megatron compiles its data helpers inside it) and the record
-of what `zerolab engine install` set up (`install.json`).
+(`venv/`), DeepSpeed's JIT-built ops (`torch_extensions/`), its Megatron-DeepSpeed
+checkout (`engine/Megatron-DeepSpeed-<commit>/`, which must stay writable: Megatron
+compiles its data helpers inside it) and the record of what `zerolab engine install` set up (`install.json`).
 `ZEROLAB_ENGINE_DIR` and `ZEROLAB_ENGINE_PYTHON` point elsewhere, e.g. in the image.
 """
 
@@ -42,6 +42,12 @@ def engine_python() -> Path:
 def engine_bin_dir() -> Path:
     """The engine environment's bin directory: where `torchrun` and `deepspeed` live."""
     return engine_python().parent
+
+
+def torch_extensions_dir() -> Path:
+    """Where DeepSpeed JIT-builds its C++ ops for the engine (TORCH_EXTENSIONS_DIR at launch):
+    zerolab's own, so that other torch programs on the machine neither rebuild nor replace them."""
+    return Path(os.environ.get("TORCH_EXTENSIONS_DIR") or zerolab_home() / "torch_extensions")
 
 
 def install_record() -> Path:

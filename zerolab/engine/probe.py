@@ -41,9 +41,10 @@ def probe(packages):
         for i in range(torch.cuda.device_count())
     ]
     cuda = "cpu" if torch.version.cuda is None else "cu" + torch.version.cuda.replace(".", "")
-    report["torch_extensions_dir"] = os.path.join(
-        get_default_build_root(), f"py{sys.version_info.major}{sys.version_info.minor}{sys.abiflags}_{cuda}"
-    )
+    folder = f"py{sys.version_info.major}{sys.version_info.minor}{sys.abiflags}_{cuda}"
+    report["torch_extensions_dir"] = os.environ.get("TORCH_EXTENSIONS_DIR") or os.path.join(
+        get_default_build_root(), folder
+    )  # as torch.utils.cpp_extension places JIT-built ops
     if not report["cuda_available"]:
         os.environ.setdefault("DS_ACCELERATOR", "cpu")
     try:

@@ -148,6 +148,13 @@ class TrainSection(Section):
     )
     eval_interval: int = field(1000, "iterations between validation runs", "iterations", gt=0)
     eval_iters: int = field(10, "validation iterations per validation run", "iterations", ge=0)
+    save_interval: int | None = field(
+        None,
+        "iterations between checkpoints, saved in the run directory's checkpoints/ (and at the end); "
+        "null saves none. `zerolab launch --resume RUN_DIR` continues from the last one",
+        "iterations",
+        gt=0,
+    )
 
 
 class HardwareSection(Section):
