@@ -41,11 +41,8 @@ def pip_installs(dockerfile: DockerfileParser) -> list[list[str]]:
         for part in re.split(r"&&|;|\|\|", command):
             words = shlex.split(part)
             for i in range(len(words) - 1):
-                if words[i] in ("pip", "pip3") or words[i].endswith("/pip"):
-                    if words[i + 1] == "install":
-                        calls.append(words[i + 2 :])
-                elif words[i : i + 3] == ["-m", "pip", "install"]:
-                    calls.append(words[i + 3 :])
+                if words[i] in ("pip", "pip3") and words[i + 1] == "install":
+                    calls.append(words[i + 2 :])
     return calls
 
 
