@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: help test lint dev
+.PHONY: help test lint dev docs
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -25,3 +25,6 @@ lint: dev  ## ruff, shellcheck and hadolint
 
 test: lint  ## set up .venv, lint, and run every test (engine tests skip, with the reason, without the engine)
 	$(BIN)/pytest
+
+docs: dev  ## regenerate docs/recipe-reference.md from the recipe schema
+	$(BIN)/python -m zerolab.recipe.reference

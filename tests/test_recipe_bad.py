@@ -1,0 +1,210 @@
+"""Bad recipes are refused before anything launches: exit 2, a message naming the key
+(or file) and nothing written. Each case runs the real CLI in-process."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from zerolab.cli import main
+
+GPT2 = "recipes/gpt2_z1.yaml"
+TINY = "recipes/cpu/tiny_z1.yaml"
+
+# (id, recipe file or YAML text for a temporary recipe, overrides, strings the message must contain)
+OVERRIDE_CASES = [
+    (
+        "unknown key",
+        GPT2,
+        ["train.micro_batchsize=4"],
+        ["train.micro_batchsize", "did you mean `train.micro_batch_size`"],
+    ),
+    ("unknown section", GPT2, ["optimizer.lr=1"], ["unknown key `optimizer`", "valid keys here"]),
+    (
+        "unknown zero key",
+        GPT2,
+        ["zero.offload=true"],
+        ["zero.offload", "did you mean `zero.offload_optimizer`"],
+    ),
+    ("zero stage 7", GPT2, ["zero.stage=7"], ["zero.stage", "0, 1, 2 or 3"]),
+    ("lr not a number", GPT2, ["train.lr=fast"], ["train.lr", "valid number"]),
+    (
+        "negative micro batch",
+        GPT2,
+        ["train.micro_batch_size=-1"],
+        ["train.micro_batch_size", "greater than 0"],
+    ),
+    ("fractional layers", GPT2, ["model.num_layers=4.5"], ["model.num_layers"]),
+    ("bad device", GPT2, ["hardware.device=tpu"], ["hardware.device", "'cpu' or 'cuda'"]),
+    ("bad launcher", GPT2, ["hardware.launcher=mpirun"], ["hardware.launcher"]),
+    ("bad split", GPT2, ["data.split=train"], ["data.split"]),
+    ("dropout of 1", GPT2, ["model.hidden_dropout=1.0"], ["model.hidden_dropout"]),
+    ("port out of range", GPT2, ["hardware.master_port=70000"], ["hardware.master_port"]),
+    ("malformed override", GPT2, ["train.micro_batch_size"], ["key.path=value"]),
+    ("override base", GPT2, ["base=[]"], ["`base` cannot be overridden"]),
+    ("unknown block override", GPT2, ["model=gpt2-13b"], ["model/gpt2-13b", "did you mean"]),
+    ("override YAML error", GPT2, ["train.lr=[1"], ["override `train.lr=[1`", "not valid YAML"]),
+    (
+        "global batch not a multiple",
+        GPT2,
+        ["train.global_batch_size=30"],
+        ["train.global_batch_size", "multiple of 8"],
+    ),
+    (
+        "grad accum disagrees",
+        GPT2,
+        ["train.gradient_accumulation_steps=2"],
+        ["train.gradient_accumulation_steps", "train.global_batch_size=16"],
+    ),
+    (
+        "world not divisible by tp x pp",
+        GPT2,
+        ["parallel.tensor=3"],
+        ["parallel.tensor", "not divisible by tensor x pipeline"],
+    ),
+    (
+        "heads do not divide hidden",
+        GPT2,
+        ["model.num_attention_heads=24"],
+        ["model.hidden_size", "model.num_attention_heads"],
+    ),
+    (
+        "tensor does not divide heads",
+        "recipes/gpt2_tp2_pp2.yaml",
+        ["model=gpt2-124m", "model.num_attention_heads=3", "model.hidden_size=768"],
+        ["parallel.tensor", "does not divide 3 attention heads"],
+    ),
+    (
+        "pipeline does not divide layers",
+        "recipes/gpt2_tp2_pp2.yaml",
+        ["model.num_layers=47"],
+        ["parallel.pipeline", "47 layers"],
+    ),
+    (
+        "seq beyond positions",
+        GPT2,
+        ["model.seq_length=2048"],
+        ["model.seq_length", "model.max_position_embeddings"],
+    ),
+    (
+        "zero 2 with pipeline",
+        "recipes/gpt2_tp2_pp2.yaml",
+        ["zero=z2"],
+        ["zero.stage", "parallel.pipeline", "DeepSpeed refuses"],
+    ),
+    (
+        "zero 3 with pipeline",
+        "recipes/gpt2_tp2_pp2.yaml",
+        ["zero.stage=3"],
+        ["zero.stage=3", "parallel.pipeline=2"],
+    ),
+    (
+        "offload without zero",
+        GPT2,
+        ["zero.stage=0", "zero.offload_optimizer=true"],
+        ["zero.offload_optimizer", "stage 1 or higher"],
+    ),
+    ("fp16 and bf16", GPT2, ["precision.fp16=true"], ["precision.fp16", "precision.bf16", "exclusive"]),
+    ("fp16 on cpu", TINY, ["precision=fp16"], ["precision.fp16", "hardware.device", "not supported on CPU"]),
+    (
+        "world size mismatch",
+        GPT2,
+        ["hardware.world_size=4"],
+        ["hardware.world_size", "nodes x processes per node = 2"],
+    ),
+    ("two training lengths", GPT2, ["train.tokens=1000000"], ["train.iters", "train.tokens", "exactly once"]),
+    ("no training length", GPT2, ["train.iters=null"], ["train.iters", "exactly once"]),
+    ("warm-up too long", GPT2, ["train.lr_warmup_iters=100"], ["train.lr_warmup_iters", "train.iters"]),
+    ("min lr above lr", GPT2, ["train.min_lr=1e-3"], ["train.min_lr", "train.lr"]),
+    ("node rank out of range", GPT2, ["hardware.node_rank=1"], ["hardware.node_rank", "between 0 and 0"]),
+    (
+        "deepspeed multi-node without hostfile",
+        GPT2,
+        ["hardware.nodes=2", "hardware.launcher=deepspeed"],
+        ["hardware.hostfile"],
+    ),
+    ("torchrun multi-node without master", GPT2, ["hardware.nodes=2"], ["hardware.master_addr"]),
+    (
+        "hostfile under torchrun",
+        GPT2,
+        ["hardware.hostfile=hosts"],
+        ["hardware.hostfile", "hardware.launcher"],
+    ),
+    (
+        "epochs without the dataset",
+        GPT2,
+        ["train.iters=null", "train.epochs=1", "data.path=data/none"],
+        ["train.epochs", "data/none.idx", "zerolab prep"],
+    ),
+    ("no such recipe", "recipes/gpt2-z1.yaml", [], ["no such recipe", "did you mean `gpt2_z1`"]),
+]
+
+FILE_CASES = [
+    ("YAML syntax error", "base: [model/gpt2-124m\ntrain: {", ["not valid YAML", "bad.yaml:"]),
+    ("not a mapping", "- model/gpt2-124m\n", ["holds a mapping", "not a list"]),
+    ("base not a list", "base: model/gpt2-124m\n", ["`base` must be a list"]),
+    (
+        "unknown building block",
+        "base: [model/gpt2-2b]\ntrain: {iters: 10}\n",
+        ["model/gpt2-2b", "configs/model/gpt2-2b.yaml"],
+    ),
+    (
+        "unknown top-level key",
+        "zero_optimisation: {stage: 2}\ntrain: {iters: 10}\n",
+        ["bad.yaml", "`zero_optimisation`"],
+    ),
+    ("section is a scalar", "train: 10\n", ["bad.yaml", "`train`"]),
+    ("string where int", "train: {iters: ten}\n", ["bad.yaml", "`train.iters`", "valid integer"]),
+]
+
+
+@pytest.mark.parametrize(
+    ("recipe", "overrides", "expected"), [c[1:] for c in OVERRIDE_CASES], ids=[c[0] for c in OVERRIDE_CASES]
+)
+def test_bad_overrides_exit_2_naming_the_key(recipe, overrides, expected, repo_root, capsys, monkeypatch):
+    monkeypatch.chdir(repo_root)
+    assert main(["render", recipe, *overrides, "--json"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    for text in expected:
+        assert text in captured.err
+
+
+@pytest.mark.parametrize(("text", "expected"), [c[1:] for c in FILE_CASES], ids=[c[0] for c in FILE_CASES])
+def test_bad_recipe_files_exit_2_naming_file_and_key(text, expected, tmp_path, capsys):
+    recipe = tmp_path / "bad.yaml"
+    recipe.write_text(text)
+    out = tmp_path / "out"
+    assert main(["render", str(recipe), "--out", str(out)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    for fragment in expected:
+        assert fragment in captured.err
+    assert not out.exists()
+
+
+def test_the_table_is_at_least_thirty_cases():
+    assert len(OVERRIDE_CASES) + len(FILE_CASES) >= 30
+
+
+def test_errors_name_the_file_that_set_the_key(repo_root, capsys, monkeypatch):
+    monkeypatch.chdir(repo_root)
+    assert main(["render", GPT2, "parallel.pipeline=2", "zero=z3"]) == 2
+    err = capsys.readouterr().err
+    assert "zero.stage=3 (configs/zero/z3.yaml (override `zero=z3`))" in err
+    assert "parallel.pipeline=2 (override `parallel.pipeline=2`)" in err
+
+
+def test_all_problems_are_reported_at_once(repo_root, capsys, monkeypatch):
+    monkeypatch.chdir(repo_root)
+    assert main(["render", TINY, "precision=fp16", "train.min_lr=1", "model.seq_length=4096"]) == 2
+    err = capsys.readouterr().err
+    assert "3 problem(s)" in err
+
+
+def test_launch_refuses_without_the_engine_part_and_writes_nothing(repo_root, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["launch", str(Path(repo_root) / TINY)]) == 2
+    assert "data.path" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []

@@ -1,0 +1,288 @@
+"""Rendering: golden renders of every shipped recipe, and the rules that tie the
+Megatron arguments, the environment and the DeepSpeed config to one set of numbers.
+
+Update the golden files after an intended change with
+`ZEROLAB_UPDATE_GOLDEN=1 .venv/bin/pytest tests/test_recipe_render.py` and review the diff."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+from pathlib import Path
+
+import pytest
+
+from zerolab.cli import main
+from zerolab.recipe import DS_CONFIG_PLACEHOLDER, check_inputs, load_recipe, render, run_facts
+
+REPO = Path(__file__).resolve().parents[1]
+GOLDEN = REPO / "tests" / "golden" / "recipes"
+SHIPPED = sorted(
+    str(p.relative_to(REPO / "recipes").with_suffix("")) for p in (REPO / "recipes").rglob("*.yaml")
+)
+FIXTURE_PREFIX = "tests/fixtures/recipe-data/dolly151_text_document"
+ENGINE_DIR = "/opt/Megatron-DeepSpeed"
+
+
+@pytest.fixture(autouse=True)
+def neutral_engine_dir(monkeypatch):
+    """Golden renders hold the image's engine path, never this machine's."""
+    monkeypatch.setenv("ZEROLAB_ENGINE_DIR", ENGINE_DIR)
+
+
+def option(argv: list[str], name: str) -> str:
+    return argv[argv.index(name) + 1]
+
+
+def test_every_recipe_has_a_golden_render():
+    assert len(SHIPPED) == 11
+    assert sorted(p.stem.replace("__", "/") for p in GOLDEN.glob("*.json")) == SHIPPED
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_golden_render(name):
+    rendered = render(load_recipe(name)).as_json()
+    golden = GOLDEN / f"{name.replace('/', '__')}.json"
+    if os.environ.get("ZEROLAB_UPDATE_GOLDEN") == "1":
+        golden.write_text(json.dumps(rendered, indent=2) + "\n")
+    assert rendered == json.loads(golden.read_text())
+
+
+def test_seed_study_recipes_differ_only_in_zero():
+    def without_zero(name: str) -> dict:
+        dumped = load_recipe(name).model_dump()
+        dumped.pop("zero")
+        dumped.pop("description")
+        dumped["base"] = [b for b in dumped["base"] if not b.startswith("zero/")]
+        return dumped
+
+    for family in ("gpt2_{}", "cpu/tiny_{}"):
+        variants = [family.format(v) for v in ("dp", "z1", "z2", "z3", "z3_offload")]
+        reference = without_zero(variants[0])
+        assert all(without_zero(v) == reference for v in variants[1:])
+        stages = [load_recipe(v).zero.stage for v in variants]
+        assert stages == [0, 1, 2, 3, 3]
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_one_set_of_numbers(name):
+    recipe = load_recipe(name)
+    launch = render(recipe)
+    argv, cfg = launch.argv, launch.ds_config
+    assert option(argv, "--zero-stage") == str(cfg["zero_optimization"]["stage"])
+    assert int(option(argv, "--global-batch-size")) == cfg["train_batch_size"]
+    assert int(option(argv, "--micro-batch-size")) == cfg["train_micro_batch_size_per_gpu"]
+    assert cfg["train_batch_size"] == (
+        cfg["train_micro_batch_size_per_gpu"] * cfg["gradient_accumulation_steps"] * recipe.data_parallel_size
+    )
+    assert cfg["steps_per_print"] == int(option(argv, "--log-interval"))
+    assert cfg["log_level"] == "info"
+    assert float(option(argv, "--clip-grad")) == cfg["gradient_clipping"]
+    assert option(argv, "--deepspeed_config") == DS_CONFIG_PLACEHOLDER
+    assert option(argv, "-m" if argv[0] == "torchrun" else "--module") == "zerolab.engine.megatron_entry"
+    assert f"{ENGINE_DIR}/pretrain_gpt.py" in argv
+    assert launch.world_size == launch.nodes * launch.procs_per_node
+
+
+def test_cpu_render_has_the_cpu_workarounds():
+    launch = render(load_recipe("cpu/tiny_z2"))
+    assert launch.env == {"DS_ACCELERATOR": "cpu", "LOCAL_SIZE": "2", "OMP_NUM_THREADS": "1"}
+    assert option(launch.argv, "--distributed-backend") == "gloo"
+    assert "--no-gradient-accumulation-fusion" in launch.argv
+    assert "--no-pipeline-parallel" in launch.argv
+    assert "--bf16" not in launch.argv and "--fp16" not in launch.argv
+    assert "bf16" not in launch.ds_config and "fp16" not in launch.ds_config
+
+
+def test_gpu_render_uses_nccl_and_no_cpu_environment():
+    launch = render(load_recipe("gpt2_z2"))
+    assert launch.env == {}
+    assert option(launch.argv, "--distributed-backend") == "nccl"
+    assert "--no-gradient-accumulation-fusion" not in launch.argv
+    assert "--bf16" in launch.argv and launch.ds_config["bf16"] == {"enabled": True}
+
+
+def test_offload_renders_cpu_optimizer_and_offload_block():
+    launch = render(load_recipe("gpt2_z3_offload"))
+    assert "--cpu-optimizer" in launch.argv
+    assert launch.ds_config["zero_optimization"]["offload_optimizer"] == {"device": "cpu", "pin_memory": True}
+    assert "--cpu-optimizer" not in render(load_recipe("gpt2_z3")).argv
+
+
+def test_pipeline_parallel_keeps_the_pipeline_engine():
+    recipe = load_recipe("gpt2_tp2_pp2")
+    launch = render(recipe)
+    assert "--no-pipeline-parallel" not in launch.argv
+    assert option(launch.argv, "--tensor-model-parallel-size") == "2"
+    assert option(launch.argv, "--pipeline-model-parallel-size") == "2"
+    assert recipe.data_parallel_size == 1
+    assert launch.ds_config["gradient_accumulation_steps"] == 8
+    assert recipe.padded_vocab_size == 50432  # a multiple of 128 x 2
+
+
+def test_padded_vocab_matches_megatron_at_tp1():
+    assert load_recipe("gpt2_z1").padded_vocab_size == 50304
+
+
+def test_gpt2_shapes_are_the_real_ones():
+    shapes = {
+        name: (r.model.num_layers, r.model.hidden_size, r.model.num_attention_heads, r.model.seq_length)
+        for name in ("gpt2-124m", "gpt2-355m", "gpt2-774m", "gpt2-1.5b")
+        for r in [load_recipe("gpt2_z1", [f"model={name}"])]
+    }
+    assert shapes == {
+        "gpt2-124m": (12, 768, 12, 1024),
+        "gpt2-355m": (24, 1024, 16, 1024),
+        "gpt2-774m": (36, 1280, 20, 1024),
+        "gpt2-1.5b": (48, 1600, 25, 1024),
+    }
+
+
+def test_fp16_renders_loss_scaling():
+    launch = render(load_recipe("gpt2_z1", ["precision=fp16"]))
+    assert "--fp16" in launch.argv and "--bf16" not in launch.argv
+    assert launch.ds_config["fp16"]["enabled"] is True
+    assert launch.ds_config["fp16"]["loss_scale"] == 0
+
+
+def test_deepspeed_launcher_single_and_multi_node(tmp_path):
+    single = render(load_recipe("cpu/tiny_z1", ["hardware.launcher=deepspeed"]))
+    assert single.argv[:8] == [
+        "deepspeed",
+        "--num_nodes",
+        "1",
+        "--num_gpus",
+        "2",
+        "--master_port",
+        "29500",
+        "--module",
+    ]
+    assert "LOCAL_SIZE" not in single.env and single.env["DS_ACCELERATOR"] == "cpu"
+    multi = render(load_recipe("gpt2_z3", ["hardware=gpu-2nodes-8", "train.micro_batch_size=2"]))
+    assert multi.argv[:3] == ["deepspeed", "--hostfile", "hostfile"]
+    assert option(multi.argv, "--num_nodes") == "2" and option(multi.argv, "--master_addr") == "node0"
+    assert multi.world_size == 16 and multi.ds_config["gradient_accumulation_steps"] == 1
+
+
+def test_torchrun_multi_node_with_node_rank_and_master():
+    launch = render(
+        load_recipe("gpt2_z1", ["hardware.nodes=2", "hardware.node_rank=1", "hardware.master_addr=10.0.0.1"])
+    )
+    assert launch.argv[:11] == [
+        "torchrun", "--nnodes", "2", "--nproc-per-node", "2", "--node-rank", "1",
+        "--master-addr", "10.0.0.1", "--master-port", "29500",
+    ]  # fmt: skip
+    assert launch.world_size == 4 and launch.ds_config["gradient_accumulation_steps"] == 2
+
+
+def test_numbers_in_yaml_and_overrides_are_numbers():
+    recipe = load_recipe("gpt2_z1", ["train.lr=6e-4", "train.min_lr=1e-5"])
+    assert recipe.train.lr == 6e-4 and isinstance(recipe.train.lr, float)
+    assert option(render(recipe).argv, "--lr") == "0.0006"
+
+
+def test_length_in_tokens_rounds_up_to_whole_iterations():
+    recipe = load_recipe("cpu/tiny_z1", ["train.iters=null", "train.tokens=100000"])
+    assert option(render(recipe).argv, "--train-iters") == str(-(-100000 // (8 * 128)))
+
+
+def test_length_in_epochs_counts_the_prepared_training_split():
+    # 31,619 tokens (the .bin is 63,238 bytes of uint16), all in the training split:
+    # (31619 - 1) // 128 = 247 samples per epoch; 2 epochs of 8-sample steps = 62 steps
+    recipe = load_recipe(
+        "cpu/tiny_z1",
+        ["train.iters=null", "train.epochs=2", f"data.path={FIXTURE_PREFIX}", "data.split=100,0,0"],
+    )
+    assert option(render(recipe).argv, "--train-iters") == "62"
+    assert run_facts(recipe)["epoch_tokens"] == 31619
+    assert check_inputs(recipe) == []
+
+
+def test_check_inputs_names_missing_data_and_tokenizer():
+    recipe = load_recipe("cpu/tiny_z1", ["data.path=data/absent", "data.vocab_file=nowhere/vocab.json"])
+    problems = check_inputs(recipe)
+    assert len(problems) == 2
+    assert "data.path: data/absent.bin and data/absent.idx not found" in problems[0]
+    assert "zerolab prep dolly" in problems[0]
+    assert problems[1].startswith("data.vocab_file: nowhere/vocab.json not found")
+
+
+def test_shell_text_is_the_argv_when_pasted():
+    launch = render(load_recipe("cpu/tiny_z3_offload"))
+    words = shlex.split(launch.shell().replace("\\\n", " "))
+    assert words == [f"{k}={v}" for k, v in launch.env.items()] + launch.argv
+
+
+def test_ds_config_path_substitution():
+    launch = render(load_recipe("cpu/tiny_z1")).with_ds_config_path("/runs/x/ds_config.json")
+    assert option(launch.argv, "--deepspeed_config") == "/runs/x/ds_config.json"
+
+
+def test_run_facts_keys_follow_the_run_directory_contract():
+    facts = run_facts(load_recipe("gpt2_z3_offload"))
+    doc = (REPO / "docs" / "run-directory.md").read_text()
+    section = doc.split("## run.json")[1].split("##")[0]
+    for key in facts:
+        assert f"`{key}`" in section
+    assert facts["offload_optimizer"] is True and facts["data_parallel"] == 2
+    assert facts["gradient_accumulation_steps"] == 4 and facts["precision"] == "bf16"
+    assert facts["epoch_tokens"] is None  # the dataset is not prepared in the checkout
+
+
+def test_dry_run_and_json_print_and_write_nothing(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["render", "gpt2_z3_offload", "train.micro_batch_size=4", "--dry-run"]) == 0
+    out, err = capsys.readouterr()
+    assert "torchrun \\\n" in out and '"offload_optimizer"' in out
+    assert "warning: data.path" in err
+    assert main(["render", "gpt2_z3_offload", "--json", "train.micro_batch_size=2"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert set(printed) == {"argv", "env", "ds_config", "world_size", "nodes", "procs_per_node"}
+    assert printed["ds_config"]["train_micro_batch_size_per_gpu"] == 2
+    assert main(["launch", "gpt2_z1", "--dry-run"]) == 0
+    assert "--zero-stage 1" in capsys.readouterr().out
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_render_out_writes_config_and_script(tmp_path, capsys):
+    out = tmp_path / "render"
+    assert main(["render", "cpu/tiny_z2", "--out", str(out)]) == 0
+    capsys.readouterr()
+    config = json.loads((out / "ds_config.json").read_text())
+    assert config["zero_optimization"]["stage"] == 2
+    script = (out / "command.sh").read_text()
+    assert str((out / "ds_config.json").resolve()) in script
+    assert os.access(out / "command.sh", os.X_OK)
+    assert main(["render", "cpu/tiny_z2", "--out", str(out)]) == 2
+    assert "already exists" in capsys.readouterr().err
+
+
+def test_show_prints_a_resolved_recipe_that_loads_back(tmp_path, capsys):
+    assert main(["show", "gpt2_z1", "model=gpt2-355m", "train.micro_batch_size=2"]) == 0
+    text = capsys.readouterr().out
+    assert "padded_vocab_size=50304" in text and "gradient_accumulation_steps=8" in text
+    resolved = tmp_path / "resolved.yaml"
+    resolved.write_text(text)
+    again = load_recipe(resolved)
+    assert again.model.num_layers == 24 and again.train.micro_batch_size == 2
+    assert (
+        render(again).as_json()
+        == render(load_recipe("gpt2_z1", ["model=gpt2-355m", "train.micro_batch_size=2"])).as_json()
+    )
+
+
+def test_diff_shows_recipe_and_argument_changes(capsys):
+    assert main(["diff", "recipes/gpt2_z1.yaml", "recipes/gpt2_z3_offload.yaml"]) == 0
+    out = capsys.readouterr().out
+    assert "zero.stage: 1 -> 3" in out
+    assert '--zero-stage: "1" -> "3"' in out
+    assert "--cpu-optimizer: (absent) -> true" in out
+    assert "zero_optimization.offload_optimizer.device: (absent)" in out
+    assert main(["diff", "gpt2_z1", "gpt2_z1"]) == 0
+    assert "no differences" in capsys.readouterr().out
+
+
+def test_overrides_may_follow_options(capsys):
+    assert main(["render", "cpu/tiny_z1", "--json", "train.micro_batch_size=1"]) == 0
+    assert json.loads(capsys.readouterr().out)["ds_config"]["gradient_accumulation_steps"] == 4

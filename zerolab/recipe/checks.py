@@ -1,0 +1,281 @@
+"""Cross-key checks run before anything launches: each problem names its keys and the fix."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from zerolab.recipe.provenance import Sources, source_of
+from zerolab.recipe.schema import Recipe
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with a recipe: the keys involved, what is wrong, how to fix it."""
+
+    keys: tuple[str, ...]
+    message: str
+    fix: str
+
+    def describe(self, recipe: Recipe, sources: Sources) -> str:
+        """The problem as message lines, each key with its value and the file or override that set it."""
+        shown = ", ".join(
+            f"{key}={_value(recipe, key)!r} ({source_of(sources, tuple(key.split('.')))})"
+            for key in self.keys
+        )
+        return f"- {self.message}\n    keys: {shown}\n    fix: {self.fix}"
+
+
+def _value(recipe: Recipe, key: str) -> Any:
+    node: Any = recipe
+    for part in key.split("."):
+        node = getattr(node, part)
+    return node
+
+
+Check = Callable[[Recipe], "Problem | None"]
+CHECKS: list[Check] = []
+
+
+def check(function: Check) -> Check:
+    """Register a check."""
+    CHECKS.append(function)
+    return function
+
+
+def check_recipe(recipe: Recipe) -> list[Problem]:
+    """Every problem the checks find (empty when the recipe can be rendered)."""
+    return [problem for function in CHECKS if (problem := function(recipe)) is not None]
+
+
+@check
+def _world_size_matches(recipe: Recipe) -> Problem | None:
+    hw = recipe.hardware
+    if hw.world_size is None or hw.world_size == hw.nodes * hw.procs_per_node:
+        return None
+    return Problem(
+        ("hardware.world_size", "hardware.nodes", "hardware.procs_per_node"),
+        f"world size {hw.world_size} is not nodes x processes per node = {hw.nodes * hw.procs_per_node}",
+        f"set hardware.world_size={hw.nodes * hw.procs_per_node} or remove it, "
+        "or change nodes/procs_per_node",
+    )
+
+
+@check
+def _model_parallel_divides_world(recipe: Recipe) -> Problem | None:
+    if recipe.world_size % recipe.model_parallel_size == 0:
+        return None
+    return Problem(
+        ("parallel.tensor", "parallel.pipeline", "hardware.nodes", "hardware.procs_per_node"),
+        f"world size {recipe.world_size} is not divisible by tensor x pipeline = "
+        f"{recipe.model_parallel_size}, "
+        "so there is no whole data-parallel size",
+        "choose parallel.tensor and parallel.pipeline whose product divides nodes x procs_per_node",
+    )
+
+
+@check
+def _global_batch_consistent(recipe: Recipe) -> Problem | None:
+    if recipe.world_size % recipe.model_parallel_size:
+        return None
+    train = recipe.train
+    dp = recipe.data_parallel_size
+    per_step = train.micro_batch_size * dp
+    keys = ("train.global_batch_size", "train.micro_batch_size", "parallel.tensor", "parallel.pipeline")
+    if train.gradient_accumulation_steps is None:
+        if train.global_batch_size % per_step == 0:
+            return None
+        return Problem(
+            keys,
+            f"global batch {train.global_batch_size} is not a multiple of micro batch "
+            f"{train.micro_batch_size} "
+            f"x data parallel {dp} = {per_step}",
+            f"set train.global_batch_size to a multiple of {per_step}, e.g. "
+            f"{max(1, round(train.global_batch_size / per_step)) * per_step}",
+        )
+    expected = per_step * train.gradient_accumulation_steps
+    if train.global_batch_size == expected:
+        return None
+    return Problem(
+        (*keys, "train.gradient_accumulation_steps"),
+        f"global batch {train.global_batch_size} != micro batch {train.micro_batch_size} "
+        "x gradient accumulation "
+        f"{train.gradient_accumulation_steps} x data parallel {dp} = {expected}",
+        f"set train.global_batch_size={expected}, or remove train.gradient_accumulation_steps to derive it",
+    )
+
+
+@check
+def _heads_divide_hidden(recipe: Recipe) -> Problem | None:
+    model = recipe.model
+    if model.hidden_size % model.num_attention_heads == 0:
+        return None
+    return Problem(
+        ("model.hidden_size", "model.num_attention_heads"),
+        f"hidden size {model.hidden_size} is not divisible by {model.num_attention_heads} attention heads",
+        "choose a head count that divides model.hidden_size (GPT-2: 768/12, 1024/16, 1280/20, 1600/25)",
+    )
+
+
+@check
+def _tensor_divides_heads(recipe: Recipe) -> Problem | None:
+    if recipe.model.num_attention_heads % recipe.parallel.tensor == 0:
+        return None
+    return Problem(
+        ("parallel.tensor", "model.num_attention_heads"),
+        f"tensor parallel {recipe.parallel.tensor} does not divide "
+        f"{recipe.model.num_attention_heads} attention heads",
+        "set parallel.tensor to a divisor of model.num_attention_heads",
+    )
+
+
+@check
+def _pipeline_divides_layers(recipe: Recipe) -> Problem | None:
+    if recipe.model.num_layers % recipe.parallel.pipeline == 0:
+        return None
+    return Problem(
+        ("parallel.pipeline", "model.num_layers"),
+        f"pipeline parallel {recipe.parallel.pipeline} does not divide "
+        f"{recipe.model.num_layers} layers into equal stages",
+        "set parallel.pipeline to a divisor of model.num_layers",
+    )
+
+
+@check
+def _sequence_fits_positions(recipe: Recipe) -> Problem | None:
+    model = recipe.model
+    if model.seq_length <= model.max_position_embeddings:
+        return None
+    return Problem(
+        ("model.seq_length", "model.max_position_embeddings"),
+        f"sequence length {model.seq_length} exceeds the {model.max_position_embeddings} position embeddings",
+        f"lower model.seq_length or raise model.max_position_embeddings to {model.seq_length}",
+    )
+
+
+@check
+def _zero_with_pipeline(recipe: Recipe) -> Problem | None:
+    if recipe.zero.stage < 2 or recipe.parallel.pipeline == 1:
+        return None
+    return Problem(
+        ("zero.stage", "parallel.pipeline"),
+        f"ZeRO stage {recipe.zero.stage} cannot shard gradients across pipeline stages "
+        f"(pipeline parallel {recipe.parallel.pipeline}); DeepSpeed refuses it",
+        "use zero.stage 0 or 1 with pipeline parallelism, or set parallel.pipeline=1",
+    )
+
+
+@check
+def _offload_needs_zero(recipe: Recipe) -> Problem | None:
+    if not recipe.zero.offload_optimizer or recipe.zero.stage >= 1:
+        return None
+    return Problem(
+        ("zero.offload_optimizer", "zero.stage"),
+        "optimizer offload needs ZeRO stage 1 or higher (stage 0 keeps no optimizer partition to offload)",
+        "set zero.stage to 1, 2 or 3, or zero.offload_optimizer=false",
+    )
+
+
+@check
+def _one_half_precision(recipe: Recipe) -> Problem | None:
+    if not (recipe.precision.fp16 and recipe.precision.bf16):
+        return None
+    return Problem(
+        ("precision.fp16", "precision.bf16"),
+        "fp16 and bf16 are exclusive",
+        "set one of precision.fp16 and precision.bf16 to false (merge precision=bf16, fp16 or fp32)",
+    )
+
+
+@check
+def _no_fp16_on_cpu(recipe: Recipe) -> Problem | None:
+    if not (recipe.precision.fp16 and recipe.hardware.device == "cpu"):
+        return None
+    return Problem(
+        ("precision.fp16", "hardware.device"),
+        "fp16 is not supported on CPU (DeepSpeed: 'Type fp16 is not supported on your device')",
+        "use precision=bf16 or precision=fp32 on CPU",
+    )
+
+
+@check
+def _one_training_length(recipe: Recipe) -> Problem | None:
+    train = recipe.train
+    given = [name for name in ("iters", "tokens", "epochs") if getattr(train, name) is not None]
+    if len(given) == 1:
+        return None
+    return Problem(
+        ("train.iters", "train.tokens", "train.epochs"),
+        "give the training length exactly once: as iterations, tokens or epochs"
+        + (f" (got {', '.join(given)})" if given else ""),
+        "keep one of train.iters, train.tokens, train.epochs and set the others to null",
+    )
+
+
+@check
+def _warmup_shorter_than_training(recipe: Recipe) -> Problem | None:
+    train = recipe.train
+    if train.iters is None or train.lr_warmup_iters < train.iters:
+        return None
+    return Problem(
+        ("train.lr_warmup_iters", "train.iters"),
+        f"learning-rate warm-up ({train.lr_warmup_iters} iterations) does not end before training does",
+        "lower train.lr_warmup_iters below train.iters",
+    )
+
+
+@check
+def _min_lr_below_lr(recipe: Recipe) -> Problem | None:
+    if recipe.train.min_lr <= recipe.train.lr:
+        return None
+    return Problem(
+        ("train.min_lr", "train.lr"),
+        f"the final learning rate {recipe.train.min_lr} is above the peak {recipe.train.lr}",
+        "set train.min_lr at or below train.lr",
+    )
+
+
+@check
+def _node_rank_in_range(recipe: Recipe) -> Problem | None:
+    hw = recipe.hardware
+    if hw.node_rank < hw.nodes:
+        return None
+    return Problem(
+        ("hardware.node_rank", "hardware.nodes"),
+        f"node rank {hw.node_rank} is not below the {hw.nodes} node(s)",
+        f"set hardware.node_rank between 0 and {hw.nodes - 1}",
+    )
+
+
+@check
+def _multi_node_rendezvous(recipe: Recipe) -> Problem | None:
+    hw = recipe.hardware
+    if hw.nodes == 1:
+        return None
+    if hw.launcher == "deepspeed" and hw.hostfile is None:
+        return Problem(
+            ("hardware.hostfile", "hardware.launcher", "hardware.nodes"),
+            f"the deepspeed launcher needs a hostfile to find {hw.nodes} nodes",
+            "set hardware.hostfile to a file of `hostname slots=N` lines, or use hardware.launcher=torchrun",
+        )
+    if hw.launcher == "torchrun" and hw.master_addr in ("127.0.0.1", "localhost"):
+        return Problem(
+            ("hardware.master_addr", "hardware.launcher", "hardware.nodes"),
+            f"torchrun on {hw.nodes} nodes needs node 0's address; "
+            f"{hw.master_addr} only reaches this machine",
+            "set hardware.master_addr to node 0's hostname or IP, and hardware.node_rank on each node",
+        )
+    return None
+
+
+@check
+def _hostfile_needs_deepspeed(recipe: Recipe) -> Problem | None:
+    hw = recipe.hardware
+    if hw.hostfile is None or hw.launcher == "deepspeed":
+        return None
+    return Problem(
+        ("hardware.hostfile", "hardware.launcher"),
+        "only the deepspeed launcher reads a hostfile",
+        "set hardware.launcher=deepspeed, or remove hardware.hostfile and give master_addr/node_rank",
+    )

@@ -1,0 +1,118 @@
+"""`zerolab render`, `zerolab show` and `zerolab diff`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from zerolab.errors import UserError
+
+
+class AnyOrderParser(argparse.ArgumentParser):
+    """A sub-command parser that accepts options and key=value overrides in any order."""
+
+    _intermixing = False
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        if self._intermixing:
+            return super().parse_known_args(args, namespace)
+        self._intermixing = True
+        try:
+            return self.parse_known_intermixed_args(args, namespace)
+        finally:
+            self._intermixing = False
+
+
+def add_recipe_parser(subparsers: Any, name: str, help_text: str) -> argparse.ArgumentParser:
+    """A sub-command taking RECIPE and key.path=value overrides."""
+    parser = subparsers.add_parser(name, help=help_text, description=help_text)
+    parser.__class__ = AnyOrderParser
+    parser.add_argument("recipe", help="recipe file, or a name under recipes/ (gpt2_z1, cpu/tiny_z1)")
+    parser.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="KEY=VALUE",
+        help="override a key (train.micro_batch_size=4) or merge a block (model=gpt2-355m)",
+    )
+    return parser
+
+
+def register(subparsers: Any) -> None:
+    """Add render, show and diff."""
+    render_parser = add_recipe_parser(
+        subparsers, "render", "print the exact launch command and DeepSpeed config of a recipe"
+    )
+    render_parser.add_argument(
+        "--dry-run", action="store_true", help="print only, write nothing (the default without --out)"
+    )
+    render_parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON object: argv, env, ds_config, world_size, nodes, procs_per_node",
+    )
+    render_parser.add_argument(
+        "--out", type=Path, help="also write ds_config.json and command.sh into this new directory"
+    )
+    render_parser.set_defaults(run=run_render)
+
+    show_parser = add_recipe_parser(subparsers, "show", "print the fully resolved recipe as YAML")
+    show_parser.set_defaults(run=run_show)
+
+    diff_parser = subparsers.add_parser("diff", help="how two recipes and their renders differ")
+    diff_parser.add_argument("recipe_a")
+    diff_parser.add_argument("recipe_b")
+    diff_parser.set_defaults(run=run_diff)
+
+
+def run_render(args: argparse.Namespace) -> int:
+    """Print (and with --out, write) the render."""
+    from zerolab.recipe import load_recipe, render
+    from zerolab.recipe.output import render_text, warn_missing_inputs
+
+    recipe = load_recipe(args.recipe, args.overrides)
+    launch = render(recipe)
+    warn_missing_inputs(recipe)
+    if args.json:
+        print(json.dumps(launch.as_json(), indent=2))
+    else:
+        print(render_text(recipe, launch), end="")
+    if args.out is not None and not args.dry_run:
+        write_render(launch, args.out)
+    return 0
+
+
+def write_render(launch: Any, out: Path) -> None:
+    """ds_config.json and an executable command.sh in a directory that must not exist yet."""
+    if out.exists():
+        raise UserError(f"--out {out}: already exists; choose a new directory")
+    out.mkdir(parents=True)
+    config_path = out / "ds_config.json"
+    config_path.write_text(json.dumps(launch.ds_config, indent=2) + "\n")
+    command = out / "command.sh"
+    command.write_text(
+        "#!/usr/bin/env bash\nset -euo pipefail\n"
+        + launch.with_ds_config_path(str(config_path.resolve())).shell()
+        + "\n"
+    )
+    command.chmod(0o755)
+
+
+def run_show(args: argparse.Namespace) -> int:
+    """Print the resolved recipe."""
+    from zerolab.recipe import load_recipe
+    from zerolab.recipe.output import resolved_yaml
+
+    print(resolved_yaml(load_recipe(args.recipe, args.overrides)), end="")
+    return 0
+
+
+def run_diff(args: argparse.Namespace) -> int:
+    """Print the differences between two recipes."""
+    from zerolab.recipe import load_recipe, render
+    from zerolab.recipe.diff import diff_recipes, format_diff
+
+    a, b = load_recipe(args.recipe_a), load_recipe(args.recipe_b)
+    print(format_diff(str(a.path), str(b.path), diff_recipes(a, render(a), b, render(b))))
+    return 0

@@ -1,0 +1,182 @@
+"""Compose a recipe: building blocks from `base:` merged in order, then the recipe's own
+keys, then `key.path=value` overrides; validate against the schema and run the checks.
+Every key remembers which file (or override) set it, so errors can name it."""
+
+from __future__ import annotations
+
+import difflib
+import re
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from zerolab.errors import UserError
+from zerolab.recipe.checks import check_recipe
+from zerolab.recipe.locations import CONFIGS_DIR, RECIPES_DIR, display_path
+from zerolab.recipe.provenance import KeyPath, Sources, source_of
+from zerolab.recipe.schema import SECTIONS, Recipe
+from zerolab.recipe.yaml_io import parse_yaml, read_yaml_mapping
+
+_OVERRIDE_KEY = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
+
+
+def resolve_recipe_path(spec: str | Path) -> Path:
+    """The recipe file for `spec`: a path, or a name under recipes/ (`gpt2_z1`, `cpu/tiny_z1.yaml`)."""
+    given = Path(spec)
+    candidates = [given, RECIPES_DIR / given, RECIPES_DIR / given.with_suffix(".yaml")]
+    for candidate in candidates:
+        if candidate.is_file():
+            return candidate
+    known = sorted(str(p.relative_to(RECIPES_DIR).with_suffix("")) for p in RECIPES_DIR.rglob("*.yaml"))
+    close = difflib.get_close_matches(given.stem, known, n=1)
+    hint = f"; did you mean `{close[0]}`?" if close else f"; shipped recipes: {', '.join(known)}"
+    raise UserError(f"{spec}: no such recipe file{hint}")
+
+
+def load_recipe(path: str | Path, overrides: tuple[str, ...] | list[str] = ()) -> Recipe:
+    """Compose, validate and check the recipe at `path` with `overrides` (`key.path=value`).
+
+    Raises UserError naming the file and key for anything wrong.
+    """
+    recipe_file = resolve_recipe_path(path)
+    merged, sources = compose(recipe_file, overrides)
+    recipe = validate(merged, sources)
+    recipe._name = recipe_file.stem
+    recipe._path = display_path(recipe_file)
+    problems = check_recipe(recipe)
+    if problems:
+        lines = [f"{recipe._path}: {len(problems)} problem(s) found before launch:"]
+        for problem in problems:
+            lines.append(problem.describe(recipe, sources))
+        raise UserError("\n".join(lines))
+    return recipe
+
+
+def compose(recipe_file: Path, overrides: tuple[str, ...] | list[str] = ()) -> tuple[dict[str, Any], Sources]:
+    """The merged, not yet validated recipe mapping, and the source of every key."""
+    own = read_yaml_mapping(recipe_file)
+    where = display_path(recipe_file)
+    base = own.get("base", [])
+    if not isinstance(base, list) or not all(isinstance(entry, str) for entry in base):
+        raise UserError(f"{where}: `base` must be a list of building blocks such as `model/gpt2-1.5b`")
+    merged: dict[str, Any] = {}
+    sources: Sources = {}
+    for entry in base:
+        block_file = _block_file(entry, f"{where}: base")
+        block = read_yaml_mapping(block_file)
+        if "base" in block:
+            raise UserError(f"{display_path(block_file)}: a building block cannot have its own `base`")
+        deep_merge(merged, block, display_path(block_file), sources)
+    deep_merge(merged, own, where, sources)
+    for override in overrides:
+        apply_override(merged, override, sources)
+    return merged, sources
+
+
+def apply_override(merged: dict[str, Any], override: str, sources: Sources) -> None:
+    """Apply `key.path=value` (value read as YAML) or `SECTION=NAME` (merge configs/SECTION/NAME.yaml)."""
+    key, sep, text = override.partition("=")
+    key = key.strip()
+    if not sep or not _OVERRIDE_KEY.match(key):
+        raise UserError(
+            f"override `{override}`: write overrides as key.path=value, e.g. train.micro_batch_size=4"
+        )
+    source = f"override `{override}`"
+    if key == "base":
+        raise UserError(
+            f"{source}: `base` cannot be overridden; merge a block with SECTION=NAME, e.g. model=gpt2-355m"
+        )
+    value = parse_yaml(text, source)
+    if key in SECTIONS and isinstance(value, str):
+        block_file = _block_file(f"{key}/{value}", source)
+        merged["base"] = [*merged.get("base", []), f"{key}/{value}"]
+        deep_merge(merged, read_yaml_mapping(block_file), f"{display_path(block_file)} ({source})", sources)
+        return
+    path = tuple(key.split("."))
+    node = merged
+    for part in path[:-1]:
+        if not isinstance(node.get(part), dict):
+            node[part] = {}
+        node = node[part]
+    node[path[-1]] = value
+    _record(sources, path, value, source)
+
+
+def deep_merge(
+    target: dict[str, Any], update: dict[str, Any], source: str, sources: Sources, prefix: KeyPath = ()
+) -> None:
+    """Merge `update` into `target`: mappings merge key by key, anything else replaces."""
+    for key, value in update.items():
+        path = (*prefix, str(key))
+        if isinstance(value, dict) and isinstance(target.get(key), dict):
+            sources.setdefault(path, source)
+            deep_merge(target[key], value, source, sources, path)
+        else:
+            target[key] = _copy(value)
+            _record(sources, path, value, source)
+
+
+def validate(merged: dict[str, Any], sources: Sources) -> Recipe:
+    """The schema-checked Recipe; errors name the key, its source and, for unknown keys, the likely one."""
+    try:
+        return Recipe.model_validate(merged)
+    except ValidationError as error:
+        messages = [_describe_error(item, sources) for item in error.errors()]
+        raise UserError("\n".join(messages)) from None
+
+
+def _describe_error(item: dict[str, Any], sources: Sources) -> str:
+    loc = tuple(str(part) for part in item["loc"])
+    key = ".".join(loc)
+    where = source_of(sources, loc)
+    if item["type"] == "extra_forbidden":
+        return f"{where}: unknown key `{key}`; {_suggest(loc)}"
+    shown = item.get("input")
+    return f"{where}: `{key}` = {shown!r}: {item['msg']}"
+
+
+def _suggest(loc: KeyPath) -> str:
+    """'did you mean `train.micro_batch_size`?' or the list of valid keys at that level."""
+    parent = loc[:-1]
+    model: type[BaseModel] = Recipe
+    for part in parent:
+        annotation = model.model_fields[part].annotation
+        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+            return "this key takes no sub-keys"
+        model = annotation
+    names = list(model.model_fields)
+    wrong = loc[-1]
+    close = difflib.get_close_matches(wrong, names, n=1, cutoff=0.6)
+    close = close or [name for name in names if wrong.startswith(name) or name.startswith(wrong)][:1]
+    if close:
+        return f"did you mean `{'.'.join((*parent, close[0]))}`?"
+    return f"valid keys here: {', '.join(names)}"
+
+
+def _block_file(entry: str, where: str) -> Path:
+    name = entry.removesuffix(".yaml")
+    block_file = CONFIGS_DIR / f"{name}.yaml"
+    if block_file.is_file():
+        return block_file
+    known = sorted(str(p.relative_to(CONFIGS_DIR).with_suffix("")) for p in CONFIGS_DIR.rglob("*.yaml"))
+    section = name.split("/")[0]
+    same_section = [k for k in known if k.startswith(f"{section}/")]
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.5)
+    hint = f"did you mean `{close[0]}`?" if close else f"building blocks: {', '.join(same_section or known)}"
+    raise UserError(f"{where}: no building block `{entry}` (configs/{name}.yaml); {hint}")
+
+
+def _record(sources: Sources, path: KeyPath, value: Any, source: str) -> None:
+    sources[path] = source
+    if isinstance(value, dict):
+        for key, child in value.items():
+            _record(sources, (*path, str(key)), child, source)
+
+
+def _copy(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {key: _copy(child) for key, child in value.items()}
+    if isinstance(value, list):
+        return [_copy(child) for child in value]
+    return value

@@ -1,0 +1,23 @@
+"""Where recipes and building blocks live: paths in recipes are relative to the repository root."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+CONFIGS_DIR = REPO_ROOT / "configs"
+RECIPES_DIR = REPO_ROOT / "recipes"
+
+
+def repo_path(path: str) -> Path:
+    """A recipe path (relative to the repository root, or absolute) as an absolute path."""
+    candidate = Path(path).expanduser()
+    return candidate if candidate.is_absolute() else REPO_ROOT / candidate
+
+
+def display_path(path: Path) -> str:
+    """`path` relative to the repository root when it is inside it, for messages."""
+    try:
+        return str(path.resolve().relative_to(REPO_ROOT))
+    except ValueError:
+        return str(path)

@@ -1,0 +1,155 @@
+"""Generate docs/recipe-reference.md from the schema, the building blocks and the shipped
+recipes: `python -m zerolab.recipe.reference` (or `make docs`); `--check` exits 1 when
+the file on disk is stale."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import types
+import typing
+from typing import Any
+
+from pydantic import BaseModel
+
+from zerolab.recipe import length as length_module
+from zerolab.recipe.locations import CONFIGS_DIR, RECIPES_DIR, REPO_ROOT
+from zerolab.recipe.render import DS_CONFIG_PLACEHOLDER
+from zerolab.recipe.schema import SECTIONS, Recipe
+from zerolab.recipe.yaml_io import read_yaml_mapping
+
+REFERENCE_FILE = REPO_ROOT / "docs" / "recipe-reference.md"
+
+INTRO = """\
+# Recipe reference
+
+Generated from `zerolab/recipe/schema.py` by `make docs` (`python -m zerolab.recipe.reference`);
+do not edit by hand: a test fails when this file is stale.
+
+A recipe is a YAML file. It is composed in this order, later values winning:
+
+1. the building blocks listed in `base:` (files under `configs/`, named without `.yaml`,
+   e.g. `model/gpt2-1.5b`), deep-merged in order;
+2. the recipe's own keys;
+3. command-line overrides, `key.path=value` (the value is read as YAML, so `6e-4` is a
+   number and `null` clears a key), or `SECTION=NAME`, which merges the block
+   `configs/SECTION/NAME.yaml` at that point (e.g. `model=gpt2-355m`, `zero=z3_offload`).
+
+Unknown keys are rejected with the nearest valid key; every error names the file or
+override that set the key. Then the checks run (batch arithmetic, divisibility of heads and
+layers, ZeRO with pipeline parallelism, offload, precision, launcher and nodes); each
+failure names its keys and the fix, and nothing is written. Paths are relative to the
+repository root.
+
+## Rendering
+
+`zerolab render RECIPE [KEY=VALUE ...] [--dry-run] [--json]` prints the launcher command
+line, its environment and the DeepSpeed config, all from the same numbers: `--zero-stage`
+is the ds_config stage; `--micro-batch-size`/`--global-batch-size` and
+`train_micro_batch_size_per_gpu`/`train_batch_size`/`gradient_accumulation_steps` come
+from `train`; `steps_per_print` is `train.log_interval` and `log_level` is `info`, so
+DeepSpeed's throughput and memory lines reach the log. With pipeline size 1 the render
+adds `--no-pipeline-parallel`; offload adds `--cpu-optimizer`; on CPU it sets
+`DS_ACCELERATOR=cpu`, `--distributed-backend gloo`, `--no-gradient-accumulation-fusion`
+and, under torchrun, `LOCAL_SIZE`. `--deepspeed_config` points at the placeholder
+`{placeholder}`: `zerolab launch` writes the config into the run directory and substitutes
+its path; `zerolab render --out DIR` writes `DIR/ds_config.json` and `DIR/command.sh`.
+
+### Training length
+
+{length}
+"""
+
+
+def generate() -> str:
+    """The full text of docs/recipe-reference.md."""
+    parts = [
+        INTRO.format(
+            placeholder=DS_CONFIG_PLACEHOLDER,
+            length=(length_module.__doc__ or "").strip(),
+        )
+    ]
+    parts.append(_section_table("Top level", Recipe, skip=SECTIONS))
+    for name in SECTIONS:
+        model = Recipe.model_fields[name].annotation
+        assert isinstance(model, type) and issubclass(model, BaseModel)
+        parts.append(_section_table(f"`{name}`", model, prefix=f"{name}."))
+    parts.append(_files_table("Building blocks (`configs/`)", CONFIGS_DIR, "block"))
+    parts.append(_files_table("Shipped recipes (`recipes/`)", RECIPES_DIR, "recipe"))
+    return "\n".join(parts)
+
+
+def _section_table(title: str, model: type[BaseModel], prefix: str = "", skip: tuple[str, ...] = ()) -> str:
+    lines = [f"## {title}", "", (model.__doc__ or "").strip(), ""]
+    lines += ["| key | type | default | unit | meaning |", "|---|---|---|---|---|"]
+    for name, info in model.model_fields.items():
+        if name in skip:
+            continue
+        extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
+        default = info.get_default(call_default_factory=True)
+        lines.append(
+            f"| `{prefix}{name}` | {_type_name(info.annotation)} | {_default_text(default)} | "
+            f"{extra.get('unit', '')} | {info.description} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _files_table(title: str, root: Any, kind: str) -> str:
+    lines = [f"## {title}", "", f"| {kind} | what |", "|---|---|"]
+    for path in sorted(root.rglob("*.yaml")):
+        name = str(path.relative_to(root).with_suffix(""))
+        what = read_yaml_mapping(path).get("description") or _first_comment(path)
+        lines.append(f"| `{name}` | {what} |")
+    return "\n".join(lines) + "\n"
+
+
+def _first_comment(path: Any) -> str:
+    for line in path.read_text().splitlines():
+        if line.startswith("#"):
+            return line.lstrip("# ").strip()
+    return ""
+
+
+def _type_name(annotation: Any) -> str:
+    origin = typing.get_origin(annotation)
+    if origin is typing.Literal:
+        return " \\| ".join(f"`{value}`" for value in typing.get_args(annotation))
+    if origin in (typing.Union, types.UnionType):
+        args = [arg for arg in typing.get_args(annotation) if arg is not type(None)]
+        return " or ".join(_type_name(arg) for arg in args) + " or null"
+    if origin is list:
+        return f"list of {_type_name(typing.get_args(annotation)[0])}"
+    return getattr(annotation, "__name__", str(annotation))
+
+
+def _default_text(default: Any) -> str:
+    if isinstance(default, BaseModel):
+        return "(section)"
+    if default is None:
+        return "null"
+    if isinstance(default, bool):
+        return str(default).lower()
+    if default == [] or default == "":
+        return f"`{default!r}`".replace("'", '"')
+    return f"`{default}`"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Write the reference, or with --check report whether it is stale."""
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--check", action="store_true", help="exit 1 when docs/recipe-reference.md is stale")
+    args = parser.parse_args(argv)
+    text = generate()
+    if args.check:
+        current = REFERENCE_FILE.read_text() if REFERENCE_FILE.is_file() else ""
+        if current != text:
+            print(f"{REFERENCE_FILE.relative_to(REPO_ROOT)} is stale: run `make docs`", file=sys.stderr)
+            return 1
+        return 0
+    REFERENCE_FILE.write_text(text)
+    print(f"wrote {REFERENCE_FILE.relative_to(REPO_ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
