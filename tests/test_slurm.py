@@ -171,3 +171,29 @@ def test_environment_reaches_the_launcher_quoted():
 def test_unknown_launcher_is_a_user_error():
     with pytest.raises(UserError, match="torchrun or deepspeed"):
         node_argv(["mpirun", "python", "pretrain_gpt.py"])
+
+
+SLURM_2_NODES = ("hardware.nodes=2", "hardware.procs_per_node=8", "hardware.master_addr=slurm")
+
+
+def test_render_slurm_prints_the_sbatch_of_a_shipped_recipe(repo_root, monkeypatch, capsys, tmp_path):
+    from zerolab.cli import main
+
+    monkeypatch.chdir(repo_root)
+    monkeypatch.setenv("ZEROLAB_ENGINE_DIR", "/opt/Megatron-DeepSpeed")
+    argv = ["render", "recipes/gpt2_z3_offload.yaml", "--slurm", "--image", "registry.example/zerolab:gpu"]
+    assert main([*argv, *SLURM_2_NODES, "train.global_batch_size=64"]) == 0
+    script = capsys.readouterr().out
+    assert "#SBATCH --nodes=2\n" in script and "#SBATCH --gpus-per-node=8\n" in script
+    assert '"offload_optimizer": {' in script and "--cpu-optimizer" in script
+    path = tmp_path / "gpt2_z3_offload.sbatch"
+    path.write_text(script)
+    assert subprocess.run([str(SHELLCHECK), str(path)], capture_output=True).returncode == 0
+
+
+def test_render_slurm_refuses_json(repo_root, monkeypatch, capsys):
+    from zerolab.cli import main
+
+    monkeypatch.chdir(repo_root)
+    assert main(["render", "recipes/gpt2_z1.yaml", "--slurm", "--json", *SLURM_2_NODES]) == 2
+    assert "--slurm" in capsys.readouterr().err
