@@ -16,12 +16,16 @@
 # and update docs/compatibility.md with it.
 ARG BASE_IMAGE=nvcr.io/nvidia/pytorch:25.06-py3@sha256:025d9b102b5436d4af8af58f12c6a46b7e5d16f19543b1d2cc4446bf2650b4f1
 FROM ${BASE_IMAGE}
+ARG BASE_IMAGE
 
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 
+# ZEROLAB_IMAGE names the base image: `zerolab doctor` reports it and takes the packages
+# of zerolab.container.BASE_IMAGE_PACKAGES (torch) from it rather than from pins.toml.
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
-    PYTHONUNBUFFERED=1
+    PYTHONUNBUFFERED=1 \
+    ZEROLAB_IMAGE=${BASE_IMAGE}
 
 # pdsh: the deepspeed launcher's default way to start ranks on the hosts of a hostfile.
 # hadolint ignore=DL3008
