@@ -181,3 +181,10 @@ def test_entrypoint_runs_the_command_and_passes_its_exit_status(tmp_path):
         text=True,
     )
     assert (result.returncode, result.stdout) == (3, "ran gpt2_z1\n")
+
+
+def test_compatibility_doc_names_the_image_the_dockerfile_builds_on(dockerfile):
+    doc = (REPO_ROOT / "docs" / "compatibility.md").read_text()
+    tag, digest = dockerfile.baseimage.split("@")
+    assert f"`{tag}`" in doc and digest.removeprefix("sha256:") in doc
+    assert load_pins().engine_commit in doc
