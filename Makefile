@@ -17,10 +17,11 @@ $(BIN)/zerolab: pyproject.toml
 
 dev: $(BIN)/zerolab  ## the development environment (.venv): zerolab and its test tools
 
-lint: dev  ## ruff and shellcheck
+lint: dev  ## ruff, shellcheck and hadolint
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	git ls-files -z '*.sh' .ci/run tools/summarize | xargs -0 -r $(BIN)/shellcheck
+	$(BIN)/hadolint Dockerfile
 
 test: lint  ## set up .venv, lint, and run every test (engine tests skip, with the reason, without the engine)
 	$(BIN)/pytest

@@ -55,6 +55,20 @@ def register(subparsers: Any) -> None:
     render_parser.add_argument(
         "--out", type=Path, help="also write ds_config.json and command.sh into this new directory"
     )
+    render_parser.add_argument(
+        "--slurm",
+        action="store_true",
+        help="print an sbatch script that runs the recipe across its nodes instead (docs/multinode.md)",
+    )
+    render_parser.add_argument(
+        "--image",
+        help="with --slurm: the container image pyxis runs on each node (default: the hosts' engine)",
+    )
+    render_parser.add_argument("--partition", help="with --slurm: #SBATCH --partition")
+    render_parser.add_argument("--account", help="with --slurm: #SBATCH --account")
+    render_parser.add_argument(
+        "--time", default="02:00:00", help="with --slurm: #SBATCH --time (default 02:00:00)"
+    )
     render_parser.set_defaults(run=run_render)
 
     show_parser = add_recipe_parser(subparsers, "show", "print the fully resolved recipe as YAML")
@@ -71,7 +85,11 @@ def run_render(args: argparse.Namespace) -> int:
     from zerolab.recipe import load_recipe, render
     from zerolab.recipe.output import render_text, warn_missing_inputs
 
+    if args.slurm and (args.json or args.out is not None):
+        raise UserError("--slurm prints an sbatch script; it does not combine with --json or --out")
     recipe = load_recipe(args.recipe, args.overrides)
+    if args.slurm:
+        return print_sbatch(recipe, args)
     launch = render(recipe)
     warn_missing_inputs(recipe)
     if args.json:
@@ -80,6 +98,24 @@ def run_render(args: argparse.Namespace) -> int:
         print(render_text(recipe, launch), end="")
     if args.out is not None and not args.dry_run:
         write_render(launch, args.out)
+    return 0
+
+
+def print_sbatch(recipe: Any, args: argparse.Namespace) -> int:
+    """Print the recipe's sbatch script (--slurm)."""
+    from zerolab.cluster.slurm import SlurmOptions, sbatch_for_recipe
+    from zerolab.engine.paths import engine_python
+    from zerolab.recipe.output import warn_missing_inputs
+
+    options = SlurmOptions(
+        image=args.image,
+        partition=args.partition,
+        account=args.account,
+        time_limit=args.time,
+        engine_bin=None if args.image else str(engine_python().parent),
+    )
+    warn_missing_inputs(recipe)
+    print(sbatch_for_recipe(recipe, options), end="")
     return 0
 
 

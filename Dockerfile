@@ -1,0 +1,111 @@
+# zerolab on GPUs: the pinned training stack and the zerolab code, one image.
+# Why this base, and what was verified how: docs/compatibility.md.
+#
+#   docker build -t zerolab:gpu .
+#   docker run --rm --gpus all --ipc=host zerolab:gpu zerolab doctor
+#
+# Layers go from what changes least to what changes most: the base image, the engine's
+# pinned Python packages (from zerolab/engine/pins.toml), Megatron-DeepSpeed at the pinned
+# commit with its compiled helpers, and last the zerolab code and recipes. Editing a recipe
+# or zerolab's code rebuilds only the last layers.
+
+# NGC PyTorch 25.06: PyTorch 2.8.0a0+5228986c39, CUDA 12.9.1, NCCL 2.27.3, Python 3.12,
+# apex. Pinned by tag and by the digest of its multi-architecture index. To move to
+# another release, read its digest with
+#   docker buildx imagetools inspect nvcr.io/nvidia/pytorch:YY.MM-py3
+# and update docs/compatibility.md with it.
+ARG BASE_IMAGE=nvcr.io/nvidia/pytorch:25.06-py3@sha256:025d9b102b5436d4af8af58f12c6a46b7e5d16f19543b1d2cc4446bf2650b4f1
+FROM ${BASE_IMAGE}
+ARG BASE_IMAGE
+
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+
+# ZEROLAB_IMAGE names the base image: `zerolab doctor` reports it and takes the packages
+# of zerolab.container.BASE_IMAGE_PACKAGES (torch) from it rather than from pins.toml.
+ENV PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PYTHONUNBUFFERED=1 \
+    ZEROLAB_IMAGE=${BASE_IMAGE}
+
+# pdsh: the deepspeed launcher's default way to start ranks on the hosts of a hostfile.
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends pdsh \
+    && rm -rf /var/lib/apt/lists/*
+
+# The engine's Python packages, exactly as pinned in pins.toml, less torch (the base
+# image's build, which apex is compiled against). NGC's pip constraint file pins the
+# packages it ships; the constraints on the packages pinned here are dropped, as NVIDIA's
+# release notes say to do when overriding one.
+COPY zerolab/__init__.py zerolab/container.py /opt/zerolab-pins/zerolab/
+COPY zerolab/engine/__init__.py zerolab/engine/pins.py zerolab/engine/pins.toml /opt/zerolab-pins/zerolab/engine/
+COPY docker/requirements-zerolab.txt /opt/zerolab-pins/
+WORKDIR /opt/zerolab-pins
+RUN PYTHONPATH=/opt/zerolab-pins python3 -m zerolab.container requirements requirements-engine.txt \
+    && PYTHONPATH=/opt/zerolab-pins python3 -m zerolab.container relax-constraints \
+        /etc/pip/constraint.txt requirements-engine.txt requirements-zerolab.txt
+
+# DeepSpeed is built from source against the image's torch, with the CUDA ops the
+# recipes use compiled now so that no run compiles at start: cpu_adam (the optimizer of
+# ZeRO-Offload, gpt2_z3_offload) and fused_adam (DeepSpeed's own Adam). Nothing else a
+# recipe runs loads an op. The build has no GPU: DS_ACCELERATOR=cuda stops DeepSpeed from
+# falling back to its CPU accelerator, and TORCH_CUDA_ARCH_LIST names the GPUs to build for
+# (A100 8.0, A10/A40/RTX 30 8.6, L4/L40 8.9, H100/H200 9.0, newer through PTX).
+ARG TORCH_CUDA_ARCH_LIST="8.0 8.6 8.9 9.0+PTX"
+ARG MAX_JOBS=8
+RUN DS_ACCELERATOR=cuda DS_BUILD_OPS=0 DS_BUILD_CPU_ADAM=1 DS_BUILD_FUSED_ADAM=1 \
+    TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST}" MAX_JOBS="${MAX_JOBS}" \
+    python3 -m pip install --no-build-isolation -r requirements-engine.txt -r requirements-zerolab.txt \
+    && PYTHONPATH=/opt/zerolab-pins python3 -m zerolab.container check-modules \
+    && DS_ACCELERATOR=cuda PYTHONPATH=/opt/zerolab-pins python3 -m zerolab.container check-deepspeed-ops cpu_adam fused_adam \
+    && python3 -m pip freeze > /opt/zerolab-pins/pip-freeze.txt
+
+# The launchers and the interpreter in one bin directory: `zerolab launch` runs
+# torchrun and deepspeed from the directory of ZEROLAB_ENGINE_PYTHON.
+RUN for tool in python3 torchrun deepspeed; do \
+        if [ ! -x "/usr/local/bin/${tool}" ]; then ln -s "$(command -v "${tool}")" "/usr/local/bin/${tool}"; fi; \
+    done
+
+# Megatron-DeepSpeed at the pinned commit (must equal pins.toml; the build checks). Its
+# dataset helpers (megatron/data/helpers.cpp) and fused softmax kernels are compiled now;
+# a run finds them up to date. The tree stays writable by any user: Megatron re-checks
+# both builds at start and takes a lock file in the build directory. Its .git stays, so
+# that `zerolab doctor` can read the commit (safe.directory: any user may).
+ARG ENGINE_REPO=https://github.com/deepspeedai/Megatron-DeepSpeed.git
+ARG ENGINE_COMMIT=4efb479d5317ce9b86096b9d8e3e8030b0b5263b
+ENV ZEROLAB_ENGINE_DIR=/opt/Megatron-DeepSpeed \
+    ZEROLAB_ENGINE_PYTHON=/usr/local/bin/python3
+WORKDIR /opt/Megatron-DeepSpeed
+RUN PYTHONPATH=/opt/zerolab-pins python3 -m zerolab.container check-engine "${ENGINE_REPO}" "${ENGINE_COMMIT}" \
+    && git init --quiet . \
+    && git fetch --quiet --depth 1 "${ENGINE_REPO}" "${ENGINE_COMMIT}" \
+    && git -c advice.detachedHead=false checkout --quiet FETCH_HEAD \
+    && git config --system --add safe.directory /opt/Megatron-DeepSpeed \
+    && make -C megatron/data \
+    && PYTHONPATH=/opt/zerolab-pins python3 -m zerolab.container prebuild-fused-kernels . \
+    && chmod -R a+rwX /opt/Megatron-DeepSpeed
+
+# The runtime user. Ubuntu 24.04 images carry a user `ubuntu` with uid 1000; it makes way
+# for `zerolab`. `docker run --user $(id -u)` works too: the entrypoint gives a user
+# without a home directory a writable one.
+ARG ZEROLAB_UID=1000
+RUN if id -u ubuntu > /dev/null 2>&1; then userdel --remove ubuntu; fi \
+    && useradd --create-home --uid "${ZEROLAB_UID}" --shell /bin/bash zerolab
+
+# zerolab itself, last. logs/ and data/ are volumes, writable by any user.
+WORKDIR /workspace/zerolab
+COPY --chown=zerolab:zerolab . /workspace/zerolab
+RUN python3 -m pip install --no-deps --no-build-isolation -e . \
+    && mkdir -p logs data \
+    && chmod 1777 logs data \
+    && install -m 0755 docker/entrypoint.sh /usr/local/bin/zerolab-entrypoint
+
+LABEL org.opencontainers.image.title="zerolab" \
+      org.opencontainers.image.description="GPT-2 on Megatron-DeepSpeed: what each ZeRO and parallelism setup costs and buys" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      io.zerolab.engine.commit="${ENGINE_COMMIT}"
+
+VOLUME ["/workspace/zerolab/logs", "/workspace/zerolab/data"]
+USER ${ZEROLAB_UID}
+ENTRYPOINT ["/usr/local/bin/zerolab-entrypoint"]
+CMD ["zerolab", "--help"]

@@ -1,0 +1,1 @@
+"""Running recipes on clusters: SLURM batch scripts."""
