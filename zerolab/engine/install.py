@@ -55,6 +55,7 @@ class InstallRecord:
     engine_python: str
     python_pins: dict[str, str]
     zerolab_repo: str
+    torch_extensions_dir: str
 
     @classmethod
     def wanted(cls, pins: Pins) -> InstallRecord:
@@ -65,6 +66,7 @@ class InstallRecord:
             engine_python=str(engine_python()),
             python_pins=dict(pins.python),
             zerolab_repo=str(REPO_ROOT),
+            torch_extensions_dir=str(torch_extensions_dir()),
         )
 
 

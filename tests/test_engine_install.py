@@ -1,0 +1,116 @@
+"""The installer's logic without network: the engine checkout from a local git repository
+(bare or not) at the pinned commit, pin checks against a real environment, and the record
+that makes a second install fast."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from zerolab.engine.install import checkout_commit, ensure_engine_checkout, install, pin_mismatches
+from zerolab.engine.pins import Pins
+from zerolab.errors import UserError
+
+
+def git(*args: str, cwd: Path) -> str:
+    result = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=True)
+    return result.stdout.strip()
+
+
+@pytest.fixture
+def engine_repo(tmp_path) -> tuple[Path, str, str]:
+    """A local git repository with two commits; returns (bare clone, first sha, second sha)."""
+    work = tmp_path / "upstream"
+    work.mkdir()
+    git("init", "-q", "-b", "main", cwd=work)
+    git("config", "user.email", "test@example.com", cwd=work)
+    git("config", "user.name", "test", cwd=work)
+    (work / "pretrain_gpt.py").write_text("print('first')\n")
+    git("add", ".", cwd=work)
+    git("commit", "-qm", "first", cwd=work)
+    first = git("rev-parse", "HEAD", cwd=work)
+    (work / "pretrain_gpt.py").write_text("print('second')\n")
+    git("commit", "-qam", "second", cwd=work)
+    second = git("rev-parse", "HEAD", cwd=work)
+    bare = tmp_path / "mirror.git"
+    git("clone", "-q", "--bare", str(work), str(bare), cwd=tmp_path)
+    return bare, first, second
+
+
+def quiet() -> Console:
+    return Console(file=io.StringIO(), width=200)
+
+
+@pytest.mark.parametrize("source_kind", ["bare", "checkout"])
+def test_checkout_at_the_pinned_commit_from_a_local_repository(tmp_path, engine_repo, source_kind):
+    bare, first, _ = engine_repo
+    source = bare if source_kind == "bare" else tmp_path / "upstream"
+    target = tmp_path / "engine" / "Megatron-DeepSpeed-x"
+    assert ensure_engine_checkout(target, first, str(source), quiet()) is True
+    assert checkout_commit(target) == first
+    assert (target / "pretrain_gpt.py").read_text() == "print('first')\n"
+    assert ensure_engine_checkout(target, first, str(source), quiet()) is False  # already there
+    assert [p.name for p in target.parent.iterdir()] == [target.name]  # no staging left behind
+
+
+def test_an_existing_checkout_at_another_commit_is_refused_not_replaced(tmp_path, engine_repo):
+    bare, first, second = engine_repo
+    target = tmp_path / "engine"
+    ensure_engine_checkout(target, second, str(bare), quiet())
+    with pytest.raises(UserError, match=f"is at commit {second}, but pins.toml pins {first}"):
+        ensure_engine_checkout(target, first, str(bare), quiet())
+    assert checkout_commit(target) == second
+
+
+def test_a_missing_source_or_commit_is_a_clear_error(tmp_path, engine_repo):
+    bare, _, _ = engine_repo
+    with pytest.raises(UserError, match=r"ZEROLAB_ENGINE_SRC=.*no such directory"):
+        ensure_engine_checkout(tmp_path / "e1", "0" * 40, str(tmp_path / "nowhere"), quiet())
+    with pytest.raises(UserError, match="failed"):
+        ensure_engine_checkout(tmp_path / "e2", "0" * 40, str(bare), quiet())
+    assert not (tmp_path / "e2").exists()
+
+
+def test_pin_mismatches_reads_the_real_environment():
+    have = pytest.__version__
+    python = Path(sys.executable)
+    assert pin_mismatches(python, {"pytest": have}) == {}
+    assert pin_mismatches(python, {"pytest": "0.0.1"}) == {"pytest": have}
+    assert pin_mismatches(python, {"no-such-distribution-zerolab": "1.0"}) == {
+        "no-such-distribution-zerolab": None
+    }
+
+
+def test_install_records_what_it_set_up_and_a_second_run_does_nothing(tmp_path, engine_repo, monkeypatch):
+    bare, first, _ = engine_repo
+    monkeypatch.setenv("ZEROLAB_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("ZEROLAB_ENGINE_DIR", str(tmp_path / "home" / "engine"))
+    monkeypatch.setenv("ZEROLAB_ENGINE_PYTHON", sys.executable)  # this venv: pins below are met
+    monkeypatch.setenv("ZEROLAB_ENGINE_SRC", str(bare))
+    pins = Pins(
+        engine_repo="https://example.invalid/engine.git",
+        engine_commit=first,
+        python={"pytest": pytest.__version__},
+    )
+    install(pins, prebuild=False, console=quiet())
+    record = json.loads((tmp_path / "home" / "install.json").read_text())
+    assert record["engine_commit"] == first
+    assert record["source"] == str(bare)
+    assert record["python_pins"] == {"pytest": pytest.__version__}
+    assert checkout_commit(tmp_path / "home" / "engine") == first
+
+    second = Console(file=io.StringIO(), width=200)
+    install(pins, prebuild=False, console=second)
+    assert "engine already set up" in second.file.getvalue()
+
+    fewer = Pins(engine_repo=pins.engine_repo, engine_commit=first, python={})
+    third = Console(file=io.StringIO(), width=200)
+    install(fewer, prebuild=False, console=third)  # other pins than recorded: checks every step again
+    assert "every pin already installed" in third.file.getvalue()
+    assert json.loads((tmp_path / "home" / "install.json").read_text())["python_pins"] == {}
