@@ -31,7 +31,7 @@ _SIGNATURES: tuple[tuple[str, str, re.Pattern[str]], ...] = (
         "loss scale already at minimum",
         re.compile(r"Current loss scale already at minimum.*"),
     ),
-    ("nccl_timeout", "timeout", re.compile(r"Watchdog caught collective operation timeout.{0,80}")),
+    ("nccl_timeout", "timeout", re.compile(r"Watchdog caught collective operation timeout.*")),
     ("nccl_timeout", "Timed out", re.compile(r"\[.*gloo.*\] Timed out .*")),
     ("gpu_error", "CUDA error", re.compile(r"CUDA error: .*")),
     ("gpu_error", "ECC", re.compile(r"cudaErrorECCUncorrectable.*")),

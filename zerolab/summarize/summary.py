@@ -172,10 +172,10 @@ def _losses(log: ParsedLog) -> dict[str, Any]:
     plain = [v for v in log.validations if v.label in ("validation", "valid")] or log.validations
     last_val = plain[-1] if plain else None
     return {
-        "first_loss": _rounded(losses[0], 6) if losses else None,
-        "last_loss": _rounded(losses[-1], 6) if losses else None,
-        "val_loss": _rounded(last_val.loss, 6) if last_val else None,
-        "val_ppl": _rounded(last_val.ppl, 6) if last_val else None,
+        "first_loss": losses[0] if losses else None,
+        "last_loss": losses[-1] if losses else None,
+        "val_loss": _finite(last_val.loss) if last_val else None,
+        "val_ppl": _finite(last_val.ppl) if last_val else None,
         "val_iteration": last_val.iteration if last_val and last_val.iteration >= 0 else None,
     }
 
