@@ -40,7 +40,7 @@ def _finite(value: float | None) -> float | None:
     return value if value is not None and math.isfinite(value) else None
 
 
-def _rounded(value: float | None, digits: int = 6) -> float | None:
+def _rounded(value: float | None, digits: int = 10) -> float | None:
     value = _finite(value)
     return None if value is None else float(f"{value:.{digits}g}")
 
@@ -131,7 +131,7 @@ def _tflops(log: ParsedLog, i: int, cfg: dict[str, Any]) -> tuple[float, str] | 
     return (value, "log") if math.isfinite(value) else None
 
 
-def _spread_columns(prefix: str, values: list[float], digits: int = 6) -> dict[str, Any]:
+def _spread_columns(prefix: str, values: list[float], digits: int = 10) -> dict[str, Any]:
     result = spread(values)
     return {
         prefix: _rounded(result.median, digits) if result else None,
@@ -158,9 +158,9 @@ def _memory(log: ParsedLog, facts: RunDirFacts | None) -> dict[str, Any]:
     else:
         host, host_source = None, None
     return {
-        "max_allocated_GiB": _rounded(gpu, 4),
+        "max_allocated_GiB": _rounded(gpu, 6),
         "max_allocated_source": gpu_source,
-        "peak_host_GiB": _rounded(host, 4),
+        "peak_host_GiB": _rounded(host, 6),
         "peak_host_source": host_source,
     }
 
@@ -242,7 +242,7 @@ def summarize_run(run: Run, log: ParsedLog, facts: RunDirFacts | None, options: 
     world = cfg["world_size"]
     rate = row["tokens_per_s_per_gpu"]
     row["epoch_time_s"] = (
-        _rounded(epoch_tokens / (rate * world), 4) if epoch_tokens and rate and world else None
+        _rounded(epoch_tokens / (rate * world), 6) if epoch_tokens and rate and world else None
     )
     peak, peak_source = options.peak_tflops, "--peak-tflops"
     if peak is None and facts and facts.device_peak_tflops:
