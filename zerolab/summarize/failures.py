@@ -47,6 +47,21 @@ _SIGNATURES: tuple[tuple[str, str, re.Pattern[str]], ...] = (
 )
 _ERROR_LINE = re.compile(r"^\s*(?:[\w.]+\.)?(\w*(?:Error|Exception))(?::\s*(.*))?$")
 _COMPLETION = ("[after training is done]", "exits successfully", "{'train_runtime'")
+_NAN_WARNINGS = ("Bad grad_norm", "grad_norm=nan")
+_WORTH_A_LOOK = re.compile(
+    "|".join(
+        re.escape(text)
+        for text in (
+            *(gate for _, gate, _ in _SIGNATURES),
+            *_COMPLETION,
+            *_NAN_WARNINGS,
+            "Traceback",
+            "Error",
+            "Exception",
+        )
+    )
+)
+"""One search per line: lines with none of these texts cannot change the outcome."""
 
 
 @dataclass(frozen=True)
@@ -75,6 +90,8 @@ class EndingDetector:
 
     def feed(self, number: int, text: str) -> None:
         """Look at one line."""
+        if not _WORTH_A_LOOK.search(text):
+            return
         if any(marker in text for marker in _COMPLETION):
             self.completed = True
         if "Traceback (most recent call last)" in text:
@@ -88,7 +105,7 @@ class EndingDetector:
             if match and match.group(1) != "ChildFailedError":
                 detail = f"{match.group(1)}: {match.group(2) or ''}".strip().rstrip(":")
                 self.found["exception"] = Failure("exception", number, detail[:200])
-        if "Bad grad_norm" in text or "grad_norm=nan" in text:
+        if any(warning in text for warning in _NAN_WARNINGS):
             self.nan_warnings += 1
         for rank, (kind, gate, pattern) in enumerate(_SIGNATURES):
             if gate in text and self._rank.get(kind, len(_SIGNATURES)) > rank:

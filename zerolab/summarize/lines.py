@@ -50,7 +50,9 @@ def read_lines(path: Path) -> Iterator[Line]:
 
 def clean_line(number: int, text: str, cut: bool = False) -> Line:
     """Strip ANSI codes, a markdown blockquote `> ` and one launcher prefix from `text`."""
-    text = _ANSI.sub("", text).replace("\x00", "")
+    if "\x1b" in text or "^[" in text:
+        text = _ANSI.sub("", text)
+    text = text.replace("\x00", "")
     if text.startswith(">") and text[1:2] in ("", " "):  # a log pasted as a markdown blockquote
         text = text[2:]
     source = None
