@@ -5,6 +5,7 @@ metric no run has is skipped, with the reason, never drawn empty."""
 from __future__ import annotations
 
 import os
+import textwrap
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -99,7 +100,8 @@ def _bar_chart(
         ha="right" if rotate else "center",
     )
     ax.set_ylabel(ylabel)
-    ax.set_title(f"{title}\n{subtitle}", fontsize=11)
+    width_chars = int(fig.get_figwidth() * 13)
+    ax.set_title(f"{title}\n" + "\n".join(textwrap.wrap(subtitle, width_chars)), fontsize=10)
     ax.grid(axis="y", alpha=0.3)
     ax.set_axisbelow(True)
     _save(fig, path)
