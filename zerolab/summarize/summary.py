@@ -232,7 +232,8 @@ def summarize_run(run: Run, log: ParsedLog, facts: RunDirFacts | None, options: 
     row["steady_intervals"] = len(steady)
     row.update(_spread_columns("tokens_per_s_per_gpu", tokens))
     row["tokens_per_s_per_gpu_source"] = tokens_source
-    row["samples_per_s"] = _rounded(spread(samples).median) if spread(samples) else None
+    samples_spread = spread(samples)
+    row["samples_per_s"] = _rounded(samples_spread.median) if samples_spread else None
     row.update(_spread_columns("ms_per_iter", ms))
     row.update(_spread_columns("tflops_per_gpu", tflops))
     row["tflops_per_gpu_source"] = tflops_source
