@@ -10,7 +10,11 @@ import sys
 from zerolab import __version__
 from zerolab.errors import UserError
 
-COMMAND_MODULES: tuple[str, ...] = ("zerolab.recipe.cli", "zerolab.recipe.launch_cli")
+COMMAND_MODULES: tuple[str, ...] = (
+    "zerolab.recipe.cli",
+    "zerolab.recipe.launch_cli",
+    "zerolab.summarize.command",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
