@@ -1,0 +1,158 @@
+"""`zerolab summarize`, `tools/summarize` and `zerolab compare` end to end, on run
+directories built from the real CPU-engine logs and on plain logs."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from zerolab.cli import main
+
+CPU = Path(__file__).parent / "fixtures" / "logs" / "cpu-engine"
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _run_dir(root: Path, name: str, log: str, **run: object) -> Path:
+    directory = root / name / "20260101-000000"
+    directory.mkdir(parents=True)
+    shutil.copy(CPU / f"{log}.log", directory / "train.log")
+    facts = {"name": name, "model": "gpt2-tiny", "epoch_tokens": None} | run
+    (directory / "run.json").write_text(json.dumps(facts))
+    return directory
+
+
+def _summary(capsys, *argv: str) -> dict:
+    assert main(["summarize", *argv, "--format", "json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_run_directories_use_run_json_samples_and_status(tmp_path: Path, capsys):
+    directory = _run_dir(tmp_path, "tiny_z1", "final_z1", epoch_tokens=1_000_000, world_size=2)
+    (directory / "samples.csv").write_text(
+        "elapsed_s,process_tree_rss_MiB,system_used_MiB\n0,512.0,9000\n1,2048.0,9100\n2,,9200\n"
+    )
+    (directory / "status.json").write_text(
+        json.dumps({"state": "killed", "exit_code": -9, "cause": "SIGKILL"})
+    )
+    (directory / "doctor.json").write_text(json.dumps({"devices": [{"name": "NVIDIA H100 80GB HBM3"}]}))
+    row = _summary(capsys, str(tmp_path), "--out", str(tmp_path / "out"))["runs"][0]
+    assert (row["name"], row["model"]) == ("tiny_z1", "gpt2-tiny")
+    assert row["peak_host_GiB"] == 2.0 and row["peak_host_source"] == "samples.csv (process tree RSS)"
+    assert (row["status"], row["cause_kind"], row["cause"]) == ("failed", "killed", "killed: SIGKILL")
+    assert row["epoch_time_s"] == pytest.approx(1_000_000 / (row["tokens_per_s_per_gpu"] * 2))
+    assert row["peak_tflops"] == 989.4
+    assert row["mfu_pct"] == pytest.approx(100 * row["tflops_per_gpu"] / 989.4, rel=1e-2)
+
+
+def test_unknown_values_are_null_never_zero(tmp_path: Path, capsys):
+    directory = tmp_path / "run"
+    directory.mkdir()
+    (directory / "train.log").write_text((CPU / "fp16_z2.log").read_text())
+    (directory / "run.json").write_text(json.dumps({"name": "fp16", "epoch_tokens": None, "model": None}))
+    row = _summary(capsys, str(directory), "--out", str(tmp_path))["runs"][0]
+    for key in (
+        "tokens_per_s_per_gpu",
+        "ms_per_iter",
+        "epoch_time_s",
+        "tflops_per_gpu",
+        "mfu_pct",
+        "first_loss",
+    ):
+        assert row[key] is None, key
+    csv_text = (tmp_path / "summary.csv").read_text()
+    header, values = csv_text.splitlines()[:2]
+    assert values.split(",")[header.split(",").index("tokens_per_s_per_gpu")] == ""
+
+
+def test_peak_tflops_option_gives_mfu(capsys, tmp_path: Path):
+    row = _summary(capsys, str(CPU / "final_z1.log"), "--peak-tflops", "0.1", "--out", str(tmp_path))["runs"][
+        0
+    ]
+    assert row["peak_tflops_source"] == "--peak-tflops"
+    assert row["mfu_pct"] == pytest.approx(100 * row["tflops_per_gpu"] / 0.1, rel=1e-2)
+
+
+def test_warmup_option_changes_the_steady_state_and_is_stated(capsys, tmp_path: Path):
+    out = _summary(capsys, str(CPU / "final_z1.log"), "--warmup", "15", "--out", str(tmp_path))
+    assert out["warmup"] == "warm-up excluded: iterations 1-15, and at least the first logged interval"
+    assert out["runs"][0]["steady_intervals"] == 1
+    assert out["runs"][0]["tokens_per_s_per_gpu"] == 1476.722
+
+
+def test_tools_summarize_writes_tables_and_plots_in_setup_order(tmp_path: Path, repo_root: Path):
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    for name in ("final_z3off", "final_z0", "final_z2", "final_z1", "final_z3"):
+        shutil.copy(CPU / f"{name}.log", logs)
+    (logs / "notes.txt").write_text("nothing a training run prints\n")
+    result = subprocess.run(
+        [str(repo_root / "tools" / "summarize"), str(logs)], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    assert "final_z1" in result.stdout and "Not summarized" in result.stdout
+    summary = json.loads((logs / "summary.json").read_text())
+    assert [row["setup"] for row in summary["runs"]] == ["dp", "z1", "z2", "z3", "z3_offload"]
+    assert summary["skipped"][0]["path"].endswith("notes.txt")
+    assert "no line this tool knows" in summary["skipped"][0]["reason"]
+    markdown = (logs / "summary.md").read_text()
+    assert markdown.count("| final_z") == 5 and "warm-up excluded" in markdown
+    for plot in ("throughput.png", "epoch_time.png", "gpu_memory.png", "host_memory.png", "loss.png"):
+        assert (logs / plot).read_bytes().startswith(PNG_MAGIC), plot
+
+
+def test_a_plot_whose_metric_no_run_has_is_skipped_with_the_reason(tmp_path: Path):
+    shutil.copy(
+        Path(__file__).parent / "fixtures" / "logs" / "real" / "megatronds_gpt3-175b-tgs-validation.log",
+        tmp_path,
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "zerolab", "summarize", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "no plot epoch_time.png: no run has epoch_time_s" in result.stdout
+    assert not (tmp_path / "epoch_time.png").exists() and not (tmp_path / "host_memory.png").exists()
+    assert (tmp_path / "throughput.png").exists()
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["summarize", "no/such/dir"], "no/such/dir: no such file or directory"),
+        (["summarize", str(CPU / "final_z1.log"), "--warmup", "abc"], "--warmup 'abc'"),
+        (["compare", str(CPU / "final_z1.log")], "compare needs at least two runs"),
+        (
+            ["compare", str(CPU / "final_z0.log"), str(CPU / "final_z1.log"), "--baseline", "z9"],
+            "'z9' is not one of",
+        ),
+    ],
+)
+def test_bad_input_exits_2_with_a_message(argv, message, capsys, tmp_path: Path):
+    assert main([*argv, *(["--out", str(tmp_path)] if argv[0] == "summarize" else [])]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_nothing_understood_exits_2(tmp_path: Path, capsys):
+    (tmp_path / "random.log").write_bytes(bytes(range(256)) * 4)
+    assert main(["summarize", str(tmp_path)]) == 2
+    assert "no run could be summarized" in capsys.readouterr().err
+    assert not (tmp_path / "summary.json").exists()
+
+
+def test_compare_gives_the_ratio_of_each_metric(capsys):
+    argv = ["compare", str(CPU / "final_z0.log"), str(CPU / "final_z3off.log"), "--baseline", "final_z0"]
+    assert main([*argv, "--format", "json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    tokens = result["metrics"]["tokens_per_s_per_gpu"]["values"]
+    assert tokens["final_z0"]["ratio"] == 1.0
+    expected = tokens["final_z3off"]["value"] / tokens["final_z0"]["value"]
+    assert tokens["final_z3off"]["ratio"] == pytest.approx(expected, abs=1e-4)
+    assert main(argv) == 0
+    assert "ratio to baseline final_z0" in capsys.readouterr().out

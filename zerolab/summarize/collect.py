@@ -1,0 +1,67 @@
+"""From the paths a user gives to summary rows: discover runs, parse each log once,
+read the run directories, and order the rows by setup."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from zerolab.summarize.discover import Run, discover
+from zerolab.summarize.parse import ParsedLog, parse_log
+from zerolab.summarize.rundir import read_run_dir
+from zerolab.summarize.summary import Options, RunSummary, summarize_run
+
+SETUP_ORDER = ("dp", "z1", "z2", "z3", "z3_offload")
+
+
+@dataclass
+class Collection:
+    """Summaries in setup order, and the inputs that could not be understood (with why)."""
+
+    runs: list[RunSummary] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    options: Options = field(default_factory=Options)
+
+
+def setup_rank(summary: RunSummary) -> tuple[int, str]:
+    """dp, z1, z2, z3, z3_offload first (in that order), then other setups, then unknown."""
+    setup = summary.row["setup"]
+    if setup in SETUP_ORDER:
+        return SETUP_ORDER.index(setup), summary.row["name"]
+    return (len(SETUP_ORDER), summary.row["name"]) if setup else (len(SETUP_ORDER) + 1, summary.row["name"])
+
+
+def summarize_paths(
+    paths: list[Path], options: Options, progress: Callable[[Run], None] | None = None
+) -> Collection:
+    """Summarize every run under `paths` (UserError when a path is missing or holds none)."""
+    collection = Collection(options=options)
+    for run in discover(paths):
+        if progress:
+            progress(run)
+        facts = read_run_dir(run.run_dir) if run.run_dir else None
+        if run.log is None:
+            log = ParsedLog(run.path)
+        else:
+            try:
+                log = parse_log(run.log)
+            except OSError as error:
+                collection.skipped.append((str(run.log), f"cannot read: {error.strerror or error}"))
+                continue
+            reason = log.understood()
+            if reason and not (facts and facts.run):
+                collection.skipped.append((str(run.log), reason))
+                continue
+        collection.runs.append(summarize_run(run, log, facts, options))
+    collection.runs.sort(key=setup_rank)
+    _disambiguate(collection.runs)
+    return collection
+
+
+def _disambiguate(runs: list[RunSummary]) -> None:
+    counts = Counter(summary.row["name"] for summary in runs)
+    for summary in runs:
+        if counts[summary.row["name"]] > 1:
+            summary.row["name"] = f"{summary.row['name']} ({Path(summary.row['path']).name})"

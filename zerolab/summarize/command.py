@@ -1,0 +1,178 @@
+"""`zerolab summarize` and `zerolab compare`: parsers and what they run."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from zerolab.errors import UserError
+from zerolab.summarize.stats import Warmup
+
+if TYPE_CHECKING:
+    from zerolab.summarize.collect import Collection
+    from zerolab.summarize.discover import Run
+    from zerolab.summarize.summary import Options
+
+OUTPUT_FILES = ("summary.md", "summary.csv", "summary.json")
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a positive number of TFLOP/s (e.g. 989.4 for an H100 SXM)"
+        )
+    return value
+
+
+def _positive_int(text: str) -> int:
+    if not text.isdigit() or int(text) == 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive whole number of tokens")
+    return int(text)
+
+
+def _common_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--format", choices=("table", "json"), default="table", help="print a table (default) or JSON"
+    )
+    parser.add_argument(
+        "--warmup",
+        default="10%",
+        help="logged intervals left out of the steady state: a fraction of the iterations done ('10%%', "
+        "'0.1') or an iteration count ('50'); the first logged interval is always left out (default: 10%%)",
+    )
+    parser.add_argument(
+        "--peak-tflops",
+        type=_positive_float,
+        help="the GPU's peak dense bf16/fp16 TFLOP/s, for MFU (default: from the run's doctor.json "
+        "when its GPU is a known one: A10, A40, A100, H100, H200)",
+    )
+    parser.add_argument(
+        "--epoch-tokens",
+        type=_positive_int,
+        help="tokens in one epoch, for time per epoch (default: run.json or log)",
+    )
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add `summarize` and `compare`."""
+    summarize = subparsers.add_parser(
+        "summarize",
+        help="training logs into per-run and cross-run tables and plots",
+        description="Find every run under the given paths (run directories written by `zerolab launch`, or "
+        "plain log files), and write summary.md, summary.csv, summary.json and PNG plots next to them "
+        "(or to --out).",
+    )
+    summarize.add_argument("paths", nargs="+", type=Path, metavar="DIR_OR_FILE")
+    summarize.add_argument("--out", type=Path, help="where to write the summary (default: next to the runs)")
+    summarize.add_argument("--no-plots", action="store_true", help="write the tables only")
+    _common_options(summarize)
+    summarize.set_defaults(run=run_summarize)
+    compare = subparsers.add_parser(
+        "compare",
+        help="each metric of two or more runs as a ratio to a baseline",
+        description="Summarize the given runs and show each metric as a ratio to the baseline run "
+        "(the first one, or --baseline NAME).",
+    )
+    compare.add_argument("paths", nargs="+", type=Path, metavar="RUN")
+    compare.add_argument("--baseline", help="the run (its name in the summary) the others are divided by")
+    _common_options(compare)
+    compare.set_defaults(run=run_compare)
+
+
+def _options(args: argparse.Namespace) -> Options:
+    from zerolab.summarize.summary import Options
+
+    return Options(
+        warmup=Warmup.parse(args.warmup), peak_tflops=args.peak_tflops, epoch_tokens=args.epoch_tokens
+    )
+
+
+def _collect(args: argparse.Namespace) -> Collection:
+    from rich.console import Console
+    from rich.progress import Progress
+
+    from zerolab.summarize.collect import summarize_paths
+
+    console = Console(stderr=True)
+    with Progress(console=console, transient=True) as progress:
+        task = progress.add_task("parsing logs", total=None)
+
+        def advance(run: Run) -> None:
+            progress.update(task, description=f"parsing {run.path}")
+
+        collection = summarize_paths(args.paths, _options(args), advance)
+    if not collection.runs:
+        reasons = "; ".join(f"{path}: {reason}" for path, reason in collection.skipped)
+        raise UserError(f"no run could be summarized: {reasons}")
+    return collection
+
+
+def default_out(paths: list[Path]) -> Path:
+    """Next to the runs: the directory given, a file's directory, or the paths' common directory."""
+    directories = [p if p.is_dir() else p.parent for p in paths]
+    if len(directories) == 1:
+        return directories[0]
+    return Path(os.path.commonpath([d.resolve() for d in directories]))
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    with tempfile.NamedTemporaryFile(
+        "w", dir=path.parent, prefix=f".{path.name}.", delete=False, encoding="utf-8"
+    ) as handle:
+        handle.write(text)
+    os.replace(handle.name, path)
+
+
+def run_summarize(args: argparse.Namespace) -> int:
+    """Summarize, write the files, print the table (or JSON)."""
+    from rich.console import Console
+
+    from zerolab.summarize import tables
+    from zerolab.summarize.plots import write_plots
+
+    collection = _collect(args)
+    out = args.out or default_out(args.paths)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        texts = (tables.to_markdown(collection), tables.to_csv(collection), tables.json_text(collection))
+        for name, text in zip(OUTPUT_FILES, texts, strict=True):
+            _write_atomically(out / name, text)
+        written, skipped_plots = ([], []) if args.no_plots else write_plots(collection, out)
+    except OSError as error:
+        raise UserError(
+            f"cannot write the summary to {out}: {error.strerror or error} (choose another --out)"
+        ) from None
+    if args.format == "json":
+        sys.stdout.write(tables.json_text(collection))
+        return 0
+    console = Console() if sys.stdout.isatty() else Console(width=200)
+    console.print(tables.rich_table(collection))
+    console.print(f"wrote {', '.join(str(out / n) for n in OUTPUT_FILES)}", soft_wrap=True)
+    for path in written:
+        console.print(f"wrote {path}", soft_wrap=True)
+    for reason in skipped_plots:
+        console.print(f"no plot {reason}", soft_wrap=True)
+    return 0
+
+
+def run_compare(args: argparse.Namespace) -> int:
+    """Print each metric of the runs as a ratio to the baseline."""
+    from rich.console import Console
+
+    from zerolab.summarize.compare import comparison, rich_comparison
+
+    result = comparison(_collect(args), args.baseline)
+    if args.format == "json":
+        sys.stdout.write(json.dumps(result, indent=2) + "\n")
+    else:
+        (Console() if sys.stdout.isatty() else Console(width=200)).print(rich_comparison(result))
+    return 0

@@ -1,0 +1,145 @@
+"""The run's configuration as the log states it: Megatron's `arguments` block,
+DeepSpeed's `DeepSpeedEngine configuration` dump and its `json = {` user config,
+and a few one-line facts (world size, padded vocabulary, samples per epoch).
+Used to fill the config columns when no run.json exists."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+_ARG_LINE = re.compile(r"^\s{1,4}(\w+) \.{2,} ?(.*?)\s*$")
+_DS_LINE = re.compile(r"\[config\.py:\d+:print\]\s+(\w+)\s+\.*\s*(.*?)\s*$")
+_WORLD = re.compile(
+    r"using world size: (\d+), data-parallel.size: (\d+),.*?tensor-model-parallel size: (\d+), "
+    r"pipeline-model-parallel size: (\d+)"
+)
+_PADDED_VOCAB = re.compile(r"padded vocab \(size: \d+\) with \d+ dummy tokens \(new size: (\d+)\)")
+_TOTAL = re.compile(r"^\s*total number of (samples|epochs): (\d+)\s*$")
+MAX_JSON_LINES = 400
+
+ARGUMENT_KEYS = (
+    "world_size",
+    "data_parallel_size",
+    "tensor_model_parallel_size",
+    "pipeline_model_parallel_size",
+    "zero_stage",
+    "cpu_optimizer",
+    "micro_batch_size",
+    "global_batch_size",
+    "num_layers",
+    "hidden_size",
+    "ffn_hidden_size",
+    "num_attention_heads",
+    "seq_length",
+    "padded_vocab_size",
+    "train_iters",
+    "log_interval",
+    "fp16",
+    "bf16",
+    "checkpoint_activations",
+    "recompute_granularity",
+    "no_pipeline_parallel",
+)
+DS_KEYS = (
+    "zero_optimization_stage",
+    "train_batch_size",
+    "train_micro_batch_size_per_gpu",
+    "gradient_accumulation_steps",
+    "fp16_enabled",
+    "bfloat16_enabled",
+    "world_size",
+)
+
+
+def convert(value: str) -> Any:
+    """`True`/`False`/`None`, ints and floats as Python values; other text unchanged."""
+    table = {"True": True, "False": False, "None": None}
+    if value in table:
+        return table[value]
+    for kind in (int, float):
+        try:
+            return kind(value)
+        except ValueError:
+            pass
+    return value
+
+
+class ConfigCollector:
+    """Feed it lines in order; `args` and `ds` hold what the dumps said (first value wins)."""
+
+    def __init__(self) -> None:
+        self.args: dict[str, Any] = {}
+        self.ds: dict[str, Any] = {}
+        self.ds_json: dict[str, Any] = {}
+        self.samples_per_epoch: float | None = None
+        self._in_args = False
+        self._json_lines: list[str] | None = None
+        self._pending_samples: int | None = None
+
+    def feed(self, text: str) -> bool:
+        """Consume one line; True when it was part of a configuration dump."""
+        if self._json_lines is not None:
+            return self._feed_json(text)
+        if "----- arguments -----" in text or ("------ " in text and "arguments ------" in text):
+            self._in_args = "end of" not in text
+            return True
+        if self._in_args:
+            match = _ARG_LINE.match(text)
+            if match:
+                if match.group(1) in ARGUMENT_KEYS:
+                    self.args.setdefault(match.group(1), convert(match.group(2)))
+                return True
+        if "[config.py:" in text:
+            return self._feed_ds(text)
+        return self._feed_facts(text)
+
+    def _feed_ds(self, text: str) -> bool:
+        if text.rstrip().endswith("json = {"):
+            self._json_lines = ["{"]
+            return True
+        match = _DS_LINE.search(text)
+        if match and match.group(1) in DS_KEYS:
+            self.ds.setdefault(match.group(1), convert(match.group(2)))
+            return True
+        return match is not None
+
+    def _feed_json(self, text: str) -> bool:
+        assert self._json_lines is not None
+        self._json_lines.append(text)
+        if text.startswith("}") or len(self._json_lines) > MAX_JSON_LINES:
+            try:
+                parsed = json.loads("\n".join(self._json_lines))
+            except ValueError:
+                parsed = None
+            if isinstance(parsed, dict) and not self.ds_json:
+                self.ds_json = parsed
+            self._json_lines = None
+        return True
+
+    def _feed_facts(self, text: str) -> bool:
+        if "using world size" in text:
+            match = _WORLD.search(text)
+            if match:
+                for key, value in zip(
+                    ("world_size", "data_parallel_size", "tensor_model_parallel_size"),
+                    match.groups()[:3],
+                    strict=True,
+                ):
+                    self.args.setdefault(key, int(value))
+                self.args.setdefault("pipeline_model_parallel_size", int(match.group(4)))
+                return True
+        if "padded vocab" in text:
+            match = _PADDED_VOCAB.search(text)
+            if match:
+                self.args.setdefault("padded_vocab_size", int(match.group(1)))
+                return True
+        if "total number of" in text and self.samples_per_epoch is None:
+            match = _TOTAL.match(text)
+            if match and match.group(1) == "samples":
+                self._pending_samples = int(match.group(2))
+            elif match and self._pending_samples is not None and int(match.group(2)) > 0:
+                self.samples_per_epoch = self._pending_samples / int(match.group(2))
+            return match is not None
+        return False

@@ -1,0 +1,77 @@
+"""Finding runs: run directories written by `zerolab launch` (docs/run-directory.md)
+and plain log files, under the paths a user gives."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from zerolab.errors import UserError
+
+LOG_SUFFIXES = (".log", ".out", ".err", ".txt")
+RUN_MARKERS = ("run.json", "train.log", "status.json")
+OUTPUT_NAMES = ("summary.md", "summary.csv", "summary.json")
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run to summarize: a run directory (`run_dir` set) or a plain log file."""
+
+    log: Path | None
+    run_dir: Path | None = None
+
+    @property
+    def path(self) -> Path:
+        """The run directory, or the log file."""
+        return self.run_dir or self.log  # type: ignore[return-value]
+
+
+def is_run_dir(path: Path) -> bool:
+    """Whether `path` is a launcher's run directory."""
+    return any((path / marker).is_file() for marker in RUN_MARKERS)
+
+
+def _run_in(directory: Path) -> Run:
+    log = directory / "train.log"
+    return Run(log if log.is_file() else None, directory)
+
+
+def discover(paths: list[Path]) -> list[Run]:
+    """Every run under `paths`, in a stable order; UserError for a path that does not exist."""
+    runs: list[Run] = []
+    for given in paths:
+        if not given.exists():
+            raise UserError(
+                f"{given}: no such file or directory (give run directories, log files or folders)"
+            )
+        if given.is_file():
+            runs.append(_run_in(given.parent) if given.name in RUN_MARKERS else Run(given))
+        elif is_run_dir(given):
+            runs.append(_run_in(given))
+        else:
+            runs.extend(_walk(given))
+    unique: dict[Path, Run] = {}
+    for run in runs:
+        unique.setdefault(run.path.resolve(), run)
+    if not unique:
+        raise UserError(
+            f"no run directory (with run.json or train.log) and no log file ({', '.join(LOG_SUFFIXES)}) "
+            f"under {', '.join(str(p) for p in paths)}"
+        )
+    return list(unique.values())
+
+
+def _walk(top: Path) -> list[Run]:
+    found = []
+    for root, dirs, files in os.walk(top, onerror=None):
+        here = Path(root)
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        if here != top and is_run_dir(here):
+            found.append(_run_in(here))
+            dirs[:] = []
+            continue
+        for name in sorted(files):
+            if name.endswith(LOG_SUFFIXES) and not name.startswith("."):
+                found.append(Run(here / name))
+    return found

@@ -1,0 +1,123 @@
+"""How a run ended, from its log: failure signatures (FORMATS.md section 10, and the
+CPU engine's own), completion markers, and NaN/overflow anomalies that do not stop a run."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+CAUSE_LABELS = {
+    "out_of_memory": "out of memory",
+    "nan_or_overflow": "NaN or overflow",
+    "nccl_timeout": "NCCL timeout",
+    "gpu_error": "GPU error",
+    "killed": "killed",
+    "exception": "exception",
+}
+"""Failure kinds, most specific first: when a log shows several, the first one here wins.
+Within a kind, the signature listed first in _SIGNATURES wins."""
+
+# (kind, cheap substring, pattern): the substring gates the regex on the hot path
+_SIGNATURES: tuple[tuple[str, str, re.Pattern[str]], ...] = (
+    ("out_of_memory", "out of memory", re.compile(r"CUDA out of memory\.?(.{0,60})")),
+    ("out_of_memory", "OutOfMemoryError", re.compile(r"OutOfMemoryError(.{0,60})")),
+    ("out_of_memory", "oom_kill", re.compile(r"Detected \d+ oom_kill event")),
+    ("out_of_memory", "Out Of Memory", re.compile(r"task \d+: Out Of Memory")),
+    ("out_of_memory", "Killed process", re.compile(r"Out of memory: Killed process \d+")),
+    ("out_of_memory", "can't allocate memory", re.compile(r"DefaultCPUAllocator: can't allocate memory.*")),
+    ("nan_or_overflow", "NaN", re.compile(r"found NaN in .*")),
+    (
+        "nan_or_overflow",
+        "loss scale already at minimum",
+        re.compile(r"Current loss scale already at minimum.*"),
+    ),
+    ("nccl_timeout", "timeout", re.compile(r"Watchdog caught collective operation timeout.*")),
+    ("nccl_timeout", "Timed out", re.compile(r"\[.*gloo.*\] Timed out .*")),
+    ("gpu_error", "CUDA error", re.compile(r"CUDA error: .*")),
+    ("gpu_error", "ECC", re.compile(r"cudaErrorECCUncorrectable.*")),
+    ("gpu_error", "CUDAError", re.compile(r"c10::CUDAError")),
+    (
+        "killed",
+        "CANCELLED",
+        re.compile(r"\*\*\* (?:STEP|JOB) \S+ ON \S+ CANCELLED AT \S+(?: DUE TO TIME LIMIT)?"),
+    ),
+    ("killed", "SIGTERM", re.compile(r"received SIGTERM.*|Signals\.SIGTERM")),
+    ("killed", "SIGKILL", re.compile(r"Signals\.SIGKILL|SIGKILL")),
+    ("killed", "Killing subprocess", re.compile(r"Killing subprocess \d+")),
+)
+_ERROR_LINE = re.compile(r"^\s*(?:[\w.]+\.)?(\w*(?:Error|Exception))(?::\s*(.*))?$")
+_COMPLETION = ("[after training is done]", "exits successfully", "{'train_runtime'")
+_NAN_WARNINGS = ("Bad grad_norm", "grad_norm=nan")
+_WORTH_A_LOOK = re.compile(
+    "|".join(
+        re.escape(text)
+        for text in (
+            *(gate for _, gate, _ in _SIGNATURES),
+            *_COMPLETION,
+            *_NAN_WARNINGS,
+            "Traceback",
+            "Error",
+            "Exception",
+        )
+    )
+)
+"""One search per line: lines with none of these texts cannot change the outcome."""
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A failure signature: its kind (a CAUSE_LABELS key), the line number and what it said."""
+
+    kind: str
+    line: int
+    detail: str
+
+    @property
+    def label(self) -> str:
+        """e.g. `out of memory: CUDA out of memory. Tried to allocate 8.01 GiB`."""
+        return f"{CAUSE_LABELS[self.kind]}: {self.detail}" if self.detail else CAUSE_LABELS[self.kind]
+
+
+class EndingDetector:
+    """Feed it every line; `failure`, `completed` and `nan_warnings` say how the run ended."""
+
+    def __init__(self) -> None:
+        self.found: dict[str, Failure] = {}
+        self._rank: dict[str, int] = {}  # index in _SIGNATURES of the signature behind found[kind]
+        self.completed = False
+        self._after_traceback = False
+        self.nan_warnings = 0
+
+    def feed(self, number: int, text: str) -> None:
+        """Look at one line."""
+        if not _WORTH_A_LOOK.search(text):
+            return
+        if any(marker in text for marker in _COMPLETION):
+            self.completed = True
+        if "Traceback (most recent call last)" in text:
+            self._after_traceback = True
+        elif (
+            self._after_traceback
+            and "exception" not in self.found
+            and ("Error" in text or "Exception" in text)
+        ):
+            match = _ERROR_LINE.match(text)
+            if match and match.group(1) != "ChildFailedError":
+                detail = f"{match.group(1)}: {match.group(2) or ''}".strip().rstrip(":")
+                self.found["exception"] = Failure("exception", number, detail[:200])
+        if any(warning in text for warning in _NAN_WARNINGS):
+            self.nan_warnings += 1
+        for rank, (kind, gate, pattern) in enumerate(_SIGNATURES):
+            if gate in text and self._rank.get(kind, len(_SIGNATURES)) > rank:
+                match = pattern.search(text)
+                if match:
+                    self.found[kind] = Failure(kind, number, match.group(0).strip()[:200])
+                    self._rank[kind] = rank
+
+    @property
+    def failure(self) -> Failure | None:
+        """The most specific failure seen, or None."""
+        for kind in CAUSE_LABELS:
+            if kind in self.found:
+                return self.found[kind]
+        return None

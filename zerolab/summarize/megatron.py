@@ -1,0 +1,185 @@
+"""Parsers for the lines Megatron-LM and Megatron-DeepSpeed print: the iteration
+line in all its generations (FORMATS.md section 1), validation blocks, memory
+reports and the old `Effective Tera Flops` line."""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+
+ITERATION = re.compile(r"(?:^|[\s\]])iteration[=:]?\s*(\d+)\s*/\s*(\d+)\s*\|")
+_SEGMENT_KV = re.compile(r"^\s*(.+?)\s*[:=]\s*(\S+)\s*$")
+_SEGMENT_SPACED = re.compile(r"^\s*(.+?)\s+(\S+)\s*$")  # 2019 form: `learning rate 1.875E-05`
+_VALIDATION = re.compile(r"\b(\w+) loss at iteration\s+(\d+)([^|]*)\|(.*)$")
+_MEMORY = re.compile(
+    r"(?:\[Rank (\d+)\]\s*)?[^|\[]*?memory \(MB\)\s*\|\s*allocated:\s*([\d.]+)"
+    r"(?:\s*\|\s*max allocated:\s*([\d.]+))?"
+    r"(?:\s*\|\s*(?:reserved|cached):\s*([\d.]+))?"
+    r"(?:\s*\|\s*max (?:reserved|cached):\s*([\d.]+))?"
+)
+_EFFECTIVE_TFLOPS = re.compile(r"Effective Tera Flops per GPU:\s*([\d.]+)")
+
+# normalized key (lower case, letters and digits only) -> (field, factor)
+_FIELDS = {
+    "consumedsamples": ("consumed_samples", 1.0),
+    "consumedtokens": ("consumed_tokens", 1.0),
+    "elapsedtimeperiterationms": ("ms_per_iter", 1.0),
+    "elapsedtimeperiterations": ("ms_per_iter", 1000.0),
+    "throughputpergputflopsgpu": ("tflops_per_gpu", 1.0),
+    "tflops": ("tflops_per_gpu", 1.0),
+    "learningrate": ("learning_rate", 1.0),
+    "globalbatchsize": ("global_batch_size", 1.0),
+    "lossscale": ("loss_scale", 1.0),
+    "gradnorm": ("grad_norm", 1.0),
+    "numberofskippediterations": ("skipped_iterations", 1.0),
+    "numberofnaniterations": ("nan_iterations", 1.0),
+    "samplespersecond": ("samples_per_s", 1.0),
+    "tokenspergpupersecondtgs": ("tokens_per_s_per_gpu", 1.0),
+    "actualseqlen": ("seq_length", 1.0),
+}
+MAIN_LOSS_KEYS = ("lmloss", "loss")
+
+
+def normalize_key(key: str) -> str:
+    """`tokens per gpu per second (tgs)` and `tokens_per_gpu_per_second_tgs` -> one key."""
+    return re.sub(r"[^a-z0-9]", "", key.lower())
+
+
+def parse_number(text: str) -> float | None:
+    """A float from a log value (`1.5E+01`, `nan`, `4.2GB`); None when it is not one."""
+    text = text.strip().rstrip(",").removesuffix("GB")
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+@dataclass
+class IterationRecord:
+    """One iteration line: named fields, every loss the line printed, and whether it was cut."""
+
+    iteration: int
+    train_iters: int
+    values: dict[str, float] = field(default_factory=dict)
+    losses: dict[str, float] = field(default_factory=dict)
+    timestamp: str | None = None
+    complete: bool = True
+
+    @property
+    def loss(self) -> float | None:
+        """The language-model loss (`lm loss`, `lm-loss` or `loss`), None when not printed."""
+        for key in MAIN_LOSS_KEYS:
+            for name, value in self.losses.items():
+                if normalize_key(name) == key:
+                    return value
+        return None
+
+
+def find_iteration(text: str) -> re.Match[str] | None:
+    """The `iteration N/M |` start of an iteration line in `text`, if there is one."""
+    if "iteration" not in text:
+        return None
+    return ITERATION.search(text)
+
+
+def parse_iteration(text: str, match: re.Match[str]) -> IterationRecord:
+    """Parse the segments after `iteration N/M |`; a last segment without `|` is dropped."""
+    record = IterationRecord(int(match.group(1)), int(match.group(2)))
+    stamp = re.search(r"\[(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d)", text[: match.start() + 1])
+    record.timestamp = stamp.group(1) if stamp else None
+    rest = text[match.end() :]
+    segments = rest.split("|")
+    record.complete = rest.rstrip().endswith("|")
+    if not record.complete:
+        segments = segments[:-1]
+    for segment in segments:
+        add_segment(record, segment)
+    return record
+
+
+def add_segment(record: IterationRecord, segment: str) -> None:
+    """Add one `key: value` (or `key=value`, or 2019 `key value`) segment to `record`."""
+    match = _SEGMENT_KV.match(segment) or _SEGMENT_SPACED.match(segment)
+    if not match:
+        return
+    key, raw = match.group(1), match.group(2)
+    value = parse_number(raw)
+    if value is None:
+        return
+    norm = normalize_key(key)
+    if norm in _FIELDS:
+        name, factor = _FIELDS[norm]
+        record.values[name] = value * factor
+    elif norm.endswith("loss") and math.isfinite(value):
+        record.losses[key.strip()] = value
+
+
+def is_continuation(text: str) -> bool:
+    """Whether `text` looks like the wrapped rest of an unterminated iteration line."""
+    stripped = text.strip()
+    return "|" in stripped and not stripped.startswith(("[", "time (ms)")) and not find_iteration(text)
+
+
+@dataclass(frozen=True)
+class Validation:
+    """A validation (or other named evaluation) loss and perplexity at an iteration."""
+
+    iteration: int
+    loss: float | None
+    ppl: float | None
+    label: str
+
+
+def parse_validation(text: str) -> Validation | None:
+    """`validation loss at iteration 10 | lm loss value: ... | lm loss PPL: ... |`."""
+    if "loss at iteration" not in text:
+        return None
+    match = _VALIDATION.search(text)
+    if not match:
+        return None
+    loss = ppl = None
+    for segment in match.group(4).split("|"):
+        kv = _SEGMENT_KV.match(segment)
+        if not kv:
+            continue
+        key = normalize_key(kv.group(1))
+        if key in ("lmlossvalue", "lossvalue"):
+            loss = parse_number(kv.group(2))
+        elif key in ("lmlossppl", "lossppl"):
+            ppl = parse_number(kv.group(2))
+    if loss is None and ppl is None:
+        return None
+    label = f"{match.group(1)}{match.group(3).rstrip()}"
+    return Validation(int(match.group(2)), loss, ppl, label)
+
+
+@dataclass(frozen=True)
+class MemoryReport:
+    """Megatron's `report_memory`: MB values of one rank (rank None in the oldest form)."""
+
+    rank: int | None
+    allocated_MB: float
+    max_allocated_MB: float | None
+    reserved_MB: float | None
+    max_reserved_MB: float | None
+
+
+def parse_memory_reports(text: str) -> list[MemoryReport]:
+    """Every memory report on the line (ranks' reports can run together on one line)."""
+    if "memory (MB)" not in text:
+        return []
+    reports = []
+    for match in _MEMORY.finditer(text):
+        rank, *numbers = match.groups()
+        values = [float(n) if n else None for n in numbers]
+        reports.append(MemoryReport(int(rank) if rank else None, *values))  # type: ignore[arg-type]
+    return reports
+
+
+def parse_effective_tflops(text: str) -> float | None:
+    """`Effective Tera Flops per GPU: 41.31 and total parameters 52.005 B` (DeepSpeedExamples 2021)."""
+    if "Effective Tera Flops" not in text:
+        return None
+    match = _EFFECTIVE_TFLOPS.search(text)
+    return float(match.group(1)) if match else None

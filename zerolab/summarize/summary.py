@@ -1,0 +1,275 @@
+"""One summary row per run: config, status, steady-state throughput, TFLOPs, MFU,
+memory and loss. A value the run does not state is None (empty), never 0."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from zerolab.summarize.config import config_columns, setup_label
+from zerolab.summarize.discover import Run
+from zerolab.summarize.failures import CAUSE_LABELS
+from zerolab.summarize.flops import ModelShape, tflops_per_gpu
+from zerolab.summarize.parse import ParsedLog
+from zerolab.summarize.rundir import RunDirFacts
+from zerolab.summarize.stats import Warmup, spread
+
+STATUS_LABELS = {"completed": "completed", "running_or_cut_off": "running or cut off", "failed": "failed"}
+
+
+@dataclass(frozen=True)
+class Options:
+    """User choices that change the numbers."""
+
+    warmup: Warmup = field(default_factory=Warmup)
+    peak_tflops: float | None = None
+    epoch_tokens: int | None = None
+
+
+@dataclass
+class RunSummary:
+    """A row (JSON-ready dict) and the per-interval series the plots draw."""
+
+    row: dict[str, Any]
+    loss_curve: tuple[list[float], list[float]] = ([], [])
+    tokens_per_s_per_gpu: list[float] = field(default_factory=list)
+
+
+def _finite(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) else None
+
+
+def _rounded(value: float | None, digits: int = 10) -> float | None:
+    value = _finite(value)
+    return None if value is None else float(f"{value:.{digits}g}")
+
+
+def _status(log: ParsedLog, facts: RunDirFacts | None) -> dict[str, Any]:
+    failure = log.ending.failure
+    state = (facts.status.get("state") if facts else None) or None
+    completed_by_count = bool(
+        log.iteration_count and log.train_iters and log.iterations["iteration"][-1] >= log.train_iters
+    )
+    if state in ("failed", "killed") or (state is None and failure):
+        kind = failure.kind if failure else ("killed" if state == "killed" else "exception")
+        detail = failure.detail if failure else (facts.status.get("cause") if facts else None)
+        if not detail and facts and facts.status.get("exit_code") is not None:
+            detail = f"exit code {facts.status['exit_code']}"
+        return {
+            "status": "failed",
+            "cause_kind": kind,
+            "cause": f"{CAUSE_LABELS[kind]}: {detail}" if detail else CAUSE_LABELS[kind],
+        }
+    if state == "completed" or (state is None and (log.ending.completed or completed_by_count)):
+        return {"status": "completed", "cause_kind": None, "cause": None}
+    return {"status": "running_or_cut_off", "cause_kind": None, "cause": None}
+
+
+def _anomalies(log: ParsedLog) -> list[str]:
+    columns = log.iterations
+    notes = []
+    skipped = sum(v for v in columns["skipped_iterations"] if math.isfinite(v))
+    if skipped:
+        notes.append(f"{int(skipped)} iterations skipped (fp16 overflow)")
+    elif log.ds_skipped_steps:
+        notes.append(f"{log.ds_skipped_steps} optimizer steps skipped (fp16 overflow)")
+    elif log.overflow_messages:
+        notes.append(f"{log.overflow_messages} fp16 overflow messages")
+    nan_iterations = sum(v for v in columns["nan_iterations"] if math.isfinite(v))
+    if nan_iterations:
+        notes.append(f"{int(nan_iterations)} NaN iterations")
+    if log.nan_grad_norms:
+        notes.append(f"grad norm NaN in {log.nan_grad_norms} iteration lines")
+    if log.losses_absent:
+        notes.append(
+            f"loss not printed in {log.losses_absent} of {log.iteration_count} iteration lines "
+            "(NaN/inf loss, or every iteration of the interval skipped)"
+        )
+    if log.ending.nan_warnings:
+        notes.append(f"{log.ending.nan_warnings} bad grad norm warnings")
+    return notes
+
+
+def _tokens_per_s_per_gpu(log: ParsedLog, i: int, cfg: dict[str, Any]) -> tuple[float, str] | None:
+    col = log.iterations
+    tgs = col["tokens_per_s_per_gpu"][i]
+    if math.isfinite(tgs):
+        return tgs, "log (tgs)"
+    seq = _finite(col["seq_length"][i]) or cfg["seq_length"]
+    world = cfg["world_size"]
+    if not seq or not world:
+        return None
+    samples = col["samples_per_s"][i]
+    if math.isfinite(samples):
+        return samples * seq / world, "samples per second x seq_length / world_size"
+    batch, ms = _finite(col["global_batch_size"][i]) or cfg["global_batch_size"], col["ms_per_iter"][i]
+    if batch and math.isfinite(ms) and ms > 0:
+        return batch * seq / (ms / 1000.0) / world, "global batch x seq_length / iteration time / world_size"
+    return None
+
+
+def _tflops(log: ParsedLog, i: int, cfg: dict[str, Any]) -> tuple[float, str] | None:
+    col = log.iterations
+    shape_known = all(
+        cfg[k] for k in ("num_layers", "hidden_size", "seq_length", "padded_vocab_size", "world_size")
+    )
+    batch, ms = _finite(col["global_batch_size"][i]) or cfg["global_batch_size"], col["ms_per_iter"][i]
+    if shape_known and batch and math.isfinite(ms) and ms > 0:
+        shape = ModelShape(
+            cfg["num_layers"],
+            cfg["hidden_size"],
+            cfg["seq_length"],
+            cfg["padded_vocab_size"],
+            cfg["ffn_hidden_size"],
+            cfg["recompute"],
+        )
+        return tflops_per_gpu(
+            shape, batch, ms, cfg["world_size"]
+        ), "formula (Megatron-DeepSpeed throughput_calculator)"
+    value = col["tflops_per_gpu"][i]
+    return (value, "log") if math.isfinite(value) else None
+
+
+def _spread_columns(prefix: str, values: list[float], digits: int = 10) -> dict[str, Any]:
+    result = spread(values)
+    return {
+        prefix: _rounded(result.median, digits) if result else None,
+        f"{prefix}_p10": _rounded(result.p10, digits) if result else None,
+        f"{prefix}_p90": _rounded(result.p90, digits) if result else None,
+    }
+
+
+def _memory(log: ParsedLog, facts: RunDirFacts | None) -> dict[str, Any]:
+    candidates = []
+    if log.max_allocated_MB_by_rank:
+        candidates.append(
+            (max(log.max_allocated_MB_by_rank.values()) / 1024, "Megatron memory report (max over ranks)")
+        )
+    if log.ds_max_allocated_GB is not None:
+        candidates.append((log.ds_max_allocated_GB, "DeepSpeed throughput line (MaxMemAllocated)"))
+    if log.see_max_allocated_GB is not None:
+        candidates.append((log.see_max_allocated_GB, "DeepSpeed see_memory_usage (Max_MA)"))
+    gpu, gpu_source = max(candidates) if candidates else (None, None)
+    if facts and facts.peak_host_rss_MiB is not None:
+        host, host_source = facts.peak_host_rss_MiB / 1024, "samples.csv (process tree RSS)"
+    elif log.host_used_GB is not None:
+        host, host_source = log.host_used_GB, "log: see_memory_usage CPU used (whole machine)"
+    else:
+        host, host_source = None, None
+    return {
+        "max_allocated_GiB": _rounded(gpu, 6),
+        "max_allocated_source": gpu_source,
+        "peak_host_GiB": _rounded(host, 6),
+        "peak_host_source": host_source,
+    }
+
+
+def _losses(log: ParsedLog) -> dict[str, Any]:
+    losses = [v for v in log.iterations["loss"] if math.isfinite(v)] or [
+        v for v in log.hf_losses if math.isfinite(v)
+    ]
+    plain = [v for v in log.validations if v.label in ("validation", "valid")] or log.validations
+    last_val = plain[-1] if plain else None
+    return {
+        "first_loss": losses[0] if losses else None,
+        "last_loss": losses[-1] if losses else None,
+        "val_loss": _finite(last_val.loss) if last_val else None,
+        "val_ppl": _finite(last_val.ppl) if last_val else None,
+        "val_iteration": last_val.iteration if last_val and last_val.iteration >= 0 else None,
+    }
+
+
+def _run_name(run: Run, facts: RunDirFacts | None) -> str:
+    if run.run_dir is not None:
+        name = facts.run.get("name") if facts else None
+        return str(name) if name else run.run_dir.name
+    assert run.log is not None
+    return run.log.stem
+
+
+def summarize_run(run: Run, log: ParsedLog, facts: RunDirFacts | None, options: Options) -> RunSummary:
+    """The summary row of one run (and the series its plots need)."""
+    cfg = config_columns(facts.run if facts else {}, log)
+    iterations = list(log.iterations["iteration"])
+    notes: list[str] = []
+    use_ds_timer = not iterations and len(log.ds_throughput["step"]) > 0
+    steps = list(log.ds_throughput["step"]) if use_ds_timer else iterations
+    cutoff = options.warmup.cutoff(steps)
+    steady = [i for i, step in enumerate(steps) if step > cutoff]
+    if steps and not steady:
+        steady = list(range(len(steps)))
+        notes.append("no logged interval after the warm-up: every interval used")
+    tokens, tflops, ms, samples = [], [], [], []
+    tokens_source = tflops_source = None
+    for i in steady:
+        if use_ds_timer:
+            rate = log.ds_throughput["samples_per_s"][i]
+            samples.append(rate)
+            if cfg["seq_length"] and cfg["world_size"] and math.isfinite(rate):
+                tokens.append(rate * cfg["seq_length"] / cfg["world_size"])
+                tokens_source = "DeepSpeed CurrSamplesPerSec x seq_length / world_size"
+            if cfg["global_batch_size"] and math.isfinite(rate) and rate > 0:
+                ms.append(cfg["global_batch_size"] / rate * 1000.0)
+            continue
+        ms.append(log.iterations["ms_per_iter"][i])
+        samples.append(log.iterations["samples_per_s"][i])
+        found = _tokens_per_s_per_gpu(log, i, cfg)
+        if found:
+            tokens.append(found[0])
+            tokens_source = tokens_source or found[1]
+        found = _tflops(log, i, cfg)
+        if found:
+            tflops.append(found[0])
+            tflops_source = tflops_source or found[1]
+    row: dict[str, Any] = {"name": _run_name(run, facts), "setup": setup_label(cfg), "path": str(run.path)}
+    row.update({k: v for k, v in cfg.items() if k not in ("recompute", "epoch_tokens")})
+    row.update(_status(log, facts))
+    row["anomalies"] = _anomalies(log)
+    row["iterations_done"] = int(steps[-1]) if steps else None
+    row["train_iters"] = log.train_iters or (facts.run.get("train_iters") if facts else None)
+    row["warmup_until_iteration"] = int(cutoff) if steps else None
+    row["steady_intervals"] = len(steady)
+    row.update(_spread_columns("tokens_per_s_per_gpu", tokens))
+    row["tokens_per_s_per_gpu_source"] = tokens_source
+    samples_spread = spread(samples)
+    row["samples_per_s"] = _rounded(samples_spread.median) if samples_spread else None
+    row.update(_spread_columns("ms_per_iter", ms))
+    row.update(_spread_columns("tflops_per_gpu", tflops))
+    row["tflops_per_gpu_source"] = tflops_source
+    epoch_tokens, epoch_source = _epoch_tokens(cfg, log, options)
+    row["epoch_tokens"] = epoch_tokens
+    row["epoch_tokens_source"] = epoch_source
+    world = cfg["world_size"]
+    rate = row["tokens_per_s_per_gpu"]
+    row["epoch_time_s"] = (
+        _rounded(epoch_tokens / (rate * world), 6) if epoch_tokens and rate and world else None
+    )
+    peak, peak_source = options.peak_tflops, "--peak-tflops"
+    if peak is None and facts and facts.device_peak_tflops:
+        peak, peak_source = facts.device_peak_tflops, f"doctor.json: {facts.device_name}"
+    row["peak_tflops"] = peak
+    row["peak_tflops_source"] = peak_source if peak else None
+    row["mfu_pct"] = (
+        _rounded(100.0 * row["tflops_per_gpu"] / peak, 3) if peak and row["tflops_per_gpu"] else None
+    )
+    row.update(_memory(log, facts))
+    row.update(_losses(log))
+    row["notes"] = notes + (facts.problems if facts else [])
+    curve = (
+        [it for it, loss in zip(iterations, log.iterations["loss"], strict=True) if math.isfinite(loss)],
+        [loss for loss in log.iterations["loss"] if math.isfinite(loss)],
+    )
+    return RunSummary(row, curve, tokens)
+
+
+def _epoch_tokens(cfg: dict[str, Any], log: ParsedLog, options: Options) -> tuple[int | None, str | None]:
+    if options.epoch_tokens:
+        return options.epoch_tokens, "--epoch-tokens"
+    if cfg["epoch_tokens"]:
+        return int(cfg["epoch_tokens"]), "run.json"
+    if log.config.samples_per_epoch and cfg["seq_length"]:
+        return int(
+            log.config.samples_per_epoch * cfg["seq_length"]
+        ), "log (training samples per epoch x seq_length)"
+    return None, None
