@@ -18,7 +18,7 @@ def repo_root() -> Path:
     return REPO_ROOT
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def engine() -> tuple[Path, Path]:
     """(Megatron-DeepSpeed checkout, engine Python); skips the test when absent."""
     reason = engine_missing()

@@ -61,7 +61,7 @@ def test_crashing_rank_fails_the_launch_with_the_rank_error_as_cause(tmp_path):
 
 
 def test_cause_of_a_real_engine_crash_is_the_first_rank_error():
-    lines = (FIXTURES / "logs" / "crash_rank1_assertion.log").read_text().splitlines()
+    lines = (FIXTURES / "logs" / "cpu-engine" / "try5.log").read_text().splitlines()
     assert failure_cause(lines) == (
         "AssertionError: Mismatch in local rank setting, args.local_rank=0 but env['LOCAL_RANK']=1."
     )

@@ -240,11 +240,17 @@ def _prebuild(python: Path, console: Console) -> None:
     """Compile what the first run would otherwise compile, so runs start (and time) cleanly:
     Megatron's dataset helpers inside the engine tree and, on a CPU-only machine, DeepSpeed's
     shared-memory communication and CPU Adam (ZeRO offload) ops (JIT-built into
-    ~/.cache/torch_extensions)."""
+    torch_extensions_dir())."""
     console.print("  compiling Megatron's dataset helpers (once)")
-    # The Makefile asks `python3` (first on PATH) for pybind11's headers: the engine's.
-    path = f"{python.parent}{os.pathsep}{os.environ.get('PATH', '')}"
-    _run(["make", "-s", "-C", str(engine_dir() / "megatron" / "data")], env={**_clean_env(), "PATH": path})
+    # As at launch, the engine's bin directory comes first on PATH: the Makefile asks `python3`
+    # for pybind11's headers, and DeepSpeed builds with the `ninja` found there (another
+    # ninja version keeps another build log, and rebuilds everything).
+    env = {
+        **_clean_env(),
+        "PATH": f"{python.parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        "TORCH_EXTENSIONS_DIR": str(torch_extensions_dir()),
+    }
+    _run(["make", "-s", "-C", str(engine_dir() / "megatron" / "data")], env=env)
     if Path("/dev/nvidia0").exists():
         return
     console.print("  compiling DeepSpeed's CPU ops: shared-memory comm, cpu_adam (once; about a minute)")
@@ -253,8 +259,7 @@ def _prebuild(python: Path, console: Console) -> None:
         "for name in ('ShareMemCommBuilder', 'CPUAdamBuilder'):\n"
         "    get_accelerator().create_op_builder(name).load(verbose=False)\n"
     )
-    env = {**_clean_env(), "DS_ACCELERATOR": "cpu", "TORCH_EXTENSIONS_DIR": str(torch_extensions_dir())}
-    _run([str(python), "-c", script], env=env)
+    _run([str(python), "-c", script], env={**env, "DS_ACCELERATOR": "cpu"})
 
 
 def _pip(python: Path, args: list[str]) -> None:

@@ -1,6 +1,6 @@
 """Resource samples once a second to samples.csv (docs/run-directory.md): resident memory of
-the training's whole process tree, system memory used and, where NVML sees GPUs, each GPU's
-used memory and utilization."""
+the training's whole process tree (shared pages counted once), system memory used and,
+where NVML sees GPUs, each GPU's used memory and utilization."""
 
 from __future__ import annotations
 
@@ -23,12 +23,17 @@ def process_tree(root: psutil.Process) -> list[psutil.Process]:
         return []
 
 
-def tree_rss_bytes(processes: list[psutil.Process]) -> int:
-    """Resident memory of `processes`, summed (those that exited meanwhile count 0)."""
+def tree_resident_bytes(processes: list[psutil.Process]) -> int:
+    """Resident memory of `processes` together: each one's proportional set size (PSS), so a
+    page they share (forked data-loader workers, the same libraries) counts once, not once
+    per process; plain RSS where PSS cannot be read. Processes that exited meanwhile count 0."""
     total = 0
     for process in processes:
         try:
-            total += process.memory_info().rss
+            try:
+                total += process.memory_full_info().pss
+            except (AttributeError, psutil.AccessDenied):
+                total += process.memory_info().rss
         except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
             continue
     return total
@@ -106,7 +111,7 @@ class Sampler:
             self.seen.setdefault(process.pid, process)
         return [
             round(time.monotonic() - self._started, 2),
-            round(tree_rss_bytes(processes) / MIB, 1),
+            round(tree_resident_bytes(processes) / MIB, 1),
             round(psutil.virtual_memory().used / MIB, 1),
             *self._gpus.sample(),
         ]
