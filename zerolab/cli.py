@@ -10,7 +10,7 @@ import sys
 from zerolab import __version__
 from zerolab.errors import UserError
 
-COMMAND_MODULES: tuple[str, ...] = ()
+COMMAND_MODULES: tuple[str, ...] = ("zerolab.data_prep.cli",)
 
 
 def build_parser() -> argparse.ArgumentParser:
