@@ -178,4 +178,4 @@ def _run_inspect(args) -> int:
 
     from zerolab.data_prep.inspection import inspect
 
-    return inspect(args.prefix, args.show, Console())
+    return inspect(args.prefix, args.show, Console(soft_wrap=True))

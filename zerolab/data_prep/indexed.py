@@ -114,8 +114,8 @@ def index_problems(index: Index, bin_path: Path) -> list[str]:
         total += int(sizes.sum())
     if total * itemsize != bin_bytes:
         problems.append(
-            f"the sizes add up to {total} tokens ({total * itemsize} bytes) but the .bin holds "
-            f"{bin_bytes} bytes"
+            f"the sizes add up to {total:,} tokens ({total * itemsize:,} bytes) but the .bin holds "
+            f"{bin_bytes:,} bytes"
         )
     doc_idx = np.asarray(index.doc_idx)
     if len(doc_idx) == 0 or doc_idx[0] != 0 or doc_idx[-1] != len(index) or (np.diff(doc_idx) < 0).any():

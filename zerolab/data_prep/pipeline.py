@@ -109,7 +109,12 @@ def run(job: PrepJob) -> int:
     done, counts, position = _resume_point(job, workdir, fingerprint)
     started = time.perf_counter()
     before = Counts(counts.records, counts.input_bytes, dict(counts.documents), dict(counts.tokens))
-    counts = _process(job, workdir, done, counts, position, outputs)
+    try:
+        counts = _process(job, workdir, done, counts, position, outputs)
+    except BaseException:
+        if not any(workdir.glob("*.done.json")):
+            shutil.rmtree(workdir, ignore_errors=True)  # nothing to resume from
+        raise
     facts = _merge(job, workdir, outputs, counts, fingerprint)
     shutil.rmtree(workdir)
     _summary(job, counts, before, facts, time.perf_counter() - started)
@@ -376,7 +381,7 @@ def _say(job: PrepJob, text: str) -> None:
 def _summary(job: PrepJob, counts: Counts, before: Counts, facts: dict, seconds: float) -> None:
     from rich.console import Console
 
-    console = Console()
+    console = Console(soft_wrap=True)
     for name, (prefix, files) in facts.items():
         console.print(
             f"wrote [bold]{prefix}[/].bin/.idx: {counts.documents[name]:,} documents, "
