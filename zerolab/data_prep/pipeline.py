@@ -217,10 +217,9 @@ def _process(job: PrepJob, workdir: Path, done: int, counts: Counts, position: d
     shard = ShardWriter(workdir, done, names)
     started = time.perf_counter()
     already = counts.input_bytes
+    before = Counts(documents=dict(counts.documents), tokens=dict(counts.tokens))
     with _progress(job) as progress:
-        task = progress.add_task(
-            f"{job.corpus} → {job.out}", total=job.source.total_bytes(), completed=already
-        )
+        task = progress.add_task(job.corpus, total=job.source.total_bytes(), completed=already, rates="")
         for result, end, nbytes in _results(job, job.source.batches(position), dtype):
             if result.stopped:
                 _, where, detail = result.problems[0]
@@ -239,7 +238,7 @@ def _process(job: PrepJob, workdir: Path, done: int, counts: Counts, position: d
             elapsed = max(time.perf_counter() - started, 1e-9)
             rate = (counts.input_bytes - already) / elapsed
             progress.update(
-                task, completed=counts.input_bytes, description=_rate_text(job, counts, rate, elapsed)
+                task, completed=counts.input_bytes, rates=_rate_text(counts, before, rate, elapsed)
             )
         shard.finish(position, counts)
     return counts
@@ -354,8 +353,9 @@ def _progress(job: PrepJob):
 
     return Progress(
         TextColumn("{task.description}"),
-        BarColumn(),
+        BarColumn(bar_width=20),
         TaskProgressColumn(),
+        TextColumn("{task.fields[rates]}"),
         TimeElapsedColumn(),
         console=Console(stderr=True),
         disable=job.quiet,
@@ -363,11 +363,12 @@ def _progress(job: PrepJob):
     )
 
 
-def _rate_text(job: PrepJob, counts: Counts, rate: float, elapsed: float) -> str:
-    docs, tokens = counts.total_documents(), counts.total_tokens()
+def _rate_text(counts: Counts, before: Counts, rate: float, elapsed: float) -> str:
+    docs = counts.total_documents() - before.total_documents()
+    tokens = counts.total_tokens() - before.total_tokens()
     return (
-        f"{job.corpus}: {docs:,} docs, {tokens:,} tokens · "
-        f"{docs / elapsed:,.0f} docs/s · {tokens / elapsed:,.0f} tokens/s · {rate / 1e6:.1f} MB/s"
+        f"{counts.total_documents():,} docs · {docs / elapsed:,.0f} docs/s · "
+        f"{tokens / elapsed / 1e6:.2f}M tokens/s · {rate / 1e6:.1f} MB/s"
     )
 
 
