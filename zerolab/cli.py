@@ -13,6 +13,7 @@ from zerolab.errors import UserError
 COMMAND_MODULES: tuple[str, ...] = (
     "zerolab.recipe.cli",
     "zerolab.recipe.launch_cli",
+    "zerolab.data_prep.cli",
     "zerolab.summarize.command",
 )
 
