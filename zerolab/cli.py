@@ -15,6 +15,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "zerolab.launch.cli",
     "zerolab.engine.cli",
     "zerolab.engine.doctor",
+    "zerolab.data_prep.cli",
     "zerolab.summarize.command",
 )
 

@@ -1,0 +1,39 @@
+"""Shared helpers of the data-prep tests."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from zerolab.cli import main
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "prep"
+SAMPLE = Path(__file__).resolve().parents[1] / "data_prep" / "samples" / "dolly151.jsonl"
+
+
+def prep(*argv: str) -> int:
+    """Run `zerolab prep ARGV...` in this process; its exit status."""
+    return main(["prep", *argv, "--quiet"] if argv[0] != "inspect" else ["prep", *argv])
+
+
+def owt_jsonl(tmp_path: Path, copies: int = 1) -> Path:
+    """The OpenWebText fixture decompressed (and repeated `copies` times) into tmp_path."""
+    import zstandard
+
+    data = zstandard.ZstdDecompressor().decompress((FIXTURES / "owt1000.jsonl.zst").read_bytes())
+    path = tmp_path / f"owt{copies}.jsonl"
+    path.write_bytes(data * copies)
+    return path
+
+
+def same_bytes(a: Path, b: Path) -> bool:
+    return Path(a).read_bytes() == Path(b).read_bytes()
+
+
+def manifest(prefix: Path) -> dict:
+    return json.loads(Path(f"{prefix}_text_document.manifest.json").read_text())
+
+
+def copy_fixture(name: str, tmp_path: Path) -> Path:
+    return Path(shutil.copy(FIXTURES / name, tmp_path / name))

@@ -1,0 +1,181 @@
+"""`zerolab prep ...`: the data-prep commands and their options."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from zerolab.errors import UserError
+
+DOLLY_DATASET = "databricks/databricks-dolly-15k"
+OPENWEBTEXT_DATASET = "Skylion007/openwebtext"
+DOLLY_SUFFIXES = (".jsonl", ".json", ".parquet")
+
+
+def default_workers() -> int:
+    """Every core this process may use."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def _common(parser: argparse.ArgumentParser, out_help: str) -> None:
+    parser.add_argument("--out", required=True, help=out_help)
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=default_workers(),
+        help="tokenizer processes (default: every core, here %(default)s)",
+    )
+    parser.add_argument(
+        "--split",
+        metavar="TRAIN,VALID,TEST",
+        help="also deal documents into fixed splits, e.g. 98,1,1: writes OUT_train_text_document, "
+        "OUT_valid_..., OUT_test_... instead of OUT_text_document",
+    )
+    parser.add_argument(
+        "--on-error",
+        choices=("stop", "skip"),
+        default="stop",
+        help="bad records (malformed JSON, missing key, not UTF-8, empty): stop with file:line "
+        "and exit 2 (default), or skip them and count them in the manifest",
+    )
+    parser.add_argument(
+        "--force", action="store_true", help="rebuild even when the output is already complete"
+    )
+    parser.add_argument(
+        "--shard-mb",
+        type=float,
+        default=256.0,
+        help="input MB per resumable shard: a killed run resumes after its last finished "
+        "shard (default %(default)s)",
+    )
+    parser.add_argument("--quiet", action="store_true", help="no progress bar or messages, only the summary")
+
+
+def register(subparsers) -> None:
+    """Add `zerolab prep` and its sub-commands."""
+    prep = subparsers.add_parser(
+        "prep",
+        help="corpora into Megatron indexed binaries (PREFIX_text_document.bin/.idx)",
+        description="Tokenize a corpus with GPT-2's BPE (ids identical to Megatron's GPT2BPETokenizer) "
+        "into Megatron's indexed dataset, one <|endoftext|> after each document.",
+    )
+    commands = prep.add_subparsers(dest="prep_command", metavar="CORPUS", required=True)
+
+    dolly = commands.add_parser(
+        "dolly", help="databricks-dolly-15k (HF datasets, or a local .jsonl/.json/.parquet)",
+        description="Each record becomes one document: context, instruction and response joined by "
+        "--separator, empty fields left out.",
+    )  # fmt: skip
+    _common(dolly, "output prefix, e.g. data/dolly (writes data/dolly_text_document.bin/.idx)")
+    dolly.add_argument("--input", help="local dolly file (.jsonl, .json or .parquet; .gz/.zst too) "
+                       f"instead of loading {DOLLY_DATASET} through HF datasets")  # fmt: skip
+    dolly.add_argument("--dataset", default=DOLLY_DATASET,
+                       help="HF dataset name or local dataset directory (default %(default)s)")  # fmt: skip
+    dolly.add_argument("--separator", default="\\n",
+                       help="text between context, instruction and response; \\n and \\t are understood "
+                       "(default \\n)")  # fmt: skip
+    dolly.add_argument("--keep-empty-fields", action="store_true",
+                       help="join empty fields too (an empty context then leaves a leading separator), as "
+                       "the reference golden files were made")  # fmt: skip
+    dolly.set_defaults(run=_run_dolly)
+
+    owt = commands.add_parser("openwebtext", help="OpenWebText (HF datasets, streamed, or local JSONL files)")
+    _common(owt, "output prefix, e.g. data/owt (writes data/owt_text_document.bin/.idx)")
+    owt.add_argument("--input", nargs="+", metavar="FILE",
+                     help=f"local JSONL files with a 'text' key (.gz/.zst too) instead of streaming "
+                     f"{OPENWEBTEXT_DATASET}")  # fmt: skip
+    owt.add_argument("--dataset", default=OPENWEBTEXT_DATASET,
+                     help="HF dataset name or local dataset directory (default %(default)s)")  # fmt: skip
+    owt.set_defaults(run=_run_openwebtext)
+
+    jsonl = commands.add_parser("jsonl", help="any JSONL corpus, one document per line")
+    jsonl.add_argument("files", nargs="+", metavar="FILE", help="JSONL files (.gz/.zst too)")
+    _common(jsonl, "output prefix (writes OUT_text_document.bin/.idx)")
+    jsonl.add_argument("--key", default="text", help="the field holding each document (default %(default)s)")
+    jsonl.set_defaults(run=_run_jsonl)
+
+    text = commands.add_parser("text", help="plain UTF-8 text files")
+    text.add_argument("files", nargs="+", metavar="FILE", help="text files (.gz/.zst too)")
+    _common(text, "output prefix (writes OUT_text_document.bin/.idx)")
+    text.add_argument("--document", choices=("file", "line"), default="file",
+                      help="one document per file (default) or per non-empty line")  # fmt: skip
+    text.set_defaults(run=_run_text)
+
+    inspect = commands.add_parser("inspect", help="facts and decoded documents of a prepared dataset; "
+                                  "exit 1 when .bin and .idx disagree")  # fmt: skip
+    inspect.add_argument("prefix", help="e.g. data/dolly or data/dolly_text_document")
+    inspect.add_argument(
+        "--show", type=int, default=3, help="decoded documents to print (default %(default)s)"
+    )
+    inspect.set_defaults(run=_run_inspect)
+
+
+def _job(args, corpus: str, source, fmt):
+    from zerolab.data_prep.pipeline import PrepJob
+    from zerolab.data_prep.splits import parse_split
+
+    if args.workers < 1:
+        raise UserError(f"--workers {args.workers}: give at least 1")
+    if args.shard_mb <= 0:
+        raise UserError(f"--shard-mb {args.shard_mb}: give a positive size")
+    return PrepJob(
+        out=Path(args.out), corpus=corpus, source=source, fmt=fmt, workers=args.workers,
+        on_error=args.on_error, split=parse_split(args.split) if args.split else None, force=args.force,
+        shard_bytes=int(args.shard_mb * 1e6), quiet=args.quiet,
+    )  # fmt: skip
+
+
+def _run(job) -> int:
+    from zerolab.data_prep.pipeline import run
+
+    return run(job)
+
+
+def _run_dolly(args) -> int:
+    from zerolab.data_prep.records import DollyFields
+    from zerolab.data_prep.sources import HubDataset, LineFiles, RecordFiles, check_files
+
+    separator = args.separator.replace("\\n", "\n").replace("\\t", "\t")
+    fmt = DollyFields(separator=separator, keep_empty=args.keep_empty_fields)
+    if args.input:
+        (path,) = check_files([args.input])
+        kind = next((s for s in DOLLY_SUFFIXES if s in path.suffixes), None)
+        if kind is None:
+            raise UserError(f"--input {path}: give a .jsonl, .json or .parquet file (optionally .gz/.zst)")
+        source = LineFiles([path]) if kind == ".jsonl" else RecordFiles([path], columns=fmt.keys)
+    else:
+        source = HubDataset(args.dataset)
+    return _run(_job(args, "dolly", source, fmt))
+
+
+def _run_openwebtext(args) -> int:
+    from zerolab.data_prep.records import JsonField
+    from zerolab.data_prep.sources import HubDataset, LineFiles, check_files
+
+    source = LineFiles(check_files(args.input)) if args.input else HubDataset(args.dataset, streaming=True)
+    return _run(_job(args, "openwebtext", source, JsonField("text")))
+
+
+def _run_jsonl(args) -> int:
+    from zerolab.data_prep.records import JsonField
+    from zerolab.data_prep.sources import LineFiles, check_files
+
+    return _run(_job(args, "jsonl", LineFiles(check_files(args.files)), JsonField(args.key)))
+
+
+def _run_text(args) -> int:
+    from zerolab.data_prep.records import TEXT_LINES, JsonField
+    from zerolab.data_prep.sources import LineFiles, WholeFiles, check_files
+
+    files = check_files(args.files)
+    source = WholeFiles(files) if args.document == "file" else LineFiles(files, kind=TEXT_LINES)
+    return _run(_job(args, "text", source, JsonField()))
+
+
+def _run_inspect(args) -> int:
+    from rich.console import Console
+
+    from zerolab.data_prep.inspection import inspect
+
+    return inspect(args.prefix, args.show, Console(soft_wrap=True))

@@ -1,0 +1,261 @@
+"""Where records come from: local files (plain, gzip or zstd; JSONL, text, a .json array,
+parquet) or HF `datasets`. Each source yields `(batch, position_after, input_bytes)` from
+a resumable position, reading as a stream: memory holds a few batches, never the corpus."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import itertools
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from zerolab.data_prep.records import ITEMS, JSON_LINES, Batch
+from zerolab.errors import UserError
+
+BATCH_BYTES = 1 << 20
+BATCH_RECORDS = 512
+GZIP_MAGIC = b"\x1f\x8b"
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+START = {"file": 0, "offset": 0, "line": 0, "record": 0}
+
+
+def compression_of(path: Path) -> str | None:
+    """'gzip', 'zstd' or None, from the file's first bytes."""
+    with open(path, "rb") as handle:
+        head = handle.read(4)
+    if head.startswith(GZIP_MAGIC):
+        return "gzip"
+    if head.startswith(ZSTD_MAGIC):
+        return "zstd"
+    return None
+
+
+def open_stream(path: Path, raw: io.BufferedReader):
+    """A binary stream of the decompressed content of `raw` (an open `path`)."""
+    compression = compression_of(path)
+    if compression == "gzip":
+        return gzip.GzipFile(fileobj=raw, mode="rb")
+    if compression == "zstd":
+        import zstandard
+
+        return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(raw, closefd=False))
+    return raw
+
+
+def check_files(paths: list[str]) -> list[Path]:
+    """The input files, each checked to exist; UserError naming the first missing one."""
+    files = [Path(p) for p in paths]
+    for path in files:
+        if not path.is_file():
+            raise UserError(f"input file {path} does not exist (check the path)")
+    return files
+
+
+@dataclass
+class LineFiles:
+    """Files read as lines: JSONL records, or text with one document per line."""
+
+    files: list[Path]
+    kind: str = JSON_LINES
+    block: int = BATCH_BYTES
+
+    def describe(self) -> dict:
+        return {"files": [_file_facts(p) for p in self.files], "format": self.kind}
+
+    def total_bytes(self) -> int | None:
+        return _total_bytes(self.files)
+
+    def batches(self, start: dict) -> Iterator[tuple[Batch, dict, int]]:
+        for index in range(start["file"], len(self.files)):
+            resume = start if index == start["file"] else START
+            yield from self._file_batches(index, resume["offset"], resume["line"])
+
+    def _file_batches(self, index: int, offset: int, line: int):
+        path = self.files[index]
+        with open(path, "rb") as raw:
+            stream = open_stream(path, raw)
+            _skip(stream, offset)
+            carry = b""
+            while True:
+                data = stream.read(self.block)
+                if not data:
+                    break
+                data = carry + data
+                cut = data.rfind(b"\n") + 1
+                if cut == 0:
+                    carry = data
+                    continue
+                chunk, carry = data[:cut], data[cut:]
+                yield from self._batch(index, chunk, offset, line)
+                offset += len(chunk)
+                line += chunk.count(b"\n")
+            if carry:
+                yield from self._batch(index, carry, offset, line)
+
+    def _batch(self, index: int, chunk: bytes, offset: int, line: int):
+        batch = Batch(self.kind, str(self.files[index]), line + 1, data=chunk)
+        end = offset + len(chunk)
+        # A file's last batch moves the position on to the next file.
+        position = {"file": index, "offset": end, "line": line + chunk.count(b"\n"), "record": 0}
+        yield batch, position, len(chunk)
+
+
+def _skip(stream, offset: int) -> None:
+    """Move a (possibly decompressing) stream `offset` bytes on."""
+    if not offset:
+        return
+    if stream.seekable():
+        stream.seek(offset)
+        return
+    while offset > 0:
+        data = stream.read(min(offset, 1 << 24))
+        if not data:
+            return
+        offset -= len(data)
+
+
+@dataclass
+class WholeFiles:
+    """Text files, each one document."""
+
+    files: list[Path]
+
+    def describe(self) -> dict:
+        return {"files": [_file_facts(p) for p in self.files], "format": "text, one document per file"}
+
+    def total_bytes(self) -> int | None:
+        return _total_bytes(self.files)
+
+    def batches(self, start: dict) -> Iterator[tuple[Batch, dict, int]]:
+        for index in range(start["file"], len(self.files)):
+            path = self.files[index]
+            with open(path, "rb") as raw:
+                data = open_stream(path, raw).read()
+            batch = Batch(ITEMS, str(path), 1, items=[(1, data)])
+            yield batch, {**START, "file": index + 1}, len(data)
+
+
+@dataclass
+class RecordFiles:
+    """Files of parsed records: a .json array, or .parquet; numbered from 1 as 'lines'."""
+
+    files: list[Path]
+    columns: tuple[str, ...] = ()
+
+    def describe(self) -> dict:
+        return {"files": [_file_facts(p) for p in self.files], "format": "records"}
+
+    def total_bytes(self) -> int | None:
+        return _total_bytes(self.files)
+
+    def batches(self, start: dict) -> Iterator[tuple[Batch, dict, int]]:
+        for index in range(start["file"], len(self.files)):
+            first = start["record"] if index == start["file"] else 0
+            path = self.files[index]
+            size = path.stat().st_size
+            rows = _parquet_rows(path, self.columns) if path.suffix == ".parquet" else _json_rows(path)
+            rows = itertools.islice(rows, first, None)
+            yield from _record_batches(
+                rows, first, str(path), lambda n, i=index: {**START, "file": i, "record": n}
+            )
+            yield Batch(ITEMS, str(path), first + 1), {**START, "file": index + 1}, size
+
+
+def _record_batches(rows, done: int, name: str, position_at) -> Iterator[tuple[Batch, dict, int]]:
+    """Batches of `rows`, which follow the `done` records already processed."""
+    items: list = []
+    number = done
+    for number, row in enumerate(rows, start=done + 1):
+        items.append((number, row))
+        if len(items) == BATCH_RECORDS:
+            yield Batch(ITEMS, name, items[0][0], items=items), position_at(number), 0
+            items = []
+    if items:
+        yield Batch(ITEMS, name, items[0][0], items=items), position_at(number), 0
+
+
+def _json_rows(path: Path):
+    try:
+        with open(path, "rb") as raw:
+            records = json.load(open_stream(path, raw))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise UserError(
+            f"{path}: not a JSON array of records ({error}); JSONL files need a .jsonl name"
+        ) from None
+    if not isinstance(records, list):
+        raise UserError(f"{path}: a JSON array of records was expected, got {type(records).__name__}")
+    for row in records:
+        yield row if isinstance(row, dict) else {"": row}
+
+
+def _parquet_rows(path: Path, columns: tuple[str, ...]):
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.ParquetFile(path)
+    except Exception as error:
+        raise UserError(f"{path}: not a readable parquet file ({error})") from None
+    present = [c for c in columns if c in table.schema_arrow.names]
+    for record_batch in table.iter_batches(batch_size=BATCH_RECORDS, columns=present or None):
+        yield from record_batch.to_pylist()
+
+
+@dataclass
+class HubDataset:
+    """A dataset loaded through HF `datasets` (a hub name, or a local dataset directory)."""
+
+    name: str
+    split: str = "train"
+    streaming: bool = False
+
+    def describe(self) -> dict:
+        return {"dataset": self.name, "split": self.split, "streaming": self.streaming}
+
+    def total_bytes(self) -> None:
+        return None
+
+    def batches(self, start: dict) -> Iterator[tuple[Batch, dict, int]]:
+        dataset = self._load()
+        if start["record"]:
+            dataset = dataset.skip(start["record"])
+        rows = _guarded(iter(dataset), self.name)
+        name = f"{self.name}[{self.split}]"
+        yield from _record_batches(rows, start["record"], name, lambda n: {**START, "record": n})
+
+    def _load(self):
+        try:
+            import datasets
+
+            datasets.logging.set_verbosity_error()
+            return datasets.load_dataset(self.name, split=self.split, streaming=self.streaming)
+        except Exception as error:
+            raise UserError(_hub_failure(self.name, error)) from None
+
+
+def _guarded(rows, name: str):
+    try:
+        yield from rows
+    except Exception as error:
+        raise UserError(_hub_failure(name, error)) from None
+
+
+def _hub_failure(name: str, error: Exception) -> str:
+    return (
+        f"could not load {name!r} through Hugging Face datasets ({type(error).__name__}: {error}). "
+        "Without access to the Hugging Face hub, download the data where you can and pass it "
+        "with --input (.jsonl, .json or .parquet; gzip or zstd compressed is fine)"
+    )
+
+
+def _total_bytes(files: list[Path]) -> int | None:
+    """Input bytes for a progress bar; None when compressed (decompressed size unknown)."""
+    if any(compression_of(p) for p in files):
+        return None
+    return sum(p.stat().st_size for p in files)
+
+
+def _file_facts(path: Path) -> dict:
+    return {"path": str(path), "bytes": path.stat().st_size, "compression": compression_of(path)}
