@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: help test lint dev docs
+.PHONY: help test lint dev docs setup demo
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -28,3 +28,9 @@ test: lint  ## set up .venv, lint, and run every test (engine tests skip, with t
 
 docs: dev  ## regenerate docs/recipe-reference.md from the recipe schema
 	$(BIN)/python -m zerolab.recipe.reference
+
+setup: dev  ## the engine: a venv in ~/.cache/zerolab with the pins of zerolab/engine/pins.toml, Megatron-DeepSpeed at the pinned commit (ZEROLAB_ENGINE_SRC=local git dir to clone from)
+	$(BIN)/zerolab engine install
+
+demo: setup  ## set up, then the CPU demo: five ZeRO setups of a tiny GPT-2 (2 ranks), summarized in logs/demo/
+	$(BIN)/zerolab demo

@@ -16,6 +16,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "zerolab.engine.cli",
     "zerolab.engine.doctor",
     "zerolab.data_prep.cli",
+    "zerolab.demo",
     "zerolab.summarize.command",
 )
 

@@ -1,0 +1,106 @@
+"""`zerolab demo` (`make demo`): the seed study on CPU. Prepares the bundled dolly-15k sample,
+trains the tiny GPT-2 under the five setups (DP, ZeRO 1, 2, 3, 3 + CPU offload) with two
+ranks each, then summarizes them side by side into logs/demo/."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+from zerolab.engine.paths import REPO_ROOT
+
+RECIPES = ("cpu/tiny_dp", "cpu/tiny_z1", "cpu/tiny_z2", "cpu/tiny_z3", "cpu/tiny_z3_offload")
+SAMPLE = "data_prep/samples/dolly151.jsonl"
+DATA_OUT = "data/dolly"
+OUT = REPO_ROOT / "logs" / "demo"
+
+_ITERATION = re.compile(r"iteration\s+(\d+)/\s*(\d+) .*?lm loss: ([0-9.E+-]+)")
+
+
+def register(subparsers: Any) -> None:
+    """Add `zerolab demo`."""
+    parser = subparsers.add_parser(
+        "demo",
+        help="the CPU demo: five ZeRO setups of a tiny GPT-2, 2 ranks each, summarized in logs/demo/",
+        description="Prepare the bundled dolly-15k sample, train the tiny GPT-2 under DP, ZeRO-1, "
+        "ZeRO-2, ZeRO-3 and ZeRO-3 with CPU optimizer offload (two CPU ranks each), and write "
+        "their side-by-side summary (summary.md, summary.json, plots) to logs/demo/.",
+    )
+    parser.add_argument(
+        "overrides", nargs="*", metavar="KEY=VALUE", help="applied to every recipe, e.g. train.iters=100"
+    )
+    parser.add_argument("--out", type=Path, default=OUT, help="where the summary goes (default logs/demo)")
+    parser.set_defaults(run=run_demo)
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    """Run the demo; 0 when all five runs completed."""
+    from rich.console import Console
+
+    from zerolab.cli import main
+    from zerolab.launch.launcher import launch, prepare
+
+    console = Console()
+    started = time.monotonic()
+    console.rule("[bold]zerolab demo: 1/3 data")
+    if main(["prep", "dolly", "--input", str(REPO_ROOT / SAMPLE), "--out", str(REPO_ROOT / DATA_OUT)]) != 0:
+        return 1
+    prepared = [prepare(recipe, list(args.overrides)) for recipe in RECIPES]  # every check before any run
+
+    console.rule(f"[bold]zerolab demo: 2/3 training {len(RECIPES)} setups, 2 CPU ranks each")
+    run_dirs: list[Path] = []
+    failed: list[str] = []
+    for number, recipe in enumerate(prepared, start=1):
+        progress = _RunProgress(console, f"[{number}/{len(prepared)}] {recipe.name}")
+        run_dir, status = launch(recipe, echo=progress.line)
+        progress.done(status, run_dir)
+        run_dirs.append(run_dir)
+        if status["state"] != "completed":
+            failed.append(f"{recipe.name} ({status['state']}: {status['cause']})")
+
+    console.rule("[bold]zerolab demo: 3/3 summary")
+    args.out.mkdir(parents=True, exist_ok=True)
+    summarized = main(["summarize", *map(str, run_dirs), "--out", str(args.out)])
+    console.print(f"demo finished in {time.monotonic() - started:.0f} s; summary in {_shown(args.out)}/")
+    if failed:
+        console.print(f"[bold red]failed:[/] {', '.join(failed)}; see each run's train.log")
+        return 1
+    return summarized
+
+
+class _RunProgress:
+    """One line per run on the terminal (iteration and loss as they come); the full output
+    of every rank goes to the run's train.log."""
+
+    def __init__(self, console: Any, label: str) -> None:
+        self.console = console
+        self.label = label
+        self.started = time.monotonic()
+        self.first_loss: float | None = None
+        self.status = console.status(f"{label}: starting 2 ranks")
+        self.status.start()
+
+    def line(self, text: str) -> None:
+        match = _ITERATION.search(text)
+        if match:
+            iteration, total, loss = int(match[1]), int(match[2]), float(match[3])
+            self.first_loss = self.first_loss if self.first_loss is not None else loss
+            self.status.update(f"{self.label}: iteration {iteration}/{total}, lm loss {loss:.3f}")
+        elif text.startswith("zerolab: launching"):
+            self.status.update(f"{self.label}: starting 2 ranks")
+
+    def done(self, status: dict, run_dir: Path) -> None:
+        self.status.stop()
+        seconds = time.monotonic() - self.started
+        mark = "[green]completed[/]" if status["state"] == "completed" else f"[red]{status['state']}[/]"
+        self.console.print(f"{self.label}: {mark} in {seconds:.0f} s -> {_shown(run_dir)}")
+
+
+def _shown(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(REPO_ROOT))
+    except ValueError:
+        return str(path)
