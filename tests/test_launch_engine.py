@@ -14,7 +14,7 @@ import pytest
 from zerolab.cli import main
 from zerolab.engine.paths import REPO_ROOT
 
-DATASET = REPO_ROOT / "tests" / "fixtures" / "recipe-data" / "dolly151_text_document"
+SAMPLE = REPO_ROOT / "data_prep" / "samples" / "dolly151.jsonl"
 RUN_FILES = {
     "recipe.yaml",
     "ds_config.json",
@@ -29,11 +29,10 @@ RUN_FILES = {
 
 @pytest.fixture(scope="session")
 def dataset(tmp_path_factory) -> str:
-    """The prepared dolly sample, copied where Megatron may write its index caches beside it."""
-    directory = tmp_path_factory.mktemp("data")
-    for suffix in (".bin", ".idx"):
-        shutil.copy(DATASET.with_suffix(suffix), directory / f"dolly{suffix}")
-    return str(directory / "dolly")
+    """The bundled dolly sample, prepared by `zerolab prep` into a temporary directory."""
+    out = tmp_path_factory.mktemp("data") / "dolly"
+    assert main(["prep", "dolly", "--input", str(SAMPLE), "--out", str(out), "--quiet"]) == 0
+    return f"{out}_text_document"
 
 
 @pytest.fixture(scope="module")
@@ -116,7 +115,7 @@ def test_zero3_with_cpu_optimizer_offload(engine, dataset, tmp_path):
 def test_a_crashing_rank_fails_the_launch_with_the_cause(engine, dataset, tmp_path):
     broken = tmp_path / "broken"
     shutil.copy(dataset + ".idx", str(broken) + ".idx")
-    (Path(str(broken) + ".bin")).write_bytes(Path(dataset + ".bin").read_bytes()[:1000])  # truncated
+    Path(str(broken) + ".bin").write_bytes(Path(dataset + ".bin").read_bytes()[:1000])  # truncated
     run_dir = tmp_path / "crash"
     code = main(
         [

@@ -54,7 +54,7 @@ def run_demo(args: argparse.Namespace) -> int:
     run_dirs: list[Path] = []
     failed: list[str] = []
     for number, recipe in enumerate(prepared, start=1):
-        progress = _RunProgress(console, f"[{number}/{len(prepared)}] {recipe.name}")
+        progress = RunProgress(console, f"[{number}/{len(prepared)}] {recipe.name}")
         run_dir, status = launch(recipe, echo=progress.line)
         progress.done(status, run_dir)
         run_dirs.append(run_dir)
@@ -71,7 +71,7 @@ def run_demo(args: argparse.Namespace) -> int:
     return summarized
 
 
-class _RunProgress:
+class RunProgress:
     """One line per run on the terminal (iteration and loss as they come); the full output
     of every rank goes to the run's train.log."""
 

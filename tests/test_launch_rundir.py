@@ -1,0 +1,44 @@
+"""Run directories: one per launch, named by the time, never reused or overwritten."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from zerolab.cli import main
+from zerolab.errors import UserError
+from zerolab.launch.rundir import claim_run_dir, new_run_dir
+
+
+def test_each_launch_gets_a_new_directory_even_within_one_second(tmp_path):
+    first = new_run_dir(tmp_path, "tiny_z1")
+    (first / "train.log").write_text("first run\n")
+    second = new_run_dir(tmp_path, "tiny_z1")
+    assert first != second
+    assert first.parent == second.parent == tmp_path / "tiny_z1"
+    assert all(re.fullmatch(r"\d{8}-\d{6}", d.name) for d in (first, second))
+    assert (first / "train.log").read_text() == "first run\n"
+
+
+def test_a_given_run_directory_that_exists_is_refused(tmp_path):
+    existing = tmp_path / "run"
+    existing.mkdir()
+    (existing / "status.json").write_text("{}")
+    with pytest.raises(UserError, match="never overwritten"):
+        claim_run_dir(existing)
+    assert (existing / "status.json").read_text() == "{}"
+    assert claim_run_dir(tmp_path / "new" / "run").is_dir()
+
+
+def test_dry_run_prints_the_render_and_writes_nothing(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["launch", "cpu/tiny_z3", "--dry-run", "--run-dir", str(tmp_path / "run")]) == 0
+    out = capsys.readouterr().out
+    assert "-m zerolab.engine.megatron_entry" in out and '"stage": 3' in out
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_launch_without_a_recipe_is_a_usage_error(capsys):
+    assert main(["launch"]) == 2
+    assert "give a RECIPE" in capsys.readouterr().err
