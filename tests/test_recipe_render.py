@@ -220,19 +220,21 @@ def test_ds_config_path_substitution():
 
 
 def test_run_facts_keys_follow_the_run_directory_contract():
-    facts = run_facts(load_recipe("gpt2_z3_offload"))
+    unprepared = REPO / "tests" / "no-such-dataset" / "dolly_text_document"  # `make demo` prepares data/
+    facts = run_facts(load_recipe("gpt2_z3_offload", [f"data.path={unprepared}"]))
     doc = (REPO / "docs" / "run-directory.md").read_text()
     section = doc.split("## run.json")[1].split("##")[0]
     for key in facts:
         assert f"`{key}`" in section
     assert facts["offload_optimizer"] is True and facts["data_parallel"] == 2
     assert facts["gradient_accumulation_steps"] == 4 and facts["precision"] == "bf16"
-    assert facts["epoch_tokens"] is None  # the dataset is not prepared in the checkout
+    assert facts["epoch_tokens"] is None  # not known without the dataset
 
 
 def test_dry_run_and_json_print_and_write_nothing(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    assert main(["render", "gpt2_z3_offload", "train.micro_batch_size=4", "--dry-run"]) == 0
+    missing = f"data.path={tmp_path / 'unprepared' / 'dolly_text_document'}"
+    assert main(["render", "gpt2_z3_offload", "train.micro_batch_size=4", missing, "--dry-run"]) == 0
     out, err = capsys.readouterr()
     assert "torchrun \\\n" in out and '"offload_optimizer"' in out
     assert "warning: data.path" in err
