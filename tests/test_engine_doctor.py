@@ -39,3 +39,18 @@ def test_doctor_reports_the_real_engine(engine, capsys):
     assert env["cuda_available"] is (len(env["devices"]) > 0)
     assert {"cpu_adam", "fused_adam"} <= set(env["ops"])
     assert all({"installed", "compatible", "jit_built"} == set(op) for op in env["ops"].values())
+
+
+def test_in_the_gpu_image_the_base_images_torch_meets_the_torch_pin(monkeypatch):
+    from zerolab.engine.doctor import _probe_problems
+
+    pins = load_pins().python
+    packages = dict(pins, torch="2.8.0a0+5228986c39.nv25.6")
+    probe = {"packages": packages}
+    monkeypatch.delenv("ZEROLAB_IMAGE", raising=False)
+    assert [p["what"] for p in _probe_problems(probe, pins)] == [
+        f"torch=={pins['torch']} in the engine environment (has 2.8.0a0+5228986c39.nv25.6)"
+    ]
+    monkeypatch.setenv("ZEROLAB_IMAGE", "nvcr.io/nvidia/pytorch:25.06-py3")
+    assert _probe_problems(probe, pins) == []
+    assert _probe_problems({"packages": dict(packages, deepspeed="0.19.8")}, pins) != []

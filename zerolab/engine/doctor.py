@@ -17,6 +17,7 @@ from typing import Any
 
 from zerolab import __version__
 from zerolab.assets import GPT2_MERGES, GPT2_VOCAB
+from zerolab.container import BASE_IMAGE_PACKAGES
 from zerolab.engine.install import checkout_commit, read_record
 from zerolab.engine.paths import REPO_ROOT, engine_dir, engine_python, torch_extensions_dir, zerolab_home
 from zerolab.engine.pins import load_pins
@@ -103,6 +104,7 @@ def collect(*, cached: bool = False) -> dict[str, Any]:
             )
     return {
         "zerolab": {"version": __version__, "repo": str(REPO_ROOT), "python": platform.python_version()},
+        "image": os.environ.get("ZEROLAB_IMAGE"),
         "engine": engine,
         "engine_env": probe,
         "tokenizer": tokenizer,
@@ -112,9 +114,14 @@ def collect(*, cached: bool = False) -> dict[str, Any]:
 
 
 def _probe_problems(probe: dict[str, Any], pins: dict[str, str]) -> list[dict[str, str]]:
+    """Pins the engine environment does not meet. In the GPU image (ZEROLAB_IMAGE set), the
+    base image's own builds of BASE_IMAGE_PACKAGES (torch) stand in for their CPU pins."""
     problems = []
+    from_image = BASE_IMAGE_PACKAGES if os.environ.get("ZEROLAB_IMAGE") else ()
     for name, wanted in pins.items():
         have = probe["packages"].get(name)
+        if name in from_image and have is not None:
+            continue
         if have is None or have.split("+")[0] != wanted:
             problems.append(
                 {"what": f"{name}=={wanted} in the engine environment (has {have})", "fix": SETUP_FIX}
@@ -196,6 +203,7 @@ def print_report(report: dict[str, Any]) -> None:
             f"{zerolab['version']} ({zerolab['repo']}), Python {zerolab['python']}",
         ),
         ("engine Python", f"{env.get('python', '-')} at {engine['python']}"),
+        ("image", report["image"] or "none (a local environment)"),
         ("torch", env.get("torch") or env.get("torch_error") or "-"),
         (
             "device",
@@ -203,6 +211,7 @@ def print_report(report: dict[str, Any]) -> None:
             if devices
             else f"CPU only ({env.get('cpu_count', '?')} cores), CUDA {cuda}",
         ),
+        ("NCCL", env.get("nccl") or "-"),
         (
             "DeepSpeed",
             f"{deepspeed} (accelerator: {env.get('accelerator', '-')})",

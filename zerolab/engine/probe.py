@@ -33,6 +33,8 @@ def probe(packages):
     report["torch"] = torch.__version__
     report["cuda_available"] = torch.cuda.is_available()
     report["cuda_version"] = torch.version.cuda
+    if report["cuda_available"]:
+        report["nccl"] = ".".join(str(part) for part in torch.cuda.nccl.version())
     report["devices"] = [
         {
             "name": torch.cuda.get_device_name(i),
