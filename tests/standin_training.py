@@ -35,9 +35,9 @@ def record_pid(args: argparse.Namespace) -> None:
             out.write(args.role)
 
 
-def child(args: argparse.Namespace, role: str, rank: int) -> subprocess.Popen:
+def child(args: argparse.Namespace, role: str, rank: int, **popen) -> subprocess.Popen:
     argv = [sys.executable, __file__, *sys.argv[1:], "--role", role, "--rank", str(rank)]
-    return subprocess.Popen(argv)
+    return subprocess.Popen(argv, **popen)
 
 
 def helper(args: argparse.Namespace) -> None:
@@ -48,7 +48,8 @@ def helper(args: argparse.Namespace) -> None:
 
 
 def rank(args: argparse.Namespace) -> None:
-    worker = child(args, "helper", args.rank)
+    worker = child(args, "helper", args.rank, stdout=subprocess.PIPE, text=True)
+    print(worker.stdout.readline(), end="", flush=True)  # the helper has started before training
     for iteration in range(1, args.iters + 1):
         time.sleep(args.sleep)
         if args.rank == args.crash_rank and iteration == 2:
