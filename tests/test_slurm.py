@@ -173,7 +173,7 @@ def test_unknown_launcher_is_a_user_error():
         node_argv(["mpirun", "python", "pretrain_gpt.py"])
 
 
-SLURM_2_NODES = ("hardware.nodes=2", "hardware.procs_per_node=8", "hardware.master_addr=slurm")
+SLURM_2_NODES = ("hardware.nodes=2", "hardware.procs_per_node=8")
 
 
 def test_render_slurm_prints_the_sbatch_of_a_shipped_recipe(repo_root, monkeypatch, capsys, tmp_path):
@@ -189,6 +189,23 @@ def test_render_slurm_prints_the_sbatch_of_a_shipped_recipe(repo_root, monkeypat
     path = tmp_path / "gpt2_z3_offload.sbatch"
     path.write_text(script)
     assert subprocess.run([str(SHELLCHECK), str(path)], capture_output=True).returncode == 0
+
+
+@pytest.mark.parametrize(
+    ("launcher", "asked_for"), [("torchrun", "hardware.master_addr"), ("deepspeed", "hardware.hostfile")]
+)
+def test_slurm_supplies_the_rendezvous_a_plain_multi_node_render_asks_for(
+    launcher, asked_for, repo_root, monkeypatch, capsys
+):
+    from zerolab.cli import main
+
+    monkeypatch.chdir(repo_root)
+    argv = ["render", "recipes/gpt2_z1.yaml", *SLURM_2_NODES, "train.global_batch_size=64"]
+    argv.append(f"hardware.launcher={launcher}")
+    assert main(argv) == 2
+    assert asked_for in capsys.readouterr().err
+    assert main([*argv, "--slurm"]) == 0
+    assert "#SBATCH --nodes=2" in capsys.readouterr().out
 
 
 def test_render_slurm_refuses_json(repo_root, monkeypatch, capsys):

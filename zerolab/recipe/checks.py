@@ -44,9 +44,25 @@ def check(function: Check) -> Check:
     return function
 
 
-def check_recipe(recipe: Recipe) -> list[Problem]:
-    """Every problem the checks find (empty when the recipe can be rendered)."""
-    return [problem for function in CHECKS if (problem := function(recipe)) is not None]
+RENDEZVOUS_CHECKS: list[Check] = []
+"""Checks of how nodes find each other, which a scheduler (SLURM) answers for itself."""
+
+
+def rendezvous_check(function: Check) -> Check:
+    """Register a check of how nodes find each other."""
+    RENDEZVOUS_CHECKS.append(function)
+    return check(function)
+
+
+def check_recipe(recipe: Recipe, *, scheduler_places_nodes: bool = False) -> list[Problem]:
+    """Every problem the checks find (empty when the recipe can be rendered). With
+    `scheduler_places_nodes`, the node addresses and hostfile are left to the job."""
+    skipped = RENDEZVOUS_CHECKS if scheduler_places_nodes else []
+    return [
+        problem
+        for function in CHECKS
+        if function not in skipped and (problem := function(recipe)) is not None
+    ]
 
 
 @check
@@ -248,7 +264,7 @@ def _node_rank_in_range(recipe: Recipe) -> Problem | None:
     )
 
 
-@check
+@rendezvous_check
 def _multi_node_rendezvous(recipe: Recipe) -> Problem | None:
     hw = recipe.hardware
     if hw.nodes == 1:

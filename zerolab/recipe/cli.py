@@ -87,7 +87,7 @@ def run_render(args: argparse.Namespace) -> int:
 
     if args.slurm and (args.json or args.out is not None):
         raise UserError("--slurm prints an sbatch script; it does not combine with --json or --out")
-    recipe = load_recipe(args.recipe, args.overrides)
+    recipe = load_recipe(args.recipe, args.overrides, scheduler_places_nodes=args.slurm)
     if args.slurm:
         return print_sbatch(recipe, args)
     launch = render(recipe)

@@ -34,8 +34,11 @@ def resolve_recipe_path(spec: str | Path) -> Path:
     raise UserError(f"{spec}: no such recipe file{hint}")
 
 
-def load_recipe(path: str | Path, overrides: tuple[str, ...] | list[str] = ()) -> Recipe:
+def load_recipe(
+    path: str | Path, overrides: tuple[str, ...] | list[str] = (), *, scheduler_places_nodes: bool = False
+) -> Recipe:
     """Compose, validate and check the recipe at `path` with `overrides` (`key.path=value`).
+    With `scheduler_places_nodes` (an sbatch script), the job supplies node addresses.
 
     Raises UserError naming the file and key for anything wrong.
     """
@@ -44,7 +47,7 @@ def load_recipe(path: str | Path, overrides: tuple[str, ...] | list[str] = ()) -
     recipe = validate(merged, sources)
     recipe._name = recipe_file.stem
     recipe._path = display_path(recipe_file)
-    problems = check_recipe(recipe)
+    problems = check_recipe(recipe, scheduler_places_nodes=scheduler_places_nodes)
     if problems:
         lines = [f"{recipe._path}: {len(problems)} problem(s) found before launch:"]
         for problem in problems:
