@@ -4,6 +4,7 @@ says: on stand-in packages shaped like the engine's (always), and on the real en
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import textwrap
@@ -47,7 +48,12 @@ def run_with_standins(tmp_path: Path, code: str, files: dict[str, str] = STANDIN
 
 def test_every_workaround_is_named_and_explained_in_one_line():
     names = [w.name for w in WORKAROUNDS]
-    assert names == ["lazy_vision_import", "missing_compression_module", "contiguous_attention_inputs"]
+    assert names == [
+        "lazy_vision_import",
+        "missing_compression_module",
+        "contiguous_attention_inputs",
+        "zero3_weight_decay_groups",
+    ]
     for workaround in WORKAROUNDS:
         assert workaround.why and "\n" not in workaround.why and len(workaround.why) < 110
 
@@ -132,3 +138,82 @@ def test_real_engine_imports_with_the_workarounds(engine):
     result = subprocess.run([str(python), "-c", code], env=env, capture_output=True, text=True, cwd=REPO_ROOT)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.split("\n")[:3] == ["False _StubFinder", "True", "contiguous_forward"]
+
+
+OPTIMIZER_STANDIN = {
+    **STANDIN_FILES,
+    "megatron/optimizer/__init__.py": textwrap.dedent(
+        """
+        def get_param_groups(modules, no_weight_decay_cond, scale_lr_cond, lr_mult):
+            decayed = []
+            for name, param in modules:
+                if no_weight_decay_cond is not None:
+                    no_wd = no_weight_decay_cond(name, param)
+                else:
+                    no_wd = name.endswith(".bias") or len(param.shape) == 1
+                if not no_wd:
+                    decayed.append(name)
+            return decayed
+        """
+    ),
+}
+
+
+def test_weight_decay_groups_use_the_full_shape_of_partitioned_parameters(tmp_path):
+    out = run_with_standins(
+        tmp_path,
+        """
+        from types import SimpleNamespace
+        from megatron.optimizer import get_param_groups
+        partitioned = [  # what zero.Init leaves: .shape (0,), the real shape in .ds_shape
+            ("fc.weight", SimpleNamespace(shape=(0,), ds_shape=(4, 4))),
+            ("fc.bias", SimpleNamespace(shape=(0,), ds_shape=(4,))),
+            ("norm.weight", SimpleNamespace(shape=(0,), ds_shape=(4,))),
+        ]
+        whole = [("fc.weight", SimpleNamespace(shape=(4, 4))), ("norm.weight", SimpleNamespace(shape=(4,)))]
+        print(get_param_groups(partitioned, None, None, 1.0))
+        print(get_param_groups(whole, None, None, 1.0))
+        print(get_param_groups(whole, lambda name, param: True, None, 1.0))
+        """,
+        OPTIMIZER_STANDIN,
+    )
+    assert out.split("\n")[:3] == ["['fc.weight']", "['fc.weight']", "[]"]
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_real_zero3_init_parameters_are_weight_decayed_like_unpartitioned_ones(engine):
+    engine_dir, python = engine
+    code = textwrap.dedent(
+        f"""
+        import sys
+        from zerolab.engine.workarounds import apply_all
+        apply_all()
+        sys.path.insert(0, {str(engine_dir)!r})
+        import deepspeed, torch
+        from megatron.optimizer import get_param_groups
+        deepspeed.init_distributed(dist_backend="gloo")
+        config = {{"train_batch_size": 1, "zero_optimization": {{"stage": 3}}}}
+        with deepspeed.zero.Init(config_dict_or_path=config):
+            model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.LayerNorm(8))
+        def decayed(groups):
+            return [tuple(p.ds_shape) for g in groups if g["wd_mult"] for p in g["params"]]
+        print(tuple(model[0].weight.shape), decayed(get_param_groups([model], None, None, 1.0)))
+        print(decayed(get_param_groups.__wrapped__([model], None, None, 1.0)))
+        """
+    )
+    env = {
+        **os.environ,
+        "DS_ACCELERATOR": "cpu",
+        "PYTHONPATH": str(REPO_ROOT),
+        **{"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_SIZE": "1"},
+        **{"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())},
+    }
+    result = subprocess.run([str(python), "-c", code], env=env, capture_output=True, text=True, cwd=REPO_ROOT)
+    assert result.returncode == 0, result.stderr[-3000:]
+    # Partitioned, the Linear weight looks 1-D: Megatron's own grouping decays nothing.
+    assert result.stdout.split("\n")[-3:-1] == ["(0,) [(8, 8)]", "[]"]

@@ -141,9 +141,43 @@ def contiguous_attention_inputs() -> None:
     sys.meta_path.insert(0, _PatchAfterImport(TRANSFORMER, _contiguous_core_attention))
 
 
+OPTIMIZER = "megatron.optimizer"
+
+
+def _full_shape_is_1d(name: str, param: Any) -> bool:
+    """Megatron's default no-weight-decay rule (biases and 1-D tensors), on the unpartitioned shape.
+
+    Under `deepspeed.zero.Init` every parameter's `.shape` is `(0,)` once partitioned; its real
+    shape is kept in `ds_shape`.
+    """
+    return name.endswith(".bias") or len(getattr(param, "ds_shape", param.shape)) == 1
+
+
+def _group_by_full_shape(module: types.ModuleType) -> None:
+    get_param_groups = module.get_param_groups
+
+    def full_shape_param_groups(
+        modules: Any, no_weight_decay_cond: Any, scale_lr_cond: Any, lr_mult: Any
+    ) -> Any:
+        return get_param_groups(modules, no_weight_decay_cond or _full_shape_is_1d, scale_lr_cond, lr_mult)
+
+    full_shape_param_groups.__wrapped__ = get_param_groups  # type: ignore[attr-defined]
+    module.get_param_groups = full_shape_param_groups  # type: ignore[attr-defined]
+
+
+def zero3_weight_decay_groups() -> None:
+    """Pick weight-decay groups by full shape: under ZeRO-3's zero.Init no tensor would be decayed."""
+    sys.meta_path.insert(0, _PatchAfterImport(OPTIMIZER, _group_by_full_shape))
+
+
 WORKAROUNDS: tuple[Workaround, ...] = tuple(
     Workaround(name=function.__name__, why=(function.__doc__ or "").strip(), apply=function)
-    for function in (lazy_vision_import, missing_compression_module, contiguous_attention_inputs)
+    for function in (
+        lazy_vision_import,
+        missing_compression_module,
+        contiguous_attention_inputs,
+        zero3_weight_decay_groups,
+    )
 )
 
 
