@@ -53,6 +53,7 @@ def test_every_workaround_is_named_and_explained_in_one_line():
         "missing_compression_module",
         "contiguous_attention_inputs",
         "zero3_weight_decay_groups",
+        "cpu_adamw_like_gpu",
     ]
     for workaround in WORKAROUNDS:
         assert workaround.why and "\n" not in workaround.why and len(workaround.why) < 110
@@ -132,12 +133,19 @@ def test_real_engine_imports_with_the_workarounds(engine):
         print("torchvision" in sys.modules, type(knn_monitor.__spec__.loader).__name__)
         print(compress.__file__.endswith("deepspeed/compression/compress.py"))
         print(transformer.CoreAttention.forward.__name__)
+        import megatron.optimizer, torch
+        print(megatron.optimizer.Adam is torch.optim.AdamW, megatron.optimizer.get_param_groups.__name__)
         """
     )
     env = {**os.environ, "DS_ACCELERATOR": "cpu", "PYTHONPATH": str(REPO_ROOT)}
     result = subprocess.run([str(python), "-c", code], env=env, capture_output=True, text=True, cwd=REPO_ROOT)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.split("\n")[:3] == ["False _StubFinder", "True", "contiguous_forward"]
+    assert result.stdout.split("\n")[:4] == [
+        "False _StubFinder",
+        "True",
+        "contiguous_forward",
+        "True full_shape_param_groups",
+    ]
 
 
 OPTIMIZER_STANDIN = {
@@ -217,3 +225,36 @@ def test_real_zero3_init_parameters_are_weight_decayed_like_unpartitioned_ones(e
     assert result.returncode == 0, result.stderr[-3000:]
     # Partitioned, the Linear weight looks 1-D: Megatron's own grouping decays nothing.
     assert result.stdout.split("\n")[-3:-1] == ["(0,) [(8, 8)]", "[]"]
+
+
+def adam_standins(device: str) -> dict[str, str]:
+    """Stand-ins for torch's and apex's Adam and for megatron.optimizer's choice between them."""
+    return {
+        **STANDIN_FILES,
+        "torch/__init__.py": "",
+        "torch/optim/__init__.py": "from torch.optim.adam import Adam\nfrom torch.optim.adamw import AdamW\n",
+        "torch/optim/adam.py": "class Adam:\n    pass\n",
+        "torch/optim/adamw.py": "class AdamW:\n    pass\n",
+        "apex/__init__.py": "",
+        "apex/optimizers.py": "class FusedAdam:\n    pass\n",
+        "megatron/optimizer/__init__.py": (
+            "from apex.optimizers import FusedAdam as Adam\n"
+            if device == "cuda"
+            else "from torch.optim import Adam\n"
+        )
+        + "def get_param_groups(modules, no_weight_decay_cond, scale_lr_cond, lr_mult):\n    return []\n",
+    }
+
+
+def test_on_cpu_megatron_adam_becomes_decoupled_adamw_and_on_gpu_stays_fused_adam(tmp_path):
+    code = """
+        import megatron.optimizer
+        print(megatron.optimizer.Adam.__module__, megatron.optimizer.Adam.__name__)
+        """
+    assert (
+        run_with_standins(tmp_path / "cpu", code, adam_standins("cpu")).strip() == "torch.optim.adamw AdamW"
+    )
+    assert (
+        run_with_standins(tmp_path / "cuda", code, adam_standins("cuda")).strip()
+        == "apex.optimizers FusedAdam"
+    )

@@ -47,11 +47,11 @@ class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
 
 class _PatchAfterImport(importlib.abc.MetaPathFinder):
-    """Runs `patch(module)` right after module `fullname` is executed by its own loader."""
+    """Runs each patch of module `fullname`, in order, right after its own loader executed it."""
 
-    def __init__(self, fullname: str, patch: Callable[[types.ModuleType], None]) -> None:
+    def __init__(self, fullname: str) -> None:
         self.fullname = fullname
-        self.patch = patch
+        self.patches: list[Callable[[types.ModuleType], None]] = []
 
     def find_spec(self, fullname: str, path: Sequence[str] | None, target: Any = None) -> Any:
         if fullname != self.fullname:
@@ -60,14 +60,26 @@ class _PatchAfterImport(importlib.abc.MetaPathFinder):
         if spec is None or spec.loader is None:
             return None
         original_exec = spec.loader.exec_module
-        patch = self.patch
+        patches = self.patches
 
         def exec_module(module: types.ModuleType) -> None:
             original_exec(module)
-            patch(module)
+            for patch in patches:
+                patch(module)
 
         spec.loader.exec_module = exec_module  # type: ignore[method-assign]
         return spec
+
+
+def _patch_after_import(fullname: str, patch: Callable[[types.ModuleType], None]) -> None:
+    """Have `patch(module)` run once module `fullname` is imported (one hook per module)."""
+    hook = next(
+        (f for f in sys.meta_path if isinstance(f, _PatchAfterImport) and f.fullname == fullname), None
+    )
+    if hook is None:
+        hook = _PatchAfterImport(fullname)
+        sys.meta_path.insert(0, hook)
+    hook.patches.append(patch)
 
 
 KNN_MONITOR = "megatron.model.vision.knn_monitor"
@@ -138,7 +150,7 @@ def _contiguous_core_attention(module: types.ModuleType) -> None:
 
 def contiguous_attention_inputs() -> None:
     """Make q/k/v contiguous before CoreAttention.forward: its .view() fails on them at micro-batch > 1."""
-    sys.meta_path.insert(0, _PatchAfterImport(TRANSFORMER, _contiguous_core_attention))
+    _patch_after_import(TRANSFORMER, _contiguous_core_attention)
 
 
 OPTIMIZER = "megatron.optimizer"
@@ -167,7 +179,20 @@ def _group_by_full_shape(module: types.ModuleType) -> None:
 
 def zero3_weight_decay_groups() -> None:
     """Pick weight-decay groups by full shape: under ZeRO-3's zero.Init no tensor would be decayed."""
-    sys.meta_path.insert(0, _PatchAfterImport(OPTIMIZER, _group_by_full_shape))
+    _patch_after_import(OPTIMIZER, _group_by_full_shape)
+
+
+def _decoupled_adam_on_cpu(module: types.ModuleType) -> None:
+    adam = getattr(module, "Adam", None)
+    if adam is not None and (adam.__module__, adam.__name__) == ("torch.optim.adam", "Adam"):
+        from torch.optim import AdamW
+
+        module.Adam = AdamW  # type: ignore[attr-defined]
+
+
+def cpu_adamw_like_gpu() -> None:
+    """On CPU use torch AdamW, as apex FusedAdam (GPU) and DeepSpeed's CPU Adam do, not L2 Adam."""
+    _patch_after_import(OPTIMIZER, _decoupled_adam_on_cpu)
 
 
 WORKAROUNDS: tuple[Workaround, ...] = tuple(
@@ -177,6 +202,7 @@ WORKAROUNDS: tuple[Workaround, ...] = tuple(
         missing_compression_module,
         contiguous_attention_inputs,
         zero3_weight_decay_groups,
+        cpu_adamw_like_gpu,
     )
 )
 
