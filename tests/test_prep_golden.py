@@ -5,7 +5,7 @@ import gzip
 import pytest
 from prep_helpers import FIXTURES, SAMPLE, manifest, prep, same_bytes
 
-from zerolab.data_prep.tokenizer import sha256_of
+from zerolab.checksums import sha256_of
 
 
 @pytest.mark.parametrize("workers", [1, 2])

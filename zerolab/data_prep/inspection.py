@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from zerolab.checksums import sha256_of
 from zerolab.data_prep.indexed import index_problems, read_document, read_index
 from zerolab.data_prep.pipeline import SUFFIX
-from zerolab.data_prep.tokenizer import decode, sha256_of
+from zerolab.data_prep.tokenizer import decode
 from zerolab.errors import UserError
 
 

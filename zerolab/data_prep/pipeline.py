@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from zerolab import __version__
+from zerolab.checksums import sha256_of
 from zerolab.data_prep.indexed import token_dtype, write_index
 from zerolab.data_prep.records import encode_batch
 from zerolab.data_prep.sources import START
@@ -301,7 +302,7 @@ def _merge(job: PrepJob, workdir: Path, outputs: dict, counts: Counts, fingerpri
             "idx": {
                 "name": f"{prefix.name}.idx",
                 "bytes": idx_tmp.stat().st_size,
-                "sha256": _sha256(idx_tmp),
+                "sha256": sha256_of(idx_tmp),
             },
         }
         os.replace(bin_tmp, f"{prefix}.bin")
@@ -337,14 +338,6 @@ def _manifest(job: PrepJob, name: str, counts: Counts, files: dict, fingerprint:
         "files": files,
         "fingerprint": fingerprint,
     }
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while block := handle.read(1 << 22):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _progress(job: PrepJob):

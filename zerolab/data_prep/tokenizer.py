@@ -7,11 +7,11 @@ literal `<|endoftext|>` inside a document is never the end-of-document id.
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 from pathlib import Path
 
 from zerolab.assets import EOT_TOKEN_ID, GPT2_MERGES, GPT2_VOCAB
+from zerolab.checksums import sha256_of
 
 END_OF_TEXT = "<|endoftext|>"
 VOCAB_SIZE = 50257
@@ -60,15 +60,6 @@ def encode(text: str):
 def decode(ids) -> str:
     """Text of token ids (invalid UTF-8 shown as U+FFFD)."""
     return gpt2_encoding().decode([int(i) for i in ids])
-
-
-def sha256_of(path: Path) -> str:
-    """Hex sha256 of a file, read in 1 MiB blocks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while block := handle.read(1 << 20):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def tokenizer_facts() -> dict:

@@ -5,7 +5,6 @@ tokenizer files, and for everything missing the command that fixes it."""
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import platform
@@ -16,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from zerolab import __version__
-from zerolab.assets import GPT2_MERGES, GPT2_VOCAB
+from zerolab.assets import GPT2_SHA256
+from zerolab.checksums import sha256_of
 from zerolab.container import BASE_IMAGE_PACKAGES
 from zerolab.engine.install import checkout_commit, read_record
 from zerolab.engine.paths import REPO_ROOT, engine_dir, engine_python, torch_extensions_dir, zerolab_home
@@ -25,10 +25,6 @@ from zerolab.engine.pins import load_pins
 PROBE_SCRIPT = Path(__file__).resolve().parent / "probe.py"
 PROBE_CACHE = "doctor-probe.json"
 SETUP_FIX = "make setup  (or: zerolab engine install)"
-TOKENIZER_SHA256 = {
-    GPT2_VOCAB: "196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783",
-    GPT2_MERGES: "1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5",
-}
 TOOLS = ("git", "make", "g++")
 
 
@@ -85,8 +81,8 @@ def collect(*, cached: bool = False) -> dict[str, Any]:
     else:
         missing += _probe_problems(probe, pins.python)
     tokenizer = {
-        path.name: {"path": str(path), "ok": path.is_file() and _sha256(path) == digest}
-        for path, digest in TOKENIZER_SHA256.items()
+        path.name: {"path": str(path), "ok": path.is_file() and sha256_of(path) == digest}
+        for path, digest in GPT2_SHA256.items()
     }
     for name, entry in tokenizer.items():
         if not entry["ok"]:
@@ -176,10 +172,6 @@ def _site_packages_stamp(python: Path) -> list[float]:
     """Modification times of the environment's site-packages directories (they change on install)."""
     lib = python.parent.parent / "lib"
     return sorted(path.stat().st_mtime for path in lib.glob("python3*/site-packages"))
-
-
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def print_report(report: dict[str, Any]) -> None:
