@@ -46,6 +46,25 @@ def run_with_standins(tmp_path: Path, code: str, files: dict[str, str] = STANDIN
     return result.stdout
 
 
+def run_on_engine(engine: tuple[Path, Path], code: str, **env: str) -> str:
+    """stdout of `code` run by the engine's Python with every workaround applied (DS_ACCELERATOR=cpu)."""
+    engine_dir, python = engine
+    prelude = (
+        "import sys\nfrom zerolab.engine.workarounds import apply_all\napply_all()\n"
+        f"sys.path.insert(0, {str(engine_dir)!r})\n"
+    )
+    full_env = {**os.environ, "DS_ACCELERATOR": "cpu", "PYTHONPATH": str(REPO_ROOT), **env}
+    result = subprocess.run(
+        [str(python), "-c", prelude + textwrap.dedent(code)],
+        env=full_env,
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout
+
+
 def test_every_workaround_is_named_and_explained_in_one_line():
     names = [w.name for w in WORKAROUNDS]
     assert names == [
@@ -120,13 +139,9 @@ def test_attention_inputs_are_made_contiguous(tmp_path):
 
 
 def test_real_engine_imports_with_the_workarounds(engine):
-    engine_dir, python = engine
-    code = textwrap.dedent(
-        f"""
-        import sys
-        from zerolab.engine.workarounds import apply_all
-        apply_all()
-        sys.path.insert(0, {str(engine_dir)!r})
+    out = run_on_engine(
+        engine,
+        """
         import megatron.training, megatron.model.transformer as transformer
         import deepspeed.compression.compress as compress
         knn_monitor = sys.modules["megatron.model.vision.knn_monitor"]
@@ -135,12 +150,9 @@ def test_real_engine_imports_with_the_workarounds(engine):
         print(transformer.CoreAttention.forward.__name__)
         import megatron.optimizer, torch
         print(megatron.optimizer.Adam is torch.optim.AdamW, megatron.optimizer.get_param_groups.__name__)
-        """
+        """,
     )
-    env = {**os.environ, "DS_ACCELERATOR": "cpu", "PYTHONPATH": str(REPO_ROOT)}
-    result = subprocess.run([str(python), "-c", code], env=env, capture_output=True, text=True, cwd=REPO_ROOT)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.split("\n")[:4] == [
+    assert out.split("\n")[:4] == [
         "False _StubFinder",
         "True",
         "contiguous_forward",
@@ -195,36 +207,29 @@ def free_port() -> int:
 
 
 def test_real_zero3_init_parameters_are_weight_decayed_like_unpartitioned_ones(engine):
-    engine_dir, python = engine
-    code = textwrap.dedent(
-        f"""
-        import sys
-        from zerolab.engine.workarounds import apply_all
-        apply_all()
-        sys.path.insert(0, {str(engine_dir)!r})
+    out = run_on_engine(
+        engine,
+        """
         import deepspeed, torch
         from megatron.optimizer import get_param_groups
         deepspeed.init_distributed(dist_backend="gloo")
-        config = {{"train_batch_size": 1, "zero_optimization": {{"stage": 3}}}}
+        config = {"train_batch_size": 1, "zero_optimization": {"stage": 3}}
         with deepspeed.zero.Init(config_dict_or_path=config):
             model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.LayerNorm(8))
         def decayed(groups):
             return [tuple(p.ds_shape) for g in groups if g["wd_mult"] for p in g["params"]]
         print(tuple(model[0].weight.shape), decayed(get_param_groups([model], None, None, 1.0)))
         print(decayed(get_param_groups.__wrapped__([model], None, None, 1.0)))
-        """
+        """,
+        RANK="0",
+        LOCAL_RANK="0",
+        WORLD_SIZE="1",
+        LOCAL_SIZE="1",
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(free_port()),
     )
-    env = {
-        **os.environ,
-        "DS_ACCELERATOR": "cpu",
-        "PYTHONPATH": str(REPO_ROOT),
-        **{"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_SIZE": "1"},
-        **{"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())},
-    }
-    result = subprocess.run([str(python), "-c", code], env=env, capture_output=True, text=True, cwd=REPO_ROOT)
-    assert result.returncode == 0, result.stderr[-3000:]
     # Partitioned, the Linear weight looks 1-D: Megatron's own grouping decays nothing.
-    assert result.stdout.split("\n")[-3:-1] == ["(0,) [(8, 8)]", "[]"]
+    assert out.split("\n")[-3:-1] == ["(0,) [(8, 8)]", "[]"]
 
 
 def adam_standins(device: str) -> dict[str, str]:
