@@ -73,6 +73,9 @@ def test_every_workaround_is_named_and_explained_in_one_line():
         "contiguous_attention_inputs",
         "zero3_weight_decay_groups",
         "cpu_adamw_like_gpu",
+        "cpu_activation_checkpointing",
+        "partitioned_checkpoint_arguments",
+        "contiguous_checkpoints_in_eval",
     ]
     for workaround in WORKAROUNDS:
         assert workaround.why and "\n" not in workaround.why and len(workaround.why) < 110

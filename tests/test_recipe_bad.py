@@ -136,6 +136,104 @@ OVERRIDE_CASES = [
         ["train.epochs", "data/none.idx", "zerolab prep"],
     ),
     ("no such recipe", "recipes/gpt2-z1.yaml", [], ["no such recipe", "did you mean `gpt2_z1`"]),
+    (
+        "recompute method without full",
+        TINY,
+        ["activation_checkpointing=selective", "activation_checkpointing.method=block"],
+        ["activation_checkpointing.method", "full recomputation only"],
+    ),
+    (
+        "recompute layers without recompute",
+        TINY,
+        ["activation_checkpointing.num_layers=2"],
+        ["activation_checkpointing.num_layers", "granularity=full"],
+    ),
+    (
+        "deepspeed checkpointing selective",
+        TINY,
+        ["activation_checkpointing=selective", "activation_checkpointing.implementation=deepspeed"],
+        ["activation_checkpointing.implementation", "uniform chunks only"],
+    ),
+    (
+        "partitioning without deepspeed checkpointing",
+        TINY,
+        ["activation_checkpointing=full", "activation_checkpointing.partition_activations=true"],
+        ["activation_checkpointing.partition_activations", "implementation=deepspeed"],
+    ),
+    (
+        "contiguous without partitioning",
+        TINY,
+        [
+            "activation_checkpointing=full",
+            "activation_checkpointing.implementation=deepspeed",
+            "activation_checkpointing.contiguous_memory=true",
+        ],
+        ["activation_checkpointing.contiguous_memory", "partition_activations=true"],
+    ),
+    (
+        "uniform chunk does not divide the stage",
+        GPT2,
+        ["activation_checkpointing.num_layers=5"],
+        ["activation_checkpointing.num_layers", "divisor of model.num_layers / parallel.pipeline"],
+    ),
+    (
+        "block beyond the stage",
+        TINY,
+        [
+            "activation_checkpointing=full",
+            "activation_checkpointing.method=block",
+            "activation_checkpointing.num_layers=3",
+        ],
+        ["activation_checkpointing.num_layers", "at most 2"],
+    ),
+    (
+        "block with pipeline",
+        "recipes/gpt2_tp2_pp2.yaml",
+        ["activation_checkpointing.method=block"],
+        ["activation_checkpointing.method", "parallel.pipeline", "recompute nothing"],
+    ),
+    (
+        "weights offload below stage 3",
+        GPT2,
+        ["zero.offload_param=true"],
+        ["zero.offload_param", "zero.stage=3"],
+    ),
+    (
+        "stage-3 knob at stage 1",
+        GPT2,
+        ["zero.prefetch_bucket_size=50000000"],
+        ["zero.prefetch_bucket_size", "stage 3 only"],
+    ),
+    (
+        "wandb name without project",
+        TINY,
+        ["logging.wandb_name=x"],
+        ["logging.wandb_name", "logging.wandb_project"],
+    ),
+    (
+        "extra argument not an option",
+        TINY,
+        ["extra.megatron_args=[rotary]"],
+        ["extra.megatron_args", "start with an option"],
+    ),
+    (
+        "extra argument rendered already",
+        TINY,
+        ["extra.megatron_args=[--micro-batch-size, '4']"],
+        ["extra.megatron_args", "--micro-batch-size", "rendered from the recipe's own keys"],
+    ),
+    (
+        "extra ds_config key rendered already",
+        TINY,
+        ["extra.ds_config={train_batch_size: 16}"],
+        ["extra.ds_config", "train_batch_size", "rendered from the recipe's own keys"],
+    ),
+    (
+        "moved checkpointing key",
+        TINY,
+        ["train.activation_checkpointing=true"],
+        ["`train.activation_checkpointing` has moved", "activation_checkpointing=full"],
+    ),
 ]
 
 FILE_CASES = [

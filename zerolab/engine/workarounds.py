@@ -195,6 +195,105 @@ def cpu_adamw_like_gpu() -> None:
     _patch_after_import(OPTIMIZER, _decoupled_adam_on_cpu)
 
 
+DS_CHECKPOINTING = "deepspeed.runtime.activation_checkpointing.checkpointing"
+
+
+class _StreamlessAccelerator:
+    """An accelerator as DeepSpeed's activation checkpointing sees it: the real one, except that
+    where it has no streams (CPU), `Stream(...)` makes a stand-in that is never used."""
+
+    def __init__(self, accelerator: Any) -> None:
+        self._accelerator = accelerator
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._accelerator, name)
+        if name == "Stream" and value is None:
+            return lambda *args, **kwargs: None
+        return value
+
+
+def _distinct_copies(before: Any, after: Any, criterion: Callable[[Any], bool]) -> Any:
+    """`after` (a copy of `before`), with every checkpointed tensor that the copy returned as
+    itself (`.to(device)` on the device it is already on) cloned."""
+    if after is before and criterion(before):
+        return before.clone()
+    if isinstance(after, (list, tuple)):
+        return type(after)(_distinct_copies(b, a, criterion) for b, a in zip(before, after, strict=True))
+    if isinstance(after, dict):
+        return {key: _distinct_copies(before[key], value, criterion) for key, value in after.items()}
+    return after
+
+
+def _cpu_checkpointing(module: types.ModuleType) -> None:
+    get_accelerator, copy_to_device = module.get_accelerator, module.copy_to_device
+
+    def accelerator_for_checkpointing() -> Any:
+        return _StreamlessAccelerator(get_accelerator())
+
+    def copy_that_copies(item: Any, device: Any, criterion_func: Callable[[Any], bool]) -> Any:
+        return _distinct_copies(item, copy_to_device(item, device, criterion_func), criterion_func)
+
+    accelerator_for_checkpointing.__wrapped__ = get_accelerator  # type: ignore[attr-defined]
+    copy_that_copies.__wrapped__ = copy_to_device  # type: ignore[attr-defined]
+    module.get_accelerator = accelerator_for_checkpointing  # type: ignore[attr-defined]
+    module.copy_to_device = copy_that_copies  # type: ignore[attr-defined]
+
+
+# DeepSpeed's activation checkpointing asks the accelerator for a side stream that it never uses,
+# and the CPU has none; its checkpoint-in-CPU copy of a CPU tensor is the tensor itself, which it
+# then empties for the backward pass.
+def cpu_activation_checkpointing() -> None:
+    """DeepSpeed's activation checkpointing on CPU: a stand-in for the side stream, real CPU copies."""
+    _patch_after_import(DS_CHECKPOINTING, _cpu_checkpointing)
+
+
+def _merge_each_argument_once(module: types.ModuleType) -> None:
+    merge_tensors = module.merge_tensors
+
+    def merge_partitioned(tensor_objects: Any, non_tensor_objects: Any, tensor_flags: Any) -> Any:
+        if not module.PARTITION_ACTIVATIONS:
+            return merge_tensors(tensor_objects, non_tensor_objects, tensor_flags)
+        # Saved as a (value, size) pair per argument: the even entries are the arguments.
+        tensors, others = iter(tensor_objects), iter(list(non_tensor_objects)[::2])
+        return tuple(next(tensors) if flag else next(others) for flag in list(tensor_flags)[::2])
+
+    merge_partitioned.__wrapped__ = merge_tensors  # type: ignore[attr-defined]
+    module.merge_tensors = merge_partitioned  # type: ignore[attr-defined]
+
+
+# With partition_activations DeepSpeed saves a (value, size) pair per argument, but restores a
+# non-tensor argument (Megatron passes None) with its None size as a second argument, so the
+# recomputed layer gets too many (DeepSpeed PR #8455).
+def partitioned_checkpoint_arguments() -> None:
+    """Restore each argument of a partitioned activation checkpoint once (DeepSpeed PR #8455)."""
+    _patch_after_import(DS_CHECKPOINTING, _merge_each_argument_once)
+
+
+TENSOR_PARALLEL = "megatron.core.tensor_parallel"
+
+
+def _reset_contiguous_checkpoints_too(module: types.ModuleType) -> None:
+    reset_buffer = module.reset_checkpointed_activations_memory_buffer
+
+    def reset_buffers() -> None:
+        from deepspeed.runtime.activation_checkpointing import checkpointing
+
+        reset_buffer()
+        checkpointing.reset()
+
+    reset_buffers.__wrapped__ = reset_buffer  # type: ignore[attr-defined]
+    module.reset_checkpointed_activations_memory_buffer = reset_buffers  # type: ignore[attr-defined]
+
+
+# With contiguous_memory, DeepSpeed frees its checkpoint buffers in the backward pass only, and the
+# engine never resets them after a forward-only pass (evaluation): the passes after it run past the
+# buffers' end. They are reset where the engine resets its own, before each checkpointed forward
+# pass: the previous pass's checkpoints are consumed or unwanted by then.
+def contiguous_checkpoints_in_eval() -> None:
+    """Reset DeepSpeed's contiguous checkpoint buffers before each forward pass (evaluation has none)."""
+    _patch_after_import(TENSOR_PARALLEL, _reset_contiguous_checkpoints_too)
+
+
 WORKAROUNDS: tuple[Workaround, ...] = tuple(
     Workaround(name=function.__name__, why=(function.__doc__ or "").strip(), apply=function)
     for function in (
@@ -203,6 +302,9 @@ WORKAROUNDS: tuple[Workaround, ...] = tuple(
         contiguous_attention_inputs,
         zero3_weight_decay_groups,
         cpu_adamw_like_gpu,
+        cpu_activation_checkpointing,
+        partitioned_checkpoint_arguments,
+        contiguous_checkpoints_in_eval,
     )
 )
 

@@ -30,13 +30,6 @@ def last_checkpoint(run_dir: Path) -> int | None:
         return None
 
 
-def save_args(run_dir: Path, save_interval: int | None) -> list[str]:
-    """`--save RUN_DIR/checkpoints --save-interval N` when the recipe asks for checkpoints."""
-    if save_interval is None:
-        return []
-    return ["--save", str(run_dir / CHECKPOINTS_DIR), "--save-interval", str(save_interval)]
-
-
 def resume_args(previous_run: Path, previous_argv: list[str], argv: list[str]) -> list[str]:
     """`--load` of the previous run's checkpoints, and `--override-opt_param-scheduler` when
     the learning-rate schedule differs from the one saved (e.g. more iterations)."""

@@ -63,9 +63,12 @@ def dry_run(spec: str | None, overrides: list[str], resume: Path | None) -> int:
     """Print the render of the recipe (missing inputs as warnings); write nothing."""
     from zerolab.launch import rundir
     from zerolab.recipe import load_recipe, render
+    from zerolab.recipe.extras import check_extras
     from zerolab.recipe.output import render_text, warn_missing_inputs
 
     recipe = load_recipe(resume / rundir.RECIPE_FILE if resume else spec, overrides)
     warn_missing_inputs(recipe)
-    print(render_text(recipe, render(recipe)), end="")
+    launch = render(recipe)
+    check_extras(recipe, launch, required=False)
+    print(render_text(recipe, launch), end="")
     return 0

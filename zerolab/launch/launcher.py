@@ -14,7 +14,7 @@ from zerolab import __version__
 from zerolab.engine.paths import REPO_ROOT, engine_bin_dir, engine_missing, torch_extensions_dir
 from zerolab.errors import UserError
 from zerolab.launch import rundir
-from zerolab.launch.checkpoints import resume_args, save_args
+from zerolab.launch.checkpoints import resume_args
 from zerolab.launch.execute import execute
 from zerolab.launch.status import now_iso
 
@@ -33,7 +33,8 @@ class Prepared:
 def prepare(spec: str | None, overrides: list[str], *, resume: Path | None = None) -> Prepared:
     """Load and check a recipe (or the resolved recipe of the run being resumed, with
     `overrides` on top); every problem is a UserError before anything is written."""
-    from zerolab.recipe import check_inputs, load_recipe
+    from zerolab.recipe import check_inputs, load_recipe, render
+    from zerolab.recipe.extras import check_extras
 
     if resume is not None:
         if not (resume / rundir.RECIPE_FILE).is_file():
@@ -55,6 +56,7 @@ def prepare(spec: str | None, overrides: list[str], *, resume: Path | None = Non
     missing = engine_missing()
     if missing:
         raise UserError(f"cannot launch: {missing}")
+    check_extras(recipe, render(recipe), required=True)
     return Prepared(name=name, recipe=recipe, resumes=resume)
 
 
@@ -87,8 +89,8 @@ def launch(
 
     directory = rundir.claim_run_dir(run_dir) if run_dir else rundir.new_run_dir(logs_root, prepared.name)
     ds_config_path = directory / rundir.DS_CONFIG_FILE
+    rendered = render(recipe, str(directory))
     argv = [*rendered.with_ds_config_path(str(ds_config_path)).argv]
-    argv += save_args(directory, recipe.train.save_interval)
     facts = run_facts(recipe) | {"name": prepared.name}
     if prepared.resumes is not None:
         previous = render(load_recipe(prepared.resumes / rundir.RECIPE_FILE))

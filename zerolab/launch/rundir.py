@@ -21,6 +21,8 @@ LOG_FILE = "train.log"
 SAMPLES_FILE = "samples.csv"
 STATUS_FILE = "status.json"
 CHECKPOINTS_DIR = "checkpoints"
+TENSORBOARD_DIR = "tensorboard"
+WANDB_DIR = "wandb"
 
 STAMP_FORMAT = "%Y%m%d-%H%M%S"
 

@@ -6,8 +6,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from zerolab.errors import UserError
 from zerolab.recipe.provenance import Sources, source_of
-from zerolab.recipe.schema import Recipe
+from zerolab.recipe.schema import ExtraSection, Recipe
 
 
 @dataclass(frozen=True)
@@ -295,3 +296,199 @@ def _hostfile_needs_deepspeed(recipe: Recipe) -> Problem | None:
         "only the deepspeed launcher reads a hostfile",
         "set hardware.launcher=deepspeed, or remove hardware.hostfile and give master_addr/node_rank",
     )
+
+
+@check
+def _full_only_options(recipe: Recipe) -> Problem | None:
+    ckpt = recipe.activation_checkpointing
+    given = [key for key in ("method", "num_layers") if getattr(ckpt, key) is not None]
+    if ckpt.granularity == "full" or not given:
+        return None
+    return Problem(
+        ("activation_checkpointing.granularity", *(f"activation_checkpointing.{key}" for key in given)),
+        f"{' and '.join(given)} apply to full recomputation only; granularity {ckpt.granularity} "
+        "would ignore them",
+        "set activation_checkpointing.granularity=full, or remove "
+        + " and ".join(f"activation_checkpointing.{key}" for key in given),
+    )
+
+
+@check
+def _deepspeed_checkpointing_is_uniform(recipe: Recipe) -> Problem | None:
+    ckpt = recipe.activation_checkpointing
+    if ckpt.implementation == "megatron" or (ckpt.granularity == "full" and ckpt.method != "block"):
+        return None
+    return Problem(
+        (
+            "activation_checkpointing.implementation",
+            "activation_checkpointing.granularity",
+            "activation_checkpointing.method",
+        ),
+        "DeepSpeed's activation checkpointing recomputes whole layers in uniform chunks only",
+        "use granularity=full with method uniform (or null), or implementation=megatron",
+    )
+
+
+@check
+def _deepspeed_checkpointing_options(recipe: Recipe) -> Problem | None:
+    ckpt = recipe.activation_checkpointing
+    given = [
+        key
+        for key in ("partition_activations", "contiguous_memory", "cpu_checkpointing")
+        if getattr(ckpt, key)
+    ]
+    if not given or ckpt.implementation == "deepspeed":
+        return None
+    return Problem(
+        ("activation_checkpointing.implementation", *(f"activation_checkpointing.{key}" for key in given)),
+        f"{', '.join(given)}: options of DeepSpeed's activation checkpointing, which is not in use",
+        "set activation_checkpointing.implementation=deepspeed (with granularity=full), or turn them off",
+    )
+
+
+@check
+def _contiguous_needs_partitioning(recipe: Recipe) -> Problem | None:
+    ckpt = recipe.activation_checkpointing
+    if not ckpt.contiguous_memory or ckpt.partition_activations:
+        return None
+    return Problem(
+        ("activation_checkpointing.contiguous_memory", "activation_checkpointing.partition_activations"),
+        "DeepSpeed keeps checkpoints in one contiguous buffer only when it partitions them",
+        "set activation_checkpointing.partition_activations=true, or contiguous_memory=false",
+    )
+
+
+@check
+def _recompute_layers_fit_stage(recipe: Recipe) -> Problem | None:
+    ckpt = recipe.activation_checkpointing
+    if ckpt.granularity != "full" or recipe.model.num_layers % recipe.parallel.pipeline:
+        return None
+    per_stage = recipe.model.num_layers // recipe.parallel.pipeline
+    layers = ckpt.num_layers or 1
+    keys = ("activation_checkpointing.num_layers", "model.num_layers", "parallel.pipeline")
+    if ckpt.method == "block":
+        if layers <= per_stage:
+            return None
+        return Problem(
+            (*keys, "activation_checkpointing.method"),
+            f"block recomputation of {layers} layers per pipeline stage, but a stage has {per_stage}",
+            f"set activation_checkpointing.num_layers to at most {per_stage}",
+        )
+    if per_stage % layers == 0:
+        return None
+    return Problem(
+        keys,
+        f"uniform recomputation in chunks of {layers} layers does not divide the {per_stage} layers "
+        "of a pipeline stage",
+        "set activation_checkpointing.num_layers to a divisor of model.num_layers / parallel.pipeline",
+    )
+
+
+@check
+def _block_recompute_without_pipeline(recipe: Recipe) -> Problem | None:
+    ckpt = recipe.activation_checkpointing
+    if ckpt.method != "block" or recipe.parallel.pipeline == 1:
+        return None
+    return Problem(
+        ("activation_checkpointing.method", "parallel.pipeline"),
+        "DeepSpeed's pipeline engine recomputes in uniform chunks only; with block it would "
+        "recompute nothing",
+        "use activation_checkpointing.method=uniform with pipeline parallelism",
+    )
+
+
+@check
+def _offload_param_needs_stage3(recipe: Recipe) -> Problem | None:
+    if not recipe.zero.offload_param or recipe.zero.stage == 3:
+        return None
+    return Problem(
+        ("zero.offload_param", "zero.stage"),
+        "weights can be offloaded only when ZeRO stage 3 partitions them",
+        "set zero.stage=3 (e.g. zero=z3_offload_param), or zero.offload_param=false",
+    )
+
+
+@check
+def _stage3_knobs_need_stage3(recipe: Recipe) -> Problem | None:
+    from zerolab.recipe.render import STAGE3_KEYS
+
+    given = [key for key in STAGE3_KEYS if getattr(recipe.zero, key) is not None]
+    if not given or recipe.zero.stage == 3:
+        return None
+    return Problem(
+        ("zero.stage", *(f"zero.{key}" for key in given)),
+        f"{', '.join(given)}: DeepSpeed reads these at ZeRO stage 3 only",
+        "set zero.stage=3, or remove " + " and ".join(f"zero.{key}" for key in given),
+    )
+
+
+@check
+def _wandb_name_needs_project(recipe: Recipe) -> Problem | None:
+    if recipe.logging.wandb_name is None or recipe.logging.wandb_project is not None:
+        return None
+    return Problem(
+        ("logging.wandb_name", "logging.wandb_project"),
+        "a W&B run name without a W&B project: nothing would be logged to W&B",
+        "set logging.wandb_project, or remove logging.wandb_name",
+    )
+
+
+@check
+def _extra_args_are_options(recipe: Recipe) -> Problem | None:
+    args = recipe.extra.megatron_args
+    if not args or args[0].startswith("--"):
+        return None
+    return Problem(
+        ("extra.megatron_args",),
+        f"extra Megatron arguments must start with an option (--name), not {args[0]!r}",
+        "write them as a list of tokens, e.g. [--use-rotary-position-embeddings, --rotary-percent, '0.5']",
+    )
+
+
+@check
+def _extra_args_not_rendered(recipe: Recipe) -> Problem | None:
+    from zerolab.recipe.render import RUN_DIR_PLACEHOLDER, megatron_args, run_dir_args
+
+    given = {token.split("=", 1)[0] for token in recipe.extra.megatron_args if token.startswith("--")}
+    if not given:
+        return None
+    try:
+        rendered = [*megatron_args(recipe), *run_dir_args(recipe, RUN_DIR_PLACEHOLDER)]
+    except UserError:  # the length in epochs needs the data: compare without it
+        rendered = []
+    clashes = sorted(given & {token for token in rendered if token.startswith("--")})
+    return _rendered_already("extra.megatron_args", clashes) if clashes else None
+
+
+@check
+def _extra_ds_config_adds_only(recipe: Recipe) -> Problem | None:
+    from zerolab.recipe.render import ds_config
+
+    extra = recipe.extra.ds_config
+    if not extra:
+        return None
+    clashes = _replaced_keys(ds_config(recipe.model_copy(update={"extra": ExtraSection()})), extra)
+    return _rendered_already("extra.ds_config", clashes) if clashes else None
+
+
+def _rendered_already(key: str, clashes: list[str]) -> Problem:
+    """`key` passes on settings that zerolab renders from the recipe's own keys."""
+    return Problem(
+        (key,),
+        f"{', '.join(clashes)}: rendered from the recipe's own keys already",
+        f"remove {'them' if len(clashes) > 1 else 'it'} from {key} and set the recipe keys that render "
+        f"{'them' if len(clashes) > 1 else 'it'} (docs/recipe-reference.md)",
+    )
+
+
+def _replaced_keys(rendered: dict[str, Any], extra: dict[str, Any], prefix: str = "") -> list[str]:
+    """Dotted ds_config keys of `extra` that would replace a value in `rendered`."""
+    clashes = []
+    for key, value in extra.items():
+        if key not in rendered:
+            continue
+        if isinstance(value, dict) and isinstance(rendered[key], dict):
+            clashes += _replaced_keys(rendered[key], value, f"{prefix}{key}.")
+        else:
+            clashes.append(f"{prefix}{key}")
+    return clashes

@@ -83,6 +83,7 @@ def register(subparsers: Any) -> None:
 def run_render(args: argparse.Namespace) -> int:
     """Print (and with --out, write) the render."""
     from zerolab.recipe import load_recipe, render
+    from zerolab.recipe.extras import check_extras
     from zerolab.recipe.output import render_text, warn_missing_inputs
 
     if args.slurm and (args.json or args.out is not None):
@@ -92,6 +93,7 @@ def run_render(args: argparse.Namespace) -> int:
         return print_sbatch(recipe, args)
     launch = render(recipe)
     warn_missing_inputs(recipe)
+    check_extras(recipe, launch, required=False)
     if args.json:
         print(json.dumps(launch.as_json(), indent=2))
     else:

@@ -47,6 +47,7 @@ def load_recipe(
     recipe = validate(merged, sources)
     recipe._name = recipe_file.stem
     recipe._path = display_path(recipe_file)
+    recipe._overrides = tuple(overrides)
     problems = check_recipe(recipe, scheduler_places_nodes=scheduler_places_nodes)
     if problems:
         lines = [f"{recipe._path}: {len(problems)} problem(s) found before launch:"]
@@ -129,11 +130,20 @@ def validate(merged: dict[str, Any], sources: Sources) -> Recipe:
         raise UserError("\n".join(messages)) from None
 
 
+MOVED_KEYS: dict[KeyPath, str] = {
+    ("train", "activation_checkpointing"): "use the activation_checkpointing section instead, e.g. "
+    "`activation_checkpointing=full` (docs/recipe-reference.md)",
+}
+"""Keys of earlier recipes and where their setting lives now."""
+
+
 def _describe_error(item: dict[str, Any], sources: Sources) -> str:
     loc = tuple(str(part) for part in item["loc"])
     key = ".".join(loc)
     where = source_of(sources, loc)
     if item["type"] == "extra_forbidden":
+        if loc in MOVED_KEYS:
+            return f"{where}: `{key}` has moved: {MOVED_KEYS[loc]}"
         return f"{where}: unknown key `{key}`; {_suggest(loc)}"
     shown = item.get("input")
     return f"{where}: `{key}` = {shown!r}: {item['msg']}"
@@ -150,10 +160,11 @@ def _suggest(loc: KeyPath) -> str:
         model = annotation
     names = list(model.model_fields)
     wrong = loc[-1]
-    close = difflib.get_close_matches(wrong, names, n=1, cutoff=0.6)
-    close = close or [name for name in names if wrong.startswith(name) or name.startswith(wrong)][:1]
+    close = sorted(name for name in names if name.startswith(wrong))[:3]
+    close = close or difflib.get_close_matches(wrong, names, n=1, cutoff=0.6)
+    close = close or [name for name in names if wrong.startswith(name)][:1]
     if close:
-        return f"did you mean `{'.'.join((*parent, close[0]))}`?"
+        return "did you mean " + " or ".join(f"`{'.'.join((*parent, name))}`" for name in close) + "?"
     return f"valid keys here: {', '.join(names)}"
 
 

@@ -33,6 +33,8 @@ def run_facts(recipe: Recipe) -> dict[str, Any]:
         "data_parallel": recipe.data_parallel_size,
         "zero_stage": recipe.zero.stage,
         "offload_optimizer": recipe.zero.offload_optimizer,
+        "offload_param": recipe.zero.offload_param,
+        "recompute_granularity": recipe.activation_checkpointing.granularity,
         "micro_batch_size": train.micro_batch_size,
         "global_batch_size": train.global_batch_size,
         "gradient_accumulation_steps": recipe.gradient_accumulation_steps,

@@ -3,39 +3,91 @@
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 
 from zerolab.errors import UserError
 from zerolab.recipe.inputs import check_inputs
 from zerolab.recipe.length import train_iters
-from zerolab.recipe.render import DS_CONFIG_PLACEHOLDER, Launch
+from zerolab.recipe.render import DS_CONFIG_PLACEHOLDER, RUN_DIR_PLACEHOLDER, Launch
 from zerolab.recipe.schema import Recipe
 from zerolab.recipe.yaml_io import dump_yaml
 
 
 def summary_line(recipe: Recipe) -> str:
-    """One line: model, parallel layout, batch arithmetic, ZeRO and precision."""
-    return (
-        f"{recipe.model.name} | world {recipe.world_size} = {recipe.hardware.nodes} node(s) x "
-        f"{recipe.hardware.procs_per_node} | tensor {recipe.parallel.tensor} "
-        f"x pipeline {recipe.parallel.pipeline} "
-        f"x data {recipe.data_parallel_size} | global batch {recipe.train.global_batch_size} = micro "
-        f"{recipe.train.micro_batch_size} x grad-accum {recipe.gradient_accumulation_steps} x data "
-        f"{recipe.data_parallel_size} | ZeRO {recipe.zero.stage}"
-        f"{' + CPU optimizer offload' if recipe.zero.offload_optimizer else ''} | {recipe.precision_name} | "
-        f"{recipe.hardware.device} | {train_iters(recipe)} iterations"
+    """One line: model, parallel layout, batch arithmetic, ZeRO, recompute and precision."""
+    return " | ".join(
+        (
+            recipe.model.name,
+            f"world {recipe.world_size} = {recipe.hardware.nodes} node(s) x {recipe.hardware.procs_per_node}",
+            f"tensor {recipe.parallel.tensor} x pipeline {recipe.parallel.pipeline} "
+            f"x data {recipe.data_parallel_size}",
+            f"global batch {recipe.train.global_batch_size} = micro {recipe.train.micro_batch_size} "
+            f"x grad-accum {recipe.gradient_accumulation_steps} x data {recipe.data_parallel_size}",
+            zero_label(recipe),
+            f"recompute {recompute_label(recipe)}",
+            recipe.precision_name,
+            recipe.hardware.device,
+            f"{train_iters(recipe)} iterations",
+        )
     )
+
+
+def zero_label(recipe: Recipe) -> str:
+    """`ZeRO 3 + CPU optimizer offload + CPU weight offload`."""
+    zero = recipe.zero
+    offloads = [
+        name
+        for name, on in (("CPU optimizer", zero.offload_optimizer), ("CPU weight", zero.offload_param))
+        if on
+    ]
+    return " + ".join([f"ZeRO {zero.stage}", *(f"{name} offload" for name in offloads)])
+
+
+def recompute_label(recipe: Recipe) -> str:
+    """`none`, `selective`, `full uniform x1`, `full block x2 (deepspeed)`."""
+    ckpt = recipe.activation_checkpointing
+    if ckpt.granularity != "full":
+        return ckpt.granularity
+    implementation = " (deepspeed)" if ckpt.implementation == "deepspeed" else ""
+    return f"full {ckpt.method or 'uniform'} x{ckpt.num_layers or 1}{implementation}"
+
+
+def commented(text: str) -> str:
+    """Every line of `text` as a shell comment, so that pasted text never runs any of it."""
+    return "".join(f"# {line}\n" for line in (text.splitlines() or [""]))
+
+
+def description_lines(recipe: Recipe) -> list[str]:
+    """The recipe file and its description, then the overrides applied on top of it, if any:
+    the description is the file's, so it is marked as such once something overrides it."""
+    if not recipe.overrides:
+        return [f"{recipe.path}: {recipe.description}"]
+    return [
+        f"{recipe.path} (its description: {recipe.description})",
+        f"overridden: {shlex.join(recipe.overrides)}",
+    ]
 
 
 def render_text(recipe: Recipe, launch: Launch) -> str:
     """The dry-run text: a comment header, the shell command, then the ds_config JSON."""
+    header = "".join(commented(line) for line in [*description_lines(recipe), summary_line(recipe)])
     return (
-        f"# {recipe.path}: {recipe.description}\n"
-        f"# {summary_line(recipe)}\n"
-        f"# Save the DeepSpeed config below as {DS_CONFIG_PLACEHOLDER}, then run from the repository root:\n"
+        f"{header}"
+        f"# Save the DeepSpeed config below as {DS_CONFIG_PLACEHOLDER}, then run from the repository root"
+        f"{_run_dir_hint(launch)}:\n"
         f"{launch.shell()}\n\n"
         f"# {DS_CONFIG_PLACEHOLDER}\n"
         f"{json.dumps(launch.ds_config, indent=2)}\n"
+    )
+
+
+def _run_dir_hint(launch: Launch) -> str:
+    """Where the render's RUN_DIR placeholder comes from, when the command names it."""
+    if not any(RUN_DIR_PLACEHOLDER in token for token in launch.argv):
+        return ""
+    return (
+        f"\n# ({RUN_DIR_PLACEHOLDER}: the run directory that `zerolab launch` creates, logs/NAME/TIMESTAMP)"
     )
 
 

@@ -9,12 +9,18 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from zerolab.engine.paths import engine_dir
+from zerolab.launch.rundir import CHECKPOINTS_DIR, TENSORBOARD_DIR, WANDB_DIR
 from zerolab.recipe.length import train_iters
 from zerolab.recipe.schema import Recipe
 
 DS_CONFIG_PLACEHOLDER = "ds_config.json"
 """The --deepspeed_config path in a render; `zerolab launch` writes the file into the run
 directory and substitutes its path (Launch.with_ds_config_path)."""
+
+RUN_DIR_PLACEHOLDER = "RUN_DIR"
+"""The run directory in a render made without one: `zerolab launch` creates it
+(logs/NAME/TIMESTAMP) and renders again with its path."""
+
 
 ENTRY_MODULE = "zerolab.engine.megatron_entry"
 
@@ -62,11 +68,18 @@ class Launch:
         return replace(self, argv=argv, ds_config_path=path)
 
 
-def render(recipe: Recipe) -> Launch:
-    """The Launch for a loaded (composed, validated, checked) recipe."""
+def render(recipe: Recipe, run_dir: str = RUN_DIR_PLACEHOLDER) -> Launch:
+    """The Launch for a loaded (composed, validated, checked) recipe whose outputs (checkpoints,
+    TensorBoard, W&B) go under `run_dir`."""
     hw = recipe.hardware
     return Launch(
-        argv=[*launcher_args(recipe), str(engine_dir() / "pretrain_gpt.py"), *megatron_args(recipe)],
+        argv=[
+            *launcher_args(recipe),
+            str(engine_dir() / "pretrain_gpt.py"),
+            *megatron_args(recipe),
+            *run_dir_args(recipe, run_dir),
+            *recipe.extra.megatron_args,
+        ],
         env=launch_env(recipe),
         ds_config=ds_config(recipe),
         world_size=recipe.world_size,
@@ -102,6 +115,8 @@ def launch_env(recipe: Recipe) -> dict[str, str]:
             env["LOCAL_SIZE"] = str(hw.procs_per_node)
     if hw.omp_num_threads is not None:
         env["OMP_NUM_THREADS"] = str(hw.omp_num_threads)
+    if recipe.logging.wandb_project is not None:
+        env["WANDB_MODE"] = recipe.logging.wandb_mode
     return env
 
 
@@ -145,8 +160,7 @@ def megatron_args(recipe: Recipe) -> list[str]:
     ]  # fmt: skip
     if hw.device == "cpu":
         args.append("--no-gradient-accumulation-fusion")
-    if train.activation_checkpointing:
-        args.append("--checkpoint-activations")
+    args += activation_checkpointing_args(recipe)
     if recipe.precision.bf16:
         args.append("--bf16")
     if recipe.precision.fp16:
@@ -162,6 +176,72 @@ def megatron_args(recipe: Recipe) -> list[str]:
         args.append("--no-pipeline-parallel")
     if recipe.zero.offload_optimizer:
         args.append("--cpu-optimizer")
+    if recipe.zero.offload_param:
+        args += ["--remote-device", "cpu"]
+        if recipe.zero.pin_memory:
+            args.append("--use-pin-memory")
+    return args
+
+
+def activation_checkpointing_args(recipe: Recipe) -> list[str]:
+    """The recompute flags: Megatron's own (--recompute-*) or DeepSpeed's (--checkpoint-activations
+    --deepspeed-activation-checkpointing), from the activation_checkpointing section."""
+    ckpt = recipe.activation_checkpointing
+    if ckpt.granularity == "none":
+        return []
+    if ckpt.granularity == "selective":
+        return ["--recompute-granularity", "selective"]
+    layers = str(ckpt.num_layers or 1)
+    if ckpt.implementation == "megatron":
+        method = ckpt.method or "uniform"
+        return [
+            "--recompute-granularity",
+            "full",
+            "--recompute-method",
+            method,
+            "--recompute-num-layers",
+            layers,
+        ]
+    args = [
+        "--checkpoint-activations",
+        "--deepspeed-activation-checkpointing",
+        "--checkpoint-num-layers",
+        layers,
+    ]
+    if ckpt.partition_activations:
+        args.append("--partition-activations")
+    if ckpt.contiguous_memory:
+        args.append("--contigious-checkpointing")
+    if ckpt.cpu_checkpointing:
+        args.append("--checkpoint-in-cpu")
+    return args
+
+
+def run_dir_args(recipe: Recipe, run_dir: str) -> list[str]:
+    """What the engine writes into the run directory: checkpoints (train.save_interval),
+    TensorBoard events and the W&B run (logging)."""
+    args: list[str] = []
+    if recipe.train.save_interval is not None:
+        args += [
+            "--save",
+            f"{run_dir}/{CHECKPOINTS_DIR}",
+            "--save-interval",
+            str(recipe.train.save_interval),
+        ]
+    logging = recipe.logging
+    if logging.tensorboard:
+        args += [
+            "--tensorboard-dir", f"{run_dir}/{TENSORBOARD_DIR}",
+            "--tensorboard-log-interval", str(recipe.train.log_interval),
+            "--log-timers-to-tensorboard",
+            "--log-validation-ppl-to-tensorboard",
+        ]  # fmt: skip
+    if logging.wandb_project is not None:
+        args += [
+            "--wandb-project", logging.wandb_project,
+            "--wandb-exp-name", logging.wandb_name or recipe.name,
+            "--wandb-save-dir", f"{run_dir}/{WANDB_DIR}",
+        ]  # fmt: skip
     return args
 
 
@@ -174,10 +254,16 @@ def ds_config(recipe: Recipe) -> dict[str, Any]:
             "overlap_comm": zero.overlap_comm,
             "contiguous_gradients": zero.contiguous_gradients,
             "reduce_bucket_size": zero.reduce_bucket_size,
-            "allgather_bucket_size": zero.allgather_bucket_size,
         }
+    if zero.stage in (1, 2):
+        zero_block["allgather_bucket_size"] = zero.allgather_bucket_size
+    for key, name in STAGE3_KEYS.items():
+        if getattr(zero, key) is not None:
+            zero_block[name] = getattr(zero, key)
     if zero.offload_optimizer:
         zero_block["offload_optimizer"] = {"device": "cpu", "pin_memory": zero.pin_memory}
+    if zero.offload_param:
+        zero_block["offload_param"] = {"device": "cpu", "pin_memory": zero.pin_memory}
     config: dict[str, Any] = {
         "train_batch_size": train.global_batch_size,
         "train_micro_batch_size_per_gpu": train.micro_batch_size,
@@ -190,6 +276,13 @@ def ds_config(recipe: Recipe) -> dict[str, Any]:
     }
     if precision.bf16:
         config["bf16"] = {"enabled": True}
+    ckpt = recipe.activation_checkpointing
+    if ckpt.granularity == "full" and ckpt.implementation == "deepspeed":
+        config["activation_checkpointing"] = {
+            "partition_activations": ckpt.partition_activations,
+            "contiguous_memory_optimization": ckpt.contiguous_memory,
+            "cpu_checkpointing": ckpt.cpu_checkpointing,
+        }
     if precision.fp16:
         config["fp16"] = {
             "enabled": True,
@@ -199,7 +292,28 @@ def ds_config(recipe: Recipe) -> dict[str, Any]:
             "hysteresis": precision.hysteresis,
             "min_loss_scale": precision.min_loss_scale,
         }
-    return config
+    return merge_new_keys(config, recipe.extra.ds_config)
+
+
+STAGE3_KEYS = {
+    "prefetch_bucket_size": "stage3_prefetch_bucket_size",
+    "param_persistence_threshold": "stage3_param_persistence_threshold",
+    "max_live_parameters": "stage3_max_live_parameters",
+    "max_reuse_distance": "stage3_max_reuse_distance",
+}
+"""zero section keys read at stage 3 only, and their ds_config names."""
+
+
+def merge_new_keys(config: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    """`config` with the keys of `extra` added, mappings merged key by key (the checks have
+    refused any key that would replace a rendered value)."""
+    merged = dict(config)
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = merge_new_keys(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
 
 
 def _num(value: float) -> str:

@@ -58,14 +58,130 @@ class ZeroSection(Section):
     offload_optimizer: bool = field(
         False, "keep optimizer states and step on the CPU (DeepSpeed CPU Adam); needs stage >= 1"
     )
-    pin_memory: bool = field(True, "page-locked host memory for the offloaded optimizer states")
+    pin_memory: bool = field(
+        True, "page-locked host memory for what is offloaded (optimizer states, weights)"
+    )
     overlap_comm: bool = field(True, "overlap gradient reduction with the backward pass")
     contiguous_gradients: bool = field(True, "copy gradients into one contiguous buffer as they are made")
     reduce_bucket_size: int = field(
         500_000_000, "elements reduced at a time (stages 2 and 3)", "elements", gt=0
     )
     allgather_bucket_size: int = field(
-        500_000_000, "elements gathered at a time (stages 1 and 2)", "elements", gt=0
+        500_000_000,
+        "elements gathered at a time; rendered at stages 1 and 2 only (stage 3 gathers by "
+        "prefetch_bucket_size)",
+        "elements",
+        gt=0,
+    )
+    offload_param: bool = field(
+        False,
+        "stage 3 only: keep the partitioned weights on the CPU too (ds_config offload_param, Megatron "
+        "--remote-device cpu), fetched to the device layer by layer",
+    )
+    prefetch_bucket_size: int | None = field(
+        None,
+        "stage 3 only: elements of weights fetched ahead of use (stage3_prefetch_bucket_size); "
+        "null leaves DeepSpeed's default (5e7)",
+        "elements",
+        gt=0,
+    )
+    param_persistence_threshold: int | None = field(
+        None,
+        "stage 3 only: weights smaller than this stay whole on every rank "
+        "(stage3_param_persistence_threshold); null leaves DeepSpeed's default (1e5)",
+        "elements",
+        ge=0,
+    )
+    max_live_parameters: int | None = field(
+        None,
+        "stage 3 only: gathered weights resident at once before they are released "
+        "(stage3_max_live_parameters); null leaves DeepSpeed's default (1e9)",
+        "elements",
+        gt=0,
+    )
+    max_reuse_distance: int | None = field(
+        None,
+        "stage 3 only: a weight used again within this many elements is kept gathered "
+        "(stage3_max_reuse_distance); null leaves DeepSpeed's default (1e9)",
+        "elements",
+        ge=0,
+    )
+
+
+class ActivationCheckpointingSection(Section):
+    """Activation checkpointing (recomputation): keep fewer activations in the forward pass and
+    recompute them in the backward pass, trading compute for memory (configs/activation_checkpointing/)."""
+
+    granularity: Literal["none", "full", "selective"] = field(
+        "none",
+        "none: keep every activation; full: recompute whole transformer layers (Megatron "
+        "--recompute-granularity full); selective: recompute only the attention core, the cheap part "
+        "with the large seq x seq activations (--recompute-granularity selective)",
+    )
+    method: Literal["uniform", "block"] | None = field(
+        None,
+        "full only. uniform: checkpoint the input of every chunk of num_layers layers; block: "
+        "recompute only the first num_layers layers of each pipeline stage (--recompute-method); "
+        "null means uniform",
+    )
+    num_layers: int | None = field(
+        None,
+        "full only: layers per checkpointed chunk (uniform) or layers recomputed per pipeline stage "
+        "(block) (--recompute-num-layers; --checkpoint-num-layers with the deepspeed implementation); "
+        "null means 1",
+        "layers",
+        gt=0,
+    )
+    implementation: Literal["megatron", "deepspeed"] = field(
+        "megatron",
+        "full, uniform only: megatron recomputes with Megatron's own checkpointing; deepspeed with "
+        "DeepSpeed's (--checkpoint-activations --deepspeed-activation-checkpointing and the ds_config "
+        "activation_checkpointing block), which adds the three options below",
+    )
+    partition_activations: bool = field(
+        False,
+        "deepspeed implementation: split each checkpoint across the tensor-parallel ranks "
+        "(--partition-activations)",
+    )
+    contiguous_memory: bool = field(
+        False,
+        "deepspeed implementation, with partition_activations: keep the checkpoints in one "
+        "preallocated buffer (--contigious-checkpointing)",
+    )
+    cpu_checkpointing: bool = field(
+        False,
+        "deepspeed implementation: keep the checkpoints in host memory (--checkpoint-in-cpu)",
+    )
+
+
+class LoggingSection(Section):
+    """Where training metrics go besides train.log: TensorBoard and Weights & Biases, written by
+    the engine itself into the run directory."""
+
+    tensorboard: bool = field(
+        False,
+        "write TensorBoard events to RUN_DIR/tensorboard (Megatron --tensorboard-dir, with timers and "
+        "validation perplexity), every train.log_interval iterations",
+    )
+    wandb_project: str | None = field(
+        None, "log to this Weights & Biases project (Megatron --wandb-project); null: no W&B"
+    )
+    wandb_name: str | None = field(None, "the W&B run name (--wandb-exp-name); null: the run's name")
+    wandb_mode: Literal["online", "offline"] = field(
+        "online", "W&B's WANDB_MODE: offline keeps the run in RUN_DIR/wandb, to `wandb sync` later"
+    )
+
+
+class ExtraSection(Section):
+    """The escape hatch: engine settings the schema does not know, passed through unchanged.
+    zerolab refuses what it renders itself (set those keys instead) and, where the engine is set
+    up, has Megatron's parser and DeepSpeed's config classes check the result before launch."""
+
+    megatron_args: list[str] = field(
+        list, "extra pretrain_gpt.py arguments, appended as given, e.g. [--use-rotary-position-embeddings]"
+    )
+    ds_config: dict[str, Any] = field(
+        dict, "extra DeepSpeed config keys, merged into the rendered ds_config (new keys only)"
     )
 
 
@@ -141,7 +257,6 @@ class TrainSection(Section):
     clip_grad: float = field(
         1.0, "gradient-norm clipping (Megatron --clip-grad, ds_config gradient_clipping)", ge=0
     )
-    activation_checkpointing: bool = field(False, "recompute activations in the backward pass to save memory")
     seed: int = field(1234, "random seed", ge=0)
     log_interval: int = field(
         10, "iterations between log lines (also the ds_config steps_per_print)", "iterations", gt=0
@@ -186,13 +301,19 @@ class Recipe(Section):
     model: ModelSection = field(ModelSection, "model shape")
     parallel: ParallelSection = field(ParallelSection, "tensor and pipeline parallelism")
     zero: ZeroSection = field(ZeroSection, "ZeRO setup")
+    activation_checkpointing: ActivationCheckpointingSection = field(
+        ActivationCheckpointingSection, "activation checkpointing (recomputation)"
+    )
     precision: PrecisionSection = field(PrecisionSection, "number format")
     data: DataSection = field(DataSection, "dataset and tokenizer")
     train: TrainSection = field(TrainSection, "batch, length, optimizer, logging")
     hardware: HardwareSection = field(HardwareSection, "devices, nodes and launcher")
+    logging: LoggingSection = field(LoggingSection, "TensorBoard and Weights & Biases")
+    extra: ExtraSection = field(ExtraSection, "engine settings the schema does not know")
 
     _name: str = PrivateAttr("recipe")
     _path: str | None = PrivateAttr(None)
+    _overrides: tuple[str, ...] = PrivateAttr(())
 
     @property
     def name(self) -> str:
@@ -203,6 +324,11 @@ class Recipe(Section):
     def path(self) -> str | None:
         """The recipe file as given, or None for a recipe built in code."""
         return self._path
+
+    @property
+    def overrides(self) -> tuple[str, ...]:
+        """The command-line overrides applied on top of the file, as given (`model=gpt2-124m`)."""
+        return self._overrides
 
     @property
     def world_size(self) -> int:
@@ -240,4 +366,15 @@ class Recipe(Section):
         return "fp16" if self.precision.fp16 else "fp32"
 
 
-SECTIONS: tuple[str, ...] = ("model", "parallel", "zero", "precision", "data", "train", "hardware")
+SECTIONS: tuple[str, ...] = (
+    "model",
+    "parallel",
+    "zero",
+    "activation_checkpointing",
+    "precision",
+    "data",
+    "train",
+    "hardware",
+    "logging",
+    "extra",
+)

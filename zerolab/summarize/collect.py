@@ -13,7 +13,7 @@ from zerolab.summarize.parse import ParsedLog, parse_log
 from zerolab.summarize.rundir import read_run_dir
 from zerolab.summarize.summary import Options, RunSummary, summarize_run
 
-SETUP_ORDER = ("dp", "z1", "z2", "z3", "z3_offload")
+SETUP_ORDER = ("dp", "z1", "z2", "z3", "z3_offload", "z3_offload_param")
 
 
 @dataclass
@@ -26,7 +26,7 @@ class Collection:
 
 
 def setup_rank(summary: RunSummary) -> tuple[int, str]:
-    """dp, z1, z2, z3, z3_offload first (in that order), then other setups, then unknown."""
+    """dp, z1, z2, z3, z3_offload, z3_offload_param first (in that order), then other setups, then unknown."""
     setup = summary.row["setup"]
     if setup in SETUP_ORDER:
         return SETUP_ORDER.index(setup), summary.row["name"]

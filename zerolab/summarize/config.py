@@ -47,12 +47,13 @@ def _precision(args: dict[str, Any], ds: dict[str, Any], ds_json: dict[str, Any]
     return None
 
 
-def _offload(ds_json: dict[str, Any]) -> bool | None:
+def _offload(ds_json: dict[str, Any], *keys: str) -> bool | None:
+    """Whether the ds_config offloads any of `keys` (offload_optimizer, offload_param)."""
     zero = ds_json.get("zero_optimization")
     if not isinstance(zero, dict):
         return None
     devices = []
-    for key in ("offload_optimizer", "offload_param"):
+    for key in keys:
         section = zero.get(key)
         devices.append(section.get("device") if isinstance(section, dict) else None)
     return any(device not in (None, "none") for device in devices)
@@ -93,7 +94,11 @@ def config_columns(run: dict[str, Any], log: ParsedLog) -> dict[str, Any]:
                 args.get("zero_stage"),
             )
         ),
-        "offload": _first(run.get("offload_optimizer"), _offload(ds_json)),
+        "offload": _first(
+            run.get("offload_optimizer") or run.get("offload_param") if run else None,
+            _offload(ds_json, "offload_optimizer", "offload_param"),
+        ),
+        "offload_param": _first(run.get("offload_param"), _offload(ds_json, "offload_param")),
         "micro_batch_size": _int(
             _first(
                 run.get("micro_batch_size"),
@@ -112,18 +117,20 @@ def config_columns(run: dict[str, Any], log: ParsedLog) -> dict[str, Any]:
             )
         ),
         "precision": _first(run.get("precision"), _precision(args, ds, ds_json)),
-        "recompute": bool(args.get("checkpoint_activations") or args.get("recompute_granularity") == "full"),
+        "recompute": _first(run.get("recompute_granularity"), args.get("recompute_granularity")) == "full"
+        or bool(args.get("checkpoint_activations")),
         "epoch_tokens": _first(run.get("epoch_tokens")),
     }
 
 
 def setup_label(columns: dict[str, Any]) -> str | None:
-    """`dp`, `z1`, `z2`, `z3`, `z3_offload` (prefixed `tp2_pp4_` with model parallelism)."""
+    """`dp`, `z1`, `z2`, `z3`, `z3_offload`, `z3_offload_param` (prefixed `tp2_pp4_` with model
+    parallelism)."""
     stage = columns["zero_stage"]
     if stage is None:
         return None
     label = "dp" if stage == 0 else f"z{stage}"
     if columns["offload"]:
-        label += "_offload"
+        label += "_offload_param" if columns["offload_param"] else "_offload"
     tp, pp = columns["tensor_parallel"] or 1, columns["pipeline_parallel"] or 1
     return f"tp{tp}_pp{pp}_{label}" if tp > 1 or pp > 1 else label

@@ -1,0 +1,98 @@
+"""Run by the engine's Python (as a script, standard library at module level): Megatron's own
+argument parser and DeepSpeed's config classes judge rendered launches without training.
+
+For each case (argv after pretrain_gpt.py, ds_config, world size, data-parallel size):
+Megatron's parse_args, validate_args and build_num_microbatches_calculator (only that one checks
+global batch % (micro batch x data parallel)), then DeepSpeed's DeepSpeedZeroConfig and
+DeepSpeedConfig. Usage: python parser_check.py CASES.json RESULTS.json STORE_FILE, with the
+Megatron-DeepSpeed checkout as working directory, DS_ACCELERATOR=cpu and RANK=0.
+"""
+
+import contextlib
+import io
+import json
+import os
+import sys
+
+
+class DataParallelGroup:
+    """What DeepSpeedConfig asks of Megatron's mpu: the data-parallel size."""
+
+    def __init__(self, size):
+        self.size = size
+
+    def get_data_parallel_world_size(self):
+        return self.size
+
+
+def _reason(error, printed):
+    """The error as one line: argparse's own message (it prints, then exits 2), or the exception."""
+    lines = [line for line in printed.getvalue().splitlines() if line.strip()]
+    if isinstance(error, SystemExit) and lines:
+        return lines[-1]
+    text = "; ".join(
+        line.strip()
+        for line in str(error).splitlines()
+        if line.strip() and not line.strip().startswith("For further information")
+    )
+    return f"{type(error).__name__}: {text or '(no message)'}"
+
+
+def check(case):
+    """Megatron's and DeepSpeed's verdict on one case."""
+    from deepspeed.runtime.config import DeepSpeedConfig
+    from deepspeed.runtime.zero.config import DeepSpeedZeroConfig
+    from megatron.arguments import parse_args, validate_args
+    from megatron.microbatches import build_num_microbatches_calculator
+
+    outcome = {}
+    printed = io.StringIO()
+    try:
+        os.environ["WORLD_SIZE"] = str(case["world_size"])
+        sys.argv = ["pretrain_gpt.py", *case["megatron_args"]]
+        with contextlib.redirect_stderr(printed), contextlib.redirect_stdout(io.StringIO()):
+            args = parse_args()
+            validate_args(args)
+            calculator = build_num_microbatches_calculator(args)
+        outcome["megatron"] = {
+            "num_microbatches": calculator.get(),
+            "zero_stage": args.zero_stage,
+            "data_parallel_size": args.data_parallel_size,
+            "train_iters": args.train_iters,
+        }
+    except BaseException as error:
+        outcome["megatron_error"] = _reason(error, printed)
+    try:
+        DeepSpeedZeroConfig(**case["ds_config"].get("zero_optimization", {}))
+        config = DeepSpeedConfig(case["ds_config"], mpu=DataParallelGroup(case["data_parallel"]))
+        outcome["deepspeed"] = {
+            "train_batch_size": config.train_batch_size,
+            "gradient_accumulation_steps": config.gradient_accumulation_steps,
+            "zero_stage": config.zero_optimization_stage,
+        }
+    except BaseException as error:
+        outcome["deepspeed_error"] = _reason(error, io.StringIO())
+    return outcome
+
+
+def main(cases_file, results_file, store_file):
+    import deepspeed
+
+    sys.path.insert(0, os.getcwd())
+    deepspeed.init_distributed(
+        dist_backend="gloo",
+        auto_mpi_discovery=False,
+        verbose=False,
+        init_method="file://" + store_file,
+        rank=0,
+        world_size=1,
+    )
+    with open(cases_file) as handle:
+        cases = json.load(handle)
+    results = {case["name"]: check(case) for case in cases}
+    with open(results_file, "w") as handle:
+        json.dump(results, handle)
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:4])
