@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import sys
 from pathlib import Path
 
@@ -27,3 +28,11 @@ def still_running(pid_dir: Path) -> list[str]:
         except psutil.NoSuchProcess:
             continue
     return alive
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on now: each real-engine run gets its own rendezvous port, so
+    runs of concurrent test sessions on one machine do not meet on the default 29500."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]

@@ -4,11 +4,12 @@ says: on stand-in packages shaped like the engine's (always), and on the real en
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
+
+from launch_helpers import free_port
 
 from zerolab.engine.paths import REPO_ROOT
 from zerolab.engine.workarounds import WORKAROUNDS
@@ -76,6 +77,7 @@ def test_every_workaround_is_named_and_explained_in_one_line():
         "cpu_activation_checkpointing",
         "partitioned_checkpoint_arguments",
         "contiguous_checkpoints_in_eval",
+        "recompute_chunks_of_layers",
     ]
     for workaround in WORKAROUNDS:
         assert workaround.why and "\n" not in workaround.why and len(workaround.why) < 110
@@ -201,12 +203,6 @@ def test_weight_decay_groups_use_the_full_shape_of_partitioned_parameters(tmp_pa
         OPTIMIZER_STANDIN,
     )
     assert out.split("\n")[:3] == ["['fc.weight']", "['fc.weight']", "[]"]
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def test_real_zero3_init_parameters_are_weight_decayed_like_unpartitioned_ones(engine):

@@ -7,6 +7,7 @@ extra settings get before a launch)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from zerolab.engine.engine_check import Case, judge, megatron_args_of
@@ -63,3 +64,36 @@ def test_engine_accepts_every_shipped_render_and_rejects_what_we_refuse(engine):
     assert "megatron_error" in results["bad: seq beyond positions"]
     assert "megatron_error" in results["bad: fp16 and bf16"]
     assert "deepspeed_error" in results["bad: fp16 and bf16"]
+
+
+def test_extra_settings_are_judged_by_the_engine_before_anything_is_written(
+    engine, dataset, capsys, tmp_path
+):
+    from zerolab.cli import main
+
+    bad_flag = "extra.megatron_args=[--log-params-norm, --no-such-flag]"
+    assert main(["render", "cpu/tiny_z1", bad_flag, "--dry-run"]) == 2
+    assert (
+        "Megatron: pretrain_gpt.py: error: unrecognized arguments: --no-such-flag" in capsys.readouterr().err
+    )
+
+    bad_value = "extra.megatron_args=[--rotary-percent, half]"
+    run_dir = tmp_path / "run"
+    assert main(["launch", "cpu/tiny_z1", f"data.path={dataset}", bad_value, "--run-dir", str(run_dir)]) == 2
+    assert "invalid float value: 'half'" in capsys.readouterr().err
+    assert not run_dir.exists()
+
+    bad_key = "extra.ds_config={zero_optimization: {round_robin_gradientz: true}}"
+    assert main(["render", "cpu/tiny_z1", bad_key, "--json"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and "DeepSpeed: ValidationError" in captured.err
+    assert "round_robin_gradientz" in captured.err
+
+    good = [
+        "extra.megatron_args=[--log-params-norm]",
+        "extra.ds_config={zero_optimization: {round_robin_gradients: true}}",
+    ]
+    assert main(["render", "cpu/tiny_z1", *good, "--json"]) == 0
+    rendered = json.loads(capsys.readouterr().out)
+    assert rendered["argv"][-1] == "--log-params-norm"
+    assert rendered["ds_config"]["zero_optimization"]["round_robin_gradients"] is True

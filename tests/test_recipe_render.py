@@ -288,3 +288,54 @@ def test_diff_shows_recipe_and_argument_changes(capsys):
 def test_overrides_may_follow_options(capsys):
     assert main(["render", "cpu/tiny_z1", "--json", "train.micro_batch_size=1"]) == 0
     assert json.loads(capsys.readouterr().out)["ds_config"]["gradient_accumulation_steps"] == 4
+
+
+def test_headers_say_what_was_overridden(capsys):
+    assert main(["render", "gpt2_z3", "hardware.procs_per_node=1", "model=gpt2-124m", "--dry-run"]) == 0
+    header = [line for line in capsys.readouterr().out.splitlines() if line.startswith("#")]
+    assert header[0] == (
+        "# recipes/gpt2_z3.yaml (its description: GPT-2 1.5B, dolly-15k, 2 GPUs, bf16, ZeRO stage 3 "
+        "(optimizer states, gradients and weights sharded))"
+    )
+    assert header[1] == "# overridden: hardware.procs_per_node=1 model=gpt2-124m"
+    assert header[2].startswith("# gpt2-124m | world 1 = 1 node(s) x 1 | tensor 1 x pipeline 1 x data 1 |")
+    assert "| ZeRO 3 | recompute full uniform x1 | bf16 | cuda | 100 iterations" in header[2]
+
+    assert main(["render", "gpt2_z3", "--dry-run"]) == 0
+    header = [line for line in capsys.readouterr().out.splitlines() if line.startswith("#")]
+    assert header[0].startswith("# recipes/gpt2_z3.yaml: GPT-2 1.5B, dolly-15k, 2 GPUs")
+    assert header[1].startswith("# gpt2-1.5b | world 2 = 1 node(s) x 2 |")
+
+
+def test_run_directory_outputs_are_in_the_render():
+    overrides = ["train.save_interval=50", "logging.tensorboard=true", "logging.wandb_project=study"]
+    argv = render(load_recipe("gpt2_z2", overrides)).argv
+    assert option(argv, "--save") == "RUN_DIR/checkpoints" and option(argv, "--save-interval") == "50"
+    assert option(argv, "--tensorboard-dir") == "RUN_DIR/tensorboard"
+    assert option(argv, "--wandb-project") == "study" and option(argv, "--wandb-save-dir") == "RUN_DIR/wandb"
+    argv = render(load_recipe("gpt2_z2", overrides), "/runs/x").argv
+    assert option(argv, "--save") == "/runs/x/checkpoints"
+
+
+def test_zero_keys_go_where_their_stage_reads_them():
+    z2 = render(load_recipe("gpt2_z2")).ds_config["zero_optimization"]
+    assert z2["allgather_bucket_size"] == 500_000_000 and not any(key.startswith("stage3_") for key in z2)
+    knobs = ["zero.prefetch_bucket_size=20000000", "zero.max_live_parameters=300000000"]
+    z3 = render(load_recipe("gpt2_z3_offload_param", knobs))
+    block = z3.ds_config["zero_optimization"]
+    assert "allgather_bucket_size" not in block
+    assert (
+        block["stage3_prefetch_bucket_size"] == 20_000_000
+        and block["stage3_max_live_parameters"] == 300_000_000
+    )
+    assert block["offload_param"] == {"device": "cpu", "pin_memory": True}
+    assert option(z3.argv, "--remote-device") == "cpu" and "--use-pin-memory" in z3.argv
+
+
+def test_extra_settings_without_the_engine_render_with_a_warning(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("ZEROLAB_ENGINE_DIR", str(tmp_path / "no-engine"))
+    extra = ["extra.megatron_args=[--log-params-norm]", "extra.ds_config={wall_clock_breakdown_x: 1}"]
+    assert main(["render", "cpu/tiny_z1", *extra, "--dry-run"]) == 0
+    captured = capsys.readouterr()
+    assert "not checked by the engine's parser" in captured.err and "make setup" in captured.err
+    assert "  --log-params-norm\n" in captured.out and '"wall_clock_breakdown_x": 1' in captured.out

@@ -7,6 +7,7 @@ would. Standard library only: it runs inside the engine's environment.
 
 from __future__ import annotations
 
+import itertools
 import os
 import runpy
 import sys
@@ -16,17 +17,24 @@ from zerolab.engine.workarounds import apply_all
 
 
 def main(argv: list[str]) -> None:
-    """Run the training script `argv[0]` with arguments `argv[1:]` under the workarounds."""
-    if not argv:
-        sys.exit("usage: python -m zerolab.engine.megatron_entry PRETRAIN_SCRIPT [ARGS...]")
-    script = Path(argv[0]).resolve()
+    """Run the training script (the first argument that is not an option) with the other
+    arguments under the workarounds. Options before the script are the launcher's own: the
+    deepspeed launcher starts a module as `-m MODULE --local_rank=N SCRIPT ARGS...`, and the
+    script reads them as it would from `python SCRIPT --local_rank=N ARGS...`."""
+    launcher_options = list(itertools.takewhile(lambda token: token.startswith("-"), argv))
+    rest = argv[len(launcher_options) :]
+    if not rest:
+        sys.exit(
+            "usage: python -m zerolab.engine.megatron_entry [LAUNCHER OPTIONS] PRETRAIN_SCRIPT [ARGS...]"
+        )
+    script = Path(rest[0]).resolve()
     if not script.is_file():
         sys.exit(f"zerolab: no training script at {script}")
     applied = apply_all()
     if os.environ.get("RANK", "0") == "0":
         for workaround in applied:
             print(f"zerolab: workaround {workaround.name}: {workaround.why}", flush=True)
-    sys.argv = [str(script), *argv[1:]]
+    sys.argv = [str(script), *launcher_options, *rest[1:]]
     sys.path.insert(0, str(script.parent))
     runpy.run_path(str(script), run_name="__main__")
 

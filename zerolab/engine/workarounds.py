@@ -294,6 +294,46 @@ def contiguous_checkpoints_in_eval() -> None:
     _patch_after_import(TENSOR_PARALLEL, _reset_contiguous_checkpoints_too)
 
 
+def _differentiable_placeholders(outputs: Any) -> Any:
+    """A checkpointed chunk's outputs, with each placeholder after the hidden states (a dense
+    layer's MoE loss, a zero without a gradient) replaced by a zero that takes one."""
+    if not isinstance(outputs, tuple):
+        return outputs
+    import torch
+
+    return (
+        outputs[0],
+        *(
+            value.detach().clone().requires_grad_()
+            if torch.is_tensor(value) and value.is_floating_point() and not value.requires_grad
+            else value
+            for value in outputs[1:]
+        ),
+    )
+
+
+def _checkpoint_with_differentiable_placeholders(module: types.ModuleType) -> None:
+    checkpoint = module.checkpoint
+
+    def checkpoint_chunk(function: Callable[..., Any], *args: Any) -> Any:
+        def run_chunk(*inputs: Any) -> Any:
+            return _differentiable_placeholders(function(*inputs))
+
+        return checkpoint(run_chunk, *args)
+
+    checkpoint_chunk.__wrapped__ = checkpoint  # type: ignore[attr-defined]
+    module.checkpoint = checkpoint_chunk  # type: ignore[attr-defined]
+
+
+# A checkpointed chunk of layers returns its hidden states and one MoE loss per layer, a plain zero
+# for a dense layer. Megatron's own checkpoint drops that zero in the backward pass only for a
+# chunk of one layer; with recompute_num_layers > 1 the backward pass is handed zeros without a
+# gradient and fails ("element 1 of tensors does not require grad").
+def recompute_chunks_of_layers() -> None:
+    """Give recomputed chunks of several layers differentiable MoE-loss zeros, as one layer gets."""
+    _patch_after_import(TENSOR_PARALLEL, _checkpoint_with_differentiable_placeholders)
+
+
 WORKAROUNDS: tuple[Workaround, ...] = tuple(
     Workaround(name=function.__name__, why=(function.__doc__ or "").strip(), apply=function)
     for function in (
@@ -305,6 +345,7 @@ WORKAROUNDS: tuple[Workaround, ...] = tuple(
         cpu_activation_checkpointing,
         partitioned_checkpoint_arguments,
         contiguous_checkpoints_in_eval,
+        recompute_chunks_of_layers,
     )
 )
 

@@ -93,9 +93,11 @@ def _run_dir_hint(launch: Launch) -> str:
 
 def resolved_yaml(recipe: Recipe) -> str:
     """The fully resolved recipe as YAML, headed by the values derived from it (as comments)."""
+    overridden = f"overridden: {shlex.join(recipe.overrides)}" if recipe.overrides else ""
     header = (
-        f"# {recipe.path}, fully resolved\n"
-        f"# derived: world_size={recipe.world_size} data_parallel={recipe.data_parallel_size} "
+        commented(f"{recipe.path}, fully resolved")
+        + (commented(overridden) if overridden else "")
+        + f"# derived: world_size={recipe.world_size} data_parallel={recipe.data_parallel_size} "
         f"gradient_accumulation_steps={recipe.gradient_accumulation_steps} "
         f"padded_vocab_size={recipe.padded_vocab_size} train_iters={_iters_or_reason(recipe)}\n"
     )

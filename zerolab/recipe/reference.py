@@ -14,7 +14,7 @@ from pydantic import BaseModel
 
 from zerolab.recipe import length as length_module
 from zerolab.recipe.locations import CONFIGS_DIR, RECIPES_DIR, REPO_ROOT
-from zerolab.recipe.render import DS_CONFIG_PLACEHOLDER
+from zerolab.recipe.render import DS_CONFIG_PLACEHOLDER, RUN_DIR_PLACEHOLDER
 from zerolab.recipe.schema import SECTIONS, Recipe
 from zerolab.recipe.yaml_io import read_yaml_mapping
 
@@ -49,11 +49,28 @@ is the ds_config stage; `--micro-batch-size`/`--global-batch-size` and
 `train_micro_batch_size_per_gpu`/`train_batch_size`/`gradient_accumulation_steps` come
 from `train`; `steps_per_print` is `train.log_interval` and `log_level` is `info`, so
 DeepSpeed's throughput and memory lines reach the log. With pipeline size 1 the render
-adds `--no-pipeline-parallel`; offload adds `--cpu-optimizer`; on CPU it sets
-`DS_ACCELERATOR=cpu`, `--distributed-backend gloo`, `--no-gradient-accumulation-fusion`
-and, under torchrun, `LOCAL_SIZE`. `--deepspeed_config` points at the placeholder
-`{placeholder}`: `zerolab launch` writes the config into the run directory and substitutes
-its path; `zerolab render --out DIR` writes `DIR/ds_config.json` and `DIR/command.sh`.
+adds `--no-pipeline-parallel`; optimizer offload adds `--cpu-optimizer`, weight offload
+`--remote-device cpu`; on CPU it sets `DS_ACCELERATOR=cpu`, `--distributed-backend gloo`,
+`--no-gradient-accumulation-fusion` and, under torchrun, `LOCAL_SIZE`. ZeRO keys go into the
+ds_config only at the stages that read them (`allgather_bucket_size` at 1 and 2, the
+`stage3_*` knobs at 3; setting a stage-3 knob at another stage is refused).
+`activation_checkpointing` renders Megatron's `--recompute-granularity/-method/-num-layers`,
+or with `implementation: deepspeed` `--checkpoint-activations --deepspeed-activation-checkpointing`
+and the ds_config `activation_checkpointing` block. `--deepspeed_config` points at the
+placeholder `{placeholder}`: `zerolab launch` writes the config into the run directory and
+substitutes its path; `zerolab render --out DIR` writes `DIR/ds_config.json` and
+`DIR/command.sh`. What the engine writes into the run directory (`--save`,
+`--tensorboard-dir`, `--wandb-save-dir`) is shown under `{run_dir}`, the directory that
+`zerolab launch` creates.
+
+### Settings the schema does not know
+
+`extra.megatron_args` (a list of tokens) is appended to the Megatron arguments and
+`extra.ds_config` (a mapping) merged into the DeepSpeed config. Both may only add: a flag or
+key that zerolab renders from the recipe's own keys is refused, naming the keys to set
+instead. Where the engine is set up, `render` and `launch` then have Megatron's parser and
+DeepSpeed's config classes judge the whole render (about 6 s) and refuse, before anything is
+written, what they reject; without the engine a dry run warns that it could not check them.
 
 ### Training length
 
@@ -66,6 +83,7 @@ def generate() -> str:
     parts = [
         INTRO.format(
             placeholder=DS_CONFIG_PLACEHOLDER,
+            run_dir=RUN_DIR_PLACEHOLDER,
             length=(length_module.__doc__ or "").strip(),
         )
     ]

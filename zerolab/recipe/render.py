@@ -158,8 +158,8 @@ def megatron_args(recipe: Recipe) -> list[str]:
         "--num-workers", str(data.num_workers),
         "--distributed-backend", "gloo" if hw.device == "cpu" else "nccl",
     ]  # fmt: skip
-    if hw.device == "cpu":
-        args.append("--no-gradient-accumulation-fusion")
+    if hw.device == "cpu":  # the fused kernels these select are CUDA-only
+        args += ["--no-gradient-accumulation-fusion", "--no-masked-softmax-fusion"]
     args += activation_checkpointing_args(recipe)
     if recipe.precision.bf16:
         args.append("--bf16")

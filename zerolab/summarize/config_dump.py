@@ -67,9 +67,11 @@ def convert(value: str) -> Any:
 
 
 class ConfigCollector:
-    """Feed it lines in order; `args` and `ds` hold what the dumps said (first value wins)."""
+    """Feed it lines in order; `args` and `ds` hold what the dumps said (first value wins) for the
+    keys a summary needs, or for every key with `every_key`."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, every_key: bool = False) -> None:
+        self.every_key = every_key
         self.args: dict[str, Any] = {}
         self.ds: dict[str, Any] = {}
         self.ds_json: dict[str, Any] = {}
@@ -88,7 +90,7 @@ class ConfigCollector:
         if self._in_args:
             match = _ARG_LINE.match(text)
             if match:
-                if match.group(1) in ARGUMENT_KEYS:
+                if self.every_key or match.group(1) in ARGUMENT_KEYS:
                     self.args.setdefault(match.group(1), convert(match.group(2)))
                 return True
         if "[config.py:" in text:
@@ -100,7 +102,7 @@ class ConfigCollector:
             self._json_lines = ["{"]
             return True
         match = _DS_LINE.search(text)
-        if match and match.group(1) in DS_KEYS:
+        if match and (self.every_key or match.group(1) in DS_KEYS):
             self.ds.setdefault(match.group(1), convert(match.group(2)))
             return True
         return match is not None

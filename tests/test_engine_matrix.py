@@ -1,0 +1,284 @@
+"""Every flag family a recipe can render trains on the real engine: a flag is proven by a
+training step, not by a parser. Each cell launches the tiny GPT-2 (2 ranks over gloo, CPU) for
+three iterations through `zerolab launch`, then checks that the setting reached the engine
+(Megatron's argument dump, DeepSpeed's config dump, the files it writes) and what a user relies
+on: settings that do not change the arithmetic (ZeRO, recomputation, launchers, accumulation)
+train to the same loss. Each shipped GPU recipe, shrunk to the tiny model on this CPU with every
+other setting kept, trains too. Skipped, with the reason, when the engine is not set up."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from launch_helpers import free_port
+
+from zerolab.cli import main
+from zerolab.summarize.config_dump import ConfigCollector
+from zerolab.summarize.lines import read_lines
+from zerolab.summarize.parse import ParsedLog, parse_log
+
+REPO = Path(__file__).resolve().parents[1]
+ITERATIONS = 3
+SHORT = [f"train.iters={ITERATIONS}", "train.lr_warmup_iters=1", "train.log_interval=1"]
+
+
+@dataclass(frozen=True)
+class Trained:
+    """A completed run: its directory, parsed log, and every argument and DeepSpeed setting it printed."""
+
+    run_dir: Path
+    log: ParsedLog
+    args: dict[str, Any]
+    ds: dict[str, Any]
+
+    @property
+    def losses(self) -> list[float]:
+        return list(self.log.iterations["loss"])
+
+    @property
+    def text(self) -> str:
+        return (self.run_dir / "train.log").read_text(errors="replace")
+
+
+def train(dataset: str, run_dir: Path, recipe: str, *overrides: str, short: bool = True) -> Trained:
+    """Launch `recipe` with `overrides` into `run_dir`; it must complete every iteration."""
+    argv = [
+        "launch",
+        recipe,
+        f"data.path={dataset}",
+        *(SHORT if short else []),
+        f"hardware.master_port={free_port()}",
+        *overrides,
+        "--run-dir",
+        str(run_dir),
+    ]
+    code = main(argv)
+    status = json.loads((run_dir / "status.json").read_text())
+    log_tail = (run_dir / "train.log").read_text(errors="replace")[-3000:]
+    assert code == 0 and status["state"] == "completed", (status["cause"], log_tail)
+    log = parse_log(run_dir / "train.log")
+    dumped = ConfigCollector(every_key=True)
+    for line in read_lines(run_dir / "train.log"):
+        dumped.feed(line.text)
+    trained = Trained(run_dir, log, dumped.args, dumped.ds)
+    assert len(trained.losses) == log.train_iters == int(log.iterations["iteration"][-1]), log_tail
+    assert all(math.isfinite(loss) for loss in trained.losses), trained.losses
+    return trained
+
+
+def same_losses(a: Trained, b: Trained, tolerance: float) -> bool:
+    return len(a.losses) == len(b.losses) and all(
+        abs(x - y) <= tolerance for x, y in zip(a.losses, b.losses, strict=True)
+    )
+
+
+@pytest.fixture(scope="module")
+def baseline(engine, dataset, tmp_path_factory) -> Trained:
+    """Plain data parallelism, fp32, micro batch 2 x accumulation 2 x 2 ranks, no recomputation."""
+    return train(dataset, tmp_path_factory.mktemp("runs") / "dp", "cpu/tiny_dp")
+
+
+@pytest.fixture(scope="module")
+def tensor_parallel(engine, dataset, tmp_path_factory) -> Trained:
+    """Tensor parallel 2 (so data parallel 1), ZeRO 1."""
+    return train(dataset, tmp_path_factory.mktemp("runs") / "tp2", "cpu/tiny_z1", "parallel.tensor=2")
+
+
+def test_plain_data_parallel_evaluates_and_its_loss_falls(baseline):
+    assert baseline.args["zero_stage"] == 0 and baseline.args["data_parallel_size"] == 2
+    assert baseline.ds["gradient_accumulation_steps"] == 2 and baseline.ds["train_batch_size"] == 8
+    assert baseline.log.validations, "the validation at the end of training is missing"
+    assert baseline.losses[-1] < baseline.losses[0]
+
+
+@pytest.mark.parametrize(
+    ("recipe", "stage", "offloaded"),
+    [
+        ("cpu/tiny_z1", 1, ()),
+        ("cpu/tiny_z2", 2, ()),
+        ("cpu/tiny_z3", 3, ()),
+        ("cpu/tiny_z3_offload", 3, ("offload_optimizer",)),
+        ("cpu/tiny_z3_offload_param", 3, ("offload_optimizer", "offload_param")),
+    ],
+)
+def test_zero_stages_train_like_plain_data_parallelism(baseline, dataset, tmp_path, recipe, stage, offloaded):
+    run = train(dataset, tmp_path / "run", recipe)
+    assert run.args["zero_stage"] == stage and run.ds["zero_optimization_stage"] == stage
+    zero_config = run.ds["zero_config"]
+    for kind in ("offload_optimizer", "offload_param"):
+        on_cpu = (
+            f"{kind}=DeepSpeedZeroOffload{'Optimizer' if 'optimizer' in kind else 'Param'}Config(device='cpu'"
+        )
+        assert (on_cpu in zero_config) == (kind in offloaded), (kind, zero_config)
+    if "offload_param" in offloaded:
+        assert run.args["remote_device"] == "cpu"
+    assert same_losses(run, baseline, 1e-3), (run.losses, baseline.losses)
+
+
+RECOMPUTE_CASES = {
+    "full uniform": (
+        ["activation_checkpointing=full"],
+        {"recompute_granularity": "full", "recompute_method": "uniform", "recompute_num_layers": 1},
+    ),
+    "full block": (
+        ["activation_checkpointing=full", "activation_checkpointing.method=block"],
+        {"recompute_granularity": "full", "recompute_method": "block", "recompute_num_layers": 1},
+    ),
+    "full uniform in chunks of 2": (
+        ["activation_checkpointing=full", "activation_checkpointing.num_layers=2"],
+        {"recompute_granularity": "full", "recompute_method": "uniform", "recompute_num_layers": 2},
+    ),
+    "selective": (["activation_checkpointing=selective"], {"recompute_granularity": "selective"}),
+    "deepspeed": (
+        ["activation_checkpointing=full", "activation_checkpointing.implementation=deepspeed"],
+        {
+            "checkpoint_activations": True,
+            "deepspeed_activation_checkpointing": True,
+            "checkpoint_num_layers": 1,
+        },
+    ),
+    "deepspeed in host memory": (
+        [
+            "activation_checkpointing=full",
+            "activation_checkpointing.implementation=deepspeed",
+            "activation_checkpointing.cpu_checkpointing=true",
+        ],
+        {"deepspeed_activation_checkpointing": True, "checkpoint_in_cpu": True},
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(RECOMPUTE_CASES))
+def test_recomputation_trains_to_the_same_loss(baseline, dataset, tmp_path, case):
+    overrides, engine_args = RECOMPUTE_CASES[case]
+    run = train(dataset, tmp_path / "run", "cpu/tiny_dp", *overrides)
+    assert {key: run.args.get(key) for key in engine_args} == engine_args
+    assert same_losses(run, baseline, 1e-5), (run.losses, baseline.losses)
+
+
+def test_tensor_parallel_two(tensor_parallel):
+    assert tensor_parallel.args["tensor_model_parallel_size"] == 2
+    assert tensor_parallel.args["data_parallel_size"] == 1
+    assert "initialized tensor model parallel with size 2" in tensor_parallel.text
+
+
+def test_partitioned_contiguous_checkpoints_across_tensor_ranks_with_evaluation(
+    tensor_parallel, dataset, tmp_path
+):
+    run = train(
+        dataset,
+        tmp_path / "run",
+        "cpu/tiny_z1",
+        "parallel.tensor=2",
+        "activation_checkpointing=full",
+        "activation_checkpointing.implementation=deepspeed",
+        "activation_checkpointing.partition_activations=true",
+        "activation_checkpointing.contiguous_memory=true",
+        "train.eval_interval=2",
+    )
+    assert run.args["partition_activations"] is True and run.args["contigious_checkpointing"] is True
+    assert len(run.log.validations) == 2  # at iteration 2 and at the end: forward passes without backward
+    assert same_losses(run, tensor_parallel, 1e-5), (run.losses, tensor_parallel.losses)
+
+
+@pytest.mark.parametrize("zero", ["z0", "z1"])
+def test_pipeline_parallel_two(baseline, dataset, tmp_path, zero):
+    run = train(dataset, tmp_path / "run", "cpu/tiny_dp", "parallel.pipeline=2", f"zero={zero}")
+    assert run.args["pipeline_model_parallel_size"] == 2 and run.args["data_parallel_size"] == 1
+    assert "initialized pipeline model parallel with size 2" in run.text
+    assert run.ds["zero_optimization_stage"] == int(zero[1])
+
+
+def test_pipeline_parallel_with_full_recomputation(dataset, tmp_path):
+    run = train(
+        dataset, tmp_path / "run", "cpu/tiny_z1", "parallel.pipeline=2", "activation_checkpointing=full"
+    )
+    assert run.args["pipeline_model_parallel_size"] == 2 and run.args["recompute_granularity"] == "full"
+
+
+def test_bf16(baseline, dataset, tmp_path):
+    run = train(dataset, tmp_path / "run", "cpu/tiny_dp", "precision=bf16")
+    assert run.args["bf16"] is True and run.ds["bfloat16_config"].startswith("enabled=True")
+    assert same_losses(run, baseline, 0.05), (run.losses, baseline.losses)
+
+
+def test_micro_batch_one_with_more_accumulation_trains_the_same_batch(baseline, dataset, tmp_path):
+    run = train(dataset, tmp_path / "run", "cpu/tiny_dp", "train.micro_batch_size=1")
+    assert run.args["micro_batch_size"] == 1 and run.ds["gradient_accumulation_steps"] == 4
+    assert same_losses(run, baseline, 1e-4), (run.losses, baseline.losses)
+
+
+def test_the_deepspeed_launcher(baseline, dataset, tmp_path):
+    run = train(dataset, tmp_path / "run", "cpu/tiny_dp", "hardware.launcher=deepspeed")
+    assert "deepspeed" in (run.run_dir / "command.sh").read_text()
+    assert same_losses(run, baseline, 1e-5), (run.losses, baseline.losses)
+
+
+def test_tensorboard_and_wandb_write_into_the_run_directory(dataset, tmp_path):
+    run = train(
+        dataset,
+        tmp_path / "run",
+        "cpu/tiny_dp",
+        "logging.tensorboard=true",
+        "logging.wandb_project=zerolab-tests",
+        "logging.wandb_mode=offline",
+    )
+    events = list((run.run_dir / "tensorboard").glob("events.out.tfevents.*"))
+    assert events and b"lm-loss-training/lm loss" in events[0].read_bytes()
+    (offline,) = (run.run_dir / "wandb" / "wandb").glob("offline-run-*")
+    (history,) = offline.glob("run-*.wandb")
+    assert history.stat().st_size > 0
+    assert run.args["wandb_exp_name"] == "tiny_dp"
+
+
+def test_extra_settings_reach_the_engine(dataset, tmp_path):
+    run = train(
+        dataset,
+        tmp_path / "run",
+        "cpu/tiny_z2",
+        "extra.megatron_args=[--eod-mask-loss, --timing-log-level, '2']",
+        "extra.ds_config={zero_optimization: {round_robin_gradients: true}}",
+    )
+    assert run.args["eod_mask_loss"] is True and run.args["timing_log_level"] == 2
+    assert "round_robin_gradients=True" in run.ds["zero_config"]
+
+
+GPU_RECIPES = sorted(p.stem for p in (REPO / "recipes").glob("gpt2_*.yaml"))
+
+
+@pytest.mark.parametrize("recipe", GPU_RECIPES)
+def test_every_gpu_recipe_trains_shrunk_to_the_tiny_model_on_cpu(engine, dataset, tmp_path, recipe):
+    """The GPU recipe's own settings (precision, recomputation, batch sizes, ZeRO, parallelism,
+    data loading) with the model, the devices and the length made to fit this machine."""
+    from zerolab.recipe import load_recipe
+
+    gpu = load_recipe(recipe)
+    ranks = gpu.model_parallel_size * 2  # two data-parallel ranks, as on the GPUs
+    run = train(
+        dataset,
+        tmp_path / "run",
+        recipe,
+        "model=gpt2-tiny",
+        "hardware=cpu-2ranks",
+        f"hardware.procs_per_node={ranks}",
+        "train.iters=2",
+        "train.lr_warmup_iters=1",
+        "train.log_interval=1",
+        short=False,
+    )
+    assert run.args["micro_batch_size"] == gpu.train.micro_batch_size
+    assert run.args["global_batch_size"] == gpu.train.global_batch_size
+    assert run.args["zero_stage"] == gpu.zero.stage
+    assert run.args["bf16"] is gpu.precision.bf16
+    assert run.args["recompute_granularity"] == (
+        None
+        if gpu.activation_checkpointing.granularity == "none"
+        else gpu.activation_checkpointing.granularity
+    )
+    assert run.args["tensor_model_parallel_size"] == gpu.parallel.tensor
+    assert run.args["pipeline_model_parallel_size"] == gpu.parallel.pipeline
