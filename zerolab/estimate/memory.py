@@ -43,6 +43,10 @@ class StageMemory:
         """GPU bytes at the peak phase."""
         return self.gpu_bytes(self.peak_phase)
 
+    def gpu_parts(self) -> list[Part]:
+        """Every part on the GPU in any phase."""
+        return [part for part in self.parts if not part.host and part.bytes > 0]
+
     def gpu_parts_at_peak(self) -> list[Part]:
         """The GPU parts allocated at the peak phase, largest first."""
         phase = self.peak_phase

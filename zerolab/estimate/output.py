@@ -60,6 +60,10 @@ def as_json(
     phases, activations, pipeline stages, traffic, and the fit table when asked for."""
     recipe, stage = est.recipe, est.peak_stage
     gpu = {"peak": _gib(est.gpu_peak_gib)} | {part.key: _gib(part.gib) for part in stage.gpu_parts_at_peak()}
+    every_part = {
+        part.key: {"gib": _gib(part.gib), "phases": [p for p in PHASES if p in part.phases]}
+        for part in stage.gpu_parts()
+    }
     ranks = recipe.hardware.procs_per_node
     host = {
         "peak": _gib(est.host_peak_gib()),
@@ -100,6 +104,7 @@ def as_json(
         "gpu_gib": gpu,
         "peak_phase": stage.peak_phase,
         "phases_gib": {phase: _gib(stage.gpu_bytes(phase) / GIB) for phase in PHASES},
+        "gpu_parts": every_part,
         "pipeline_stages": [
             {"stage": s.stage.index, "peak_gib": _gib(s.peak_bytes / GIB), "phase": s.peak_phase}
             for s in est.stages
@@ -161,7 +166,7 @@ def header(est: MemoryEstimate) -> str:
 
 
 def gpu_table(est: MemoryEstimate) -> Any:
-    """The GPU breakdown at the peak, with how each part was counted."""
+    """Every GPU part in each phase of a step (the peak phase in bold), with how it was counted."""
     from rich.table import Table
 
     stage = est.peak_stage
@@ -170,30 +175,35 @@ def gpu_table(est: MemoryEstimate) -> Any:
     )
     device = "per rank (CPU: host memory)" if est.on_cpu else "per GPU"
     table = Table(
-        title=f"Memory {device}{where}: {_count(stage.stage.params)} of "
+        title=f"Memory {device}{where} (GiB): {_count(stage.stage.params)} of "
         f"{_count(est.shape.total_params())} weights here",
         title_justify="left",
     )
     table.add_column("part")
-    table.add_column("GiB", justify="right")
+    for phase in PHASES:
+        header = f"[bold]{phase} (peak)[/]" if phase == stage.peak_phase else phase
+        table.add_column(header, justify="right")
     table.add_column("counted as")
-    for part in stage.gpu_parts_at_peak():
-        table.add_row(escape(part.name), f"{part.gib:.3f}", escape(part.how))
+    parts = sorted(stage.gpu_parts(), key=lambda part: -part.bytes)
+    for part in parts:
+        cells = [f"{part.gib:.3f}" if phase in part.phases else "" for phase in PHASES]
+        table.add_row(escape(part.name), *cells, escape(part.how))
     table.add_section()
-    table.add_row(
-        f"[bold]peak allocated[/] ({stage.peak_phase})",
-        f"[bold]{est.gpu_peak_gib:.2f}[/]",
-        "compare with max allocated (DeepSpeed MaxMemAllocated, Megatron's memory report)",
-    )
+    totals = [
+        f"[bold]{stage.gpu_bytes(phase) / GIB:.2f}[/]"
+        if phase == stage.peak_phase
+        else f"{stage.gpu_bytes(phase) / GIB:.2f}"
+        for phase in PHASES
+    ]
+    table.add_row("[bold]allocated[/]", *totals, "compare the peak with a run's max allocated")
     if not est.on_cpu:
+        context = f"{CUDA_CONTEXT_GIB:.2f}"
         table.add_row(
-            "+ CUDA context (outside the allocator)", f"{CUDA_CONTEXT_GIB:.2f}", "assumed, for the fit"
+            "+ CUDA context (outside the allocator)", context, context, context, "assumed, for the fit"
         )
-    phases = " | ".join(f"{phase} {stage.gpu_bytes(phase) / GIB:.2f}" for phase in PHASES)
     activations = stage.activations
     table.caption = (
-        f"phases (GiB): {phases}\nactivations: {stage.stage.layers} layers x "
-        f"{activations.kept_per_layer / GIB:.3g} GiB kept "
+        f"activations: {stage.stage.layers} layers x {activations.kept_per_layer / GIB:.3g} GiB kept "
         f"({activations.per_layer.total / GIB:.3g} GiB per layer without recompute), "
         f"{activations.in_flight} micro batch(es) in flight"
     )
