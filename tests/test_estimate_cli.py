@@ -128,3 +128,19 @@ def test_summarize_puts_the_estimate_next_to_the_measured_memory(tmp_path: Path,
     assert rows["tiny_z3"]["estimated_peak_GiB"] is None
     assert any("a CPU run" in note for note in rows["tiny_z3"]["notes"])
     assert "20.6 (+5.6%)" in (tmp_path / "out" / "summary.md").read_text()
+
+
+def test_a_length_in_epochs_needs_no_data(capsys):
+    assert main(["estimate", "gpt2_z1", "train.iters=null", "train.epochs=1"]) == 0
+    assert "training length unknown" in capsys.readouterr().out
+
+
+def test_visible_gpus_follow_cuda_visible_devices(monkeypatch):
+    from zerolab.estimate.gpu import _visible
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
+    assert _visible([80.0, 80.0, 40.0, 48.0], 4) == [40.0, 48.0]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-1234")
+    assert _visible([80.0, 40.0], 1) == [80.0]
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert _visible([80.0, 40.0], 2) == [80.0, 40.0]

@@ -162,3 +162,8 @@ def test_unmodelled_extras_are_refused_by_name_and_neutral_ones_estimated():
         "gpt2_z1", "extra.megatron_args=[--log-params-norm]", "extra.ds_config={wandb: {enabled: false}}"
     )
     assert estimate(neutral).gpu_peak_gib == estimate(_recipe("gpt2_z1")).gpu_peak_gib
+
+
+def test_fit_table_drops_stage3_knobs_for_stages_0_to_2():
+    table = fit_table(_recipe("gpt2_z3", "zero.prefetch_bucket_size=10000000"), 80.0)
+    assert {table.cells[setup, 4].status for setup in ("z0", "z1", "z2", "z3")} <= {FITS, TIGHT, DOES_NOT_FIT}

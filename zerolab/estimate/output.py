@@ -6,6 +6,7 @@ from typing import Any
 
 from rich.markup import escape
 
+from zerolab.errors import UserError
 from zerolab.estimate.buffers import ALLOCATOR_HEADROOM, CUDA_CONTEXT_GIB
 from zerolab.estimate.communication import (
     NVLINK_GBPS,
@@ -17,7 +18,7 @@ from zerolab.estimate.communication import (
 from zerolab.estimate.fit import DOES_NOT_FIT, FITS, INVALID, MICRO_BATCHES, SETUPS, TIGHT, FitTable
 from zerolab.estimate.memory import MemoryEstimate
 from zerolab.estimate.parts import GIB, PHASES
-from zerolab.recipe.output import description_lines, summary_line
+from zerolab.recipe.output import description_lines, summary_line, zero_label
 
 GB = 1e9
 DATA_PARALLEL_SIZES = (1, 2, 8)
@@ -161,8 +162,14 @@ def unestimable_json(recipe: Any, reasons: list[str]) -> dict[str, Any]:
 
 
 def header(est: MemoryEstimate) -> str:
-    """The recipe, its overrides and its one-line summary."""
-    return "\n".join([*description_lines(est.recipe), summary_line(est.recipe)])
+    """The recipe, its overrides and its one-line summary (which needs the dataset for a length in
+    epochs; the estimate does not)."""
+    try:
+        summary = summary_line(est.recipe)
+    except UserError:
+        unknown = "training length unknown until the data is prepared"
+        summary = f"{est.recipe.model.name} | {zero_label(est.recipe)} | {unknown}"
+    return "\n".join([*description_lines(est.recipe), summary])
 
 
 def gpu_table(est: MemoryEstimate) -> Any:
