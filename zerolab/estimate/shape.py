@@ -7,13 +7,11 @@ from dataclasses import dataclass
 
 from zerolab.recipe.schema import Recipe
 
-ATTENTION_KINDS = ("megatron", "flash", "sdpa")
-"""megatron materializes the seq x seq scores; flash and sdpa do not (no 5*a*s/h term)."""
-
 
 def attention_kind(recipe: Recipe) -> str:
-    """The recipe's attention kind. `model.attention` is being added on another branch; until it
-    is merged every recipe uses the engine's own attention, `megatron`."""
+    """The recipe's attention kind: `megatron` materializes the seq x seq scores, `flash` and `sdpa`
+    do not. `model.attention` is being added on another branch; until it is merged every recipe
+    uses the engine's own attention, `megatron`."""
     return getattr(recipe.model, "attention", "megatron")
 
 
