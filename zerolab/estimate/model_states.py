@@ -41,87 +41,86 @@ def gradients_in_forward(shape: Shape) -> frozenset[str]:
 
 def model_state_parts(recipe: Recipe, shape: Shape, stage: Stage) -> list[Part]:
     """Weights, gradients, master weights and optimizer states of one rank of `stage`."""
-    psi, n, w = stage.params, shape.data, weight_bytes(recipe)
     kind = optimizer_kind(recipe)
-    zero = recipe.zero
-    accumulated = gradients_in_forward(shape)
-    shard = f"{psi:,} weights / N={n}"
+    if kind in ("torch", "fp16", "bf16"):
+        return _without_zero(recipe, shape, stage, kind)
+    return _zero(recipe, shape, stage)
+
+
+def _without_zero(recipe: Recipe, shape: Shape, stage: Stage, kind: str) -> list[Part]:
+    """fp32: Megatron's Adam holds weights, gradients and moments itself. 16-bit: DeepSpeed's
+    FP16_Optimizer adds whole fp32 master weights; its BF16_Optimizer (pipelines) divides the
+    master weights and moments among data-parallel ranks."""
+    psi, n, w = stage.params, shape.data, weight_bytes(recipe)
+    dtype = recipe.precision_name
+    parts = [
+        Part("weights", f"weights ({dtype})", w * psi, f"{psi:,} weights x {w} B"),
+        Part("gradients", f"gradients ({dtype})", w * psi, f"{psi:,} x {w} B", gradients_in_forward(shape)),
+    ]
     if kind == "torch":
-        return [
-            Part("weights", "weights (fp32)", 4 * psi, f"{psi:,} weights x 4 B"),
-            Part("gradients", "gradients (fp32)", 4 * psi, f"{psi:,} x 4 B", accumulated),
-            Part("optimizer_states", "Adam moments (fp32)", ADAM_BYTES * psi, f"{psi:,} x 8 B"),
-        ]
-    if kind in ("fp16", "bf16"):
-        parts = [
-            Part("weights", f"weights ({recipe.precision_name})", w * psi, f"{psi:,} weights x {w} B"),
-            Part(
-                "gradients", f"gradients ({recipe.precision_name})", w * psi, f"{psi:,} x {w} B", accumulated
-            ),
-        ]
-        divisor, label = (n, shard) if kind == "bf16" else (1, f"{psi:,} weights")
-        parts += [
-            Part("master_weights", "fp32 master weights", MASTER_BYTES * psi / divisor, f"{label} x 4 B"),
-            Part("optimizer_states", "Adam moments (fp32)", ADAM_BYTES * psi / divisor, f"{label} x 8 B"),
-        ]
-        return parts
+        return [*parts, Part("optimizer_states", "Adam moments", ADAM_BYTES * psi, f"{psi:,} x 8 B")]
+    divisor, label = (n, f"{psi:,} weights / N={n}") if kind == "bf16" else (1, f"{psi:,} weights")
+    return [
+        *parts,
+        Part("master_weights", "fp32 master weights", MASTER_BYTES * psi / divisor, f"{label} x 4 B"),
+        Part("optimizer_states", "Adam moments", ADAM_BYTES * psi / divisor, f"{label} x 8 B"),
+    ]
+
+
+def _zero(recipe: Recipe, shape: Shape, stage: Stage) -> list[Part]:
+    """ZeRO 1-3: master weights and moments divided among data-parallel ranks (on the host with
+    offload), gradients whole (stage 1) or divided (2, 3), weights divided at stage 3 (on the host
+    with weight offload). Offload adds an fp32 gradient partition on the host."""
+    zero, psi, n, w = recipe.zero, stage.params, shape.data, weight_bytes(recipe)
+    dtype, shard = recipe.precision_name, f"{psi:,} weights / N={n}"
     offload = zero.offload_optimizer
-    where = " (host)" if offload else ""
-    states = [
+    pinned = ", pinned" if zero.pin_memory else ""
+    host = " (host)" if offload else ""
+    accumulated = gradients_in_forward(shape)
+    if zero.stage == 1:
+        weights = Part("weights", f"weights ({dtype})", w * psi, f"{psi:,} weights x {w} B")
+        gradients = Part(
+            "gradients", "gradients (all, until the step)", w * psi, f"{psi:,} x {w} B", accumulated
+        )
+    elif zero.stage == 2:
+        weights = Part("weights", f"weights ({dtype})", w * psi, f"{psi:,} weights x {w} B")
+        phases = during(BACKWARD) if offload else accumulated
+        gradients = Part(
+            "gradients", "accumulated gradient partition", w * psi / n, f"{shard} x {w} B", phases
+        )
+    else:
+        on_host = f" (host{pinned})" if zero.offload_param else ""
+        weights = Part(
+            "weights",
+            f"weight partition ({dtype}){on_host}",
+            w * psi / n,
+            f"{shard} x {w} B",
+            host=zero.offload_param,
+        )
+        gradients = Part(
+            "gradients",
+            f"gradient partition{' (host' + pinned + ')' if offload else ''}",
+            w * psi / n,
+            f"{shard} x {w} B",
+            host=offload,
+        )
+    parts = [
+        weights,
+        gradients,
         Part(
             "master_weights",
-            f"fp32 master weights{where}",
+            f"fp32 master weights{host}",
             MASTER_BYTES * psi / n,
             f"{shard} x 4 B",
             host=offload,
         ),
-        Part(
-            "optimizer_states", f"Adam moments{where}", ADAM_BYTES * psi / n, f"{shard} x 8 B", host=offload
-        ),
-    ]
-    if kind == "zero12":
-        weights = Part("weights", f"weights ({recipe.precision_name})", w * psi, f"{psi:,} weights x {w} B")
-        if zero.stage == 1:
-            gradients = Part(
-                "gradients", "gradients (all, until the step)", w * psi, f"{psi:,} x {w} B", accumulated
-            )
-        else:
-            gradients = Part(
-                "gradients",
-                "accumulated gradient partition",
-                w * psi / n,
-                f"{shard} x {w} B",
-                accumulated if not offload else during(BACKWARD),
-            )
-        parts = [weights, gradients, *states]
-        if offload:
-            parts.append(
-                Part(
-                    "offload_gradients",
-                    "fp32 gradient partition (host)",
-                    MASTER_BYTES * psi / n,
-                    f"{shard} x 4 B",
-                    host=True,
-                )
-            )
-        return parts
-    weights_on_host = zero.offload_param
-    parts = [
-        Part(
-            "weights",
-            f"weight partition ({recipe.precision_name}){' (host)' if weights_on_host else ''}",
-            w * psi / n,
-            f"{shard} x {w} B",
-            host=weights_on_host,
-        ),
-        Part("gradients", f"gradient partition{where}", w * psi / n, f"{shard} x {w} B", host=offload),
-        *states,
+        Part("optimizer_states", f"Adam moments{host}", ADAM_BYTES * psi / n, f"{shard} x 8 B", host=offload),
     ]
     if offload:
         parts.append(
             Part(
                 "offload_gradients",
-                "fp32 gradient partition (host)",
+                f"fp32 gradient partition (host{pinned})",
                 MASTER_BYTES * psi / n,
                 f"{shard} x 4 B",
                 host=True,
