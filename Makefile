@@ -26,8 +26,9 @@ lint: dev  ## ruff, shellcheck and hadolint
 test: lint  ## set up .venv, lint, and run every test (engine tests skip, with the reason, without the engine)
 	$(BIN)/pytest
 
-docs: dev  ## regenerate docs/recipe-reference.md from the recipe schema
+docs: dev  ## regenerate docs/recipe-reference.md from the recipe schema, and docs/estimate.md's tables from the measurements
 	$(BIN)/python -m zerolab.recipe.reference
+	$(BIN)/python -m zerolab.estimate.calibration
 
 setup: dev  ## the engine: a venv in ~/.cache/zerolab with the pins of zerolab/engine/pins.toml, Megatron-DeepSpeed at the pinned commit (ZEROLAB_ENGINE_SRC=local git dir to clone from)
 	$(BIN)/zerolab engine install

@@ -62,7 +62,7 @@ def train(dataset: str, run_dir: Path, recipe: str, *overrides: str, short: bool
     log_tail = (run_dir / "train.log").read_text(errors="replace")[-3000:]
     assert code == 0 and status["state"] == "completed", (status["cause"], log_tail)
     log = parse_log(run_dir / "train.log")
-    dumped = ConfigCollector(every_key=True)
+    dumped = ConfigCollector()
     for line in read_lines(run_dir / "train.log"):
         dumped.feed(line.text)
     trained = Trained(run_dir, log, dumped.args, dumped.ds)

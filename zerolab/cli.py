@@ -18,6 +18,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "zerolab.data_prep.cli",
     "zerolab.demo",
     "zerolab.summarize.command",
+    "zerolab.estimate.cli",
 )
 
 

@@ -32,7 +32,9 @@ class Prepared:
 
 def prepare(spec: str | None, overrides: list[str], *, resume: Path | None = None) -> Prepared:
     """Load and check a recipe (or the resolved recipe of the run being resumed, with
-    `overrides` on top); every problem is a UserError before anything is written."""
+    `overrides` on top); every problem is a UserError before anything is written. Warns when the
+    memory estimate exceeds the visible GPU's memory."""
+    from zerolab.estimate.gpu import warn_before_launch
     from zerolab.recipe import check_inputs, load_recipe, render
     from zerolab.recipe.extras import check_extras
 
@@ -57,6 +59,7 @@ def prepare(spec: str | None, overrides: list[str], *, resume: Path | None = Non
     if missing:
         raise UserError(f"cannot launch: {missing}")
     check_extras(recipe, render(recipe), required=True)
+    warn_before_launch(recipe)
     return Prepared(name=name, recipe=recipe, resumes=resume)
 
 

@@ -57,6 +57,10 @@ class Gpus:
         """`gpu{i}_used_MiB,gpu{i}_util_pct` for each GPU."""
         return [name for i in range(len(self.handles)) for name in (f"gpu{i}_used_MiB", f"gpu{i}_util_pct")]
 
+    def total_MiB(self) -> list[float]:
+        """Each GPU's total memory (MiB), by NVML index (all GPUs, whatever CUDA_VISIBLE_DEVICES says)."""
+        return [self._nvml.nvmlDeviceGetMemoryInfo(handle).total / MIB for handle in self.handles]
+
     def sample(self) -> list[float]:
         """Used memory (MiB) and utilization (%) of each GPU, in `columns()` order."""
         values: list[float] = []

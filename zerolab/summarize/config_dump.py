@@ -1,7 +1,8 @@
 """The run's configuration as the log states it: Megatron's `arguments` block,
 DeepSpeed's `DeepSpeedEngine configuration` dump and its `json = {` user config,
 and a few one-line facts (world size, padded vocabulary, samples per epoch).
-Used to fill the config columns when no run.json exists."""
+Used to fill the config columns when no run.json exists, and to estimate the memory of a
+plain log's run (zerolab.estimate.from_log)."""
 
 from __future__ import annotations
 
@@ -19,39 +20,6 @@ _PADDED_VOCAB = re.compile(r"padded vocab \(size: \d+\) with \d+ dummy tokens \(
 _TOTAL = re.compile(r"^\s*total number of (samples|epochs): (\d+)\s*$")
 MAX_JSON_LINES = 400
 
-ARGUMENT_KEYS = (
-    "world_size",
-    "data_parallel_size",
-    "tensor_model_parallel_size",
-    "pipeline_model_parallel_size",
-    "zero_stage",
-    "cpu_optimizer",
-    "micro_batch_size",
-    "global_batch_size",
-    "num_layers",
-    "hidden_size",
-    "ffn_hidden_size",
-    "num_attention_heads",
-    "seq_length",
-    "padded_vocab_size",
-    "train_iters",
-    "log_interval",
-    "fp16",
-    "bf16",
-    "checkpoint_activations",
-    "recompute_granularity",
-    "no_pipeline_parallel",
-)
-DS_KEYS = (
-    "zero_optimization_stage",
-    "train_batch_size",
-    "train_micro_batch_size_per_gpu",
-    "gradient_accumulation_steps",
-    "fp16_enabled",
-    "bfloat16_enabled",
-    "world_size",
-)
-
 
 def convert(value: str) -> Any:
     """`True`/`False`/`None`, ints and floats as Python values; other text unchanged."""
@@ -67,11 +35,10 @@ def convert(value: str) -> Any:
 
 
 class ConfigCollector:
-    """Feed it lines in order; `args` and `ds` hold what the dumps said (first value wins) for the
-    keys a summary needs, or for every key with `every_key`."""
+    """Feed it lines in order; `args` (every argument of Megatron's dump) and `ds` (every setting
+    of DeepSpeed's) hold what the dumps said (first value wins)."""
 
-    def __init__(self, *, every_key: bool = False) -> None:
-        self.every_key = every_key
+    def __init__(self) -> None:
         self.args: dict[str, Any] = {}
         self.ds: dict[str, Any] = {}
         self.ds_json: dict[str, Any] = {}
@@ -90,8 +57,7 @@ class ConfigCollector:
         if self._in_args:
             match = _ARG_LINE.match(text)
             if match:
-                if self.every_key or match.group(1) in ARGUMENT_KEYS:
-                    self.args.setdefault(match.group(1), convert(match.group(2)))
+                self.args.setdefault(match.group(1), convert(match.group(2)))
                 return True
         if "[config.py:" in text:
             return self._feed_ds(text)
@@ -102,7 +68,7 @@ class ConfigCollector:
             self._json_lines = ["{"]
             return True
         match = _DS_LINE.search(text)
-        if match and (self.every_key or match.group(1) in DS_KEYS):
+        if match:
             self.ds.setdefault(match.group(1), convert(match.group(2)))
             return True
         return match is not None

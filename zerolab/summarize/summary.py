@@ -165,6 +165,23 @@ def _memory(log: ParsedLog, facts: RunDirFacts | None) -> dict[str, Any]:
     }
 
 
+def estimate_columns(
+    run: Run, log: ParsedLog, measured_gib: float | None
+) -> tuple[dict[str, Any], list[str]]:
+    """`estimated_peak_GiB` (zerolab estimate's predicted peak allocated for the run's setup) and
+    `estimate_error_pct` ((estimate - measured) / measured), and a note when a run with measured
+    memory has no estimate."""
+    from zerolab.estimate.runs import estimated_peak_gib
+
+    predicted, reason = estimated_peak_gib(run.run_dir, log)
+    error = (
+        100.0 * (predicted - measured_gib) / measured_gib if predicted is not None and measured_gib else None
+    )
+    columns = {"estimated_peak_GiB": _rounded(predicted, 6), "estimate_error_pct": _rounded(error, 3)}
+    notes = [f"no memory estimate: {reason}"] if reason and measured_gib is not None else []
+    return columns, notes
+
+
 def _losses(log: ParsedLog) -> dict[str, Any]:
     losses = [v for v in log.iterations["loss"] if math.isfinite(v)] or [
         v for v in log.hf_losses if math.isfinite(v)
@@ -254,8 +271,10 @@ def summarize_run(run: Run, log: ParsedLog, facts: RunDirFacts | None, options: 
         _rounded(100.0 * row["tflops_per_gpu"] / peak, 3) if peak and row["tflops_per_gpu"] else None
     )
     row.update(_memory(log, facts))
+    estimate, estimate_notes = estimate_columns(run, log, row["max_allocated_GiB"])
+    row.update(estimate)
     row.update(_losses(log))
-    row["notes"] = notes + (facts.problems if facts else [])
+    row["notes"] = notes + estimate_notes + (facts.problems if facts else [])
     curve = (
         [it for it, loss in zip(iterations, log.iterations["loss"], strict=True) if math.isfinite(loss)],
         [loss for loss in log.iterations["loss"] if math.isfinite(loss)],

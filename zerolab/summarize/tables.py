@@ -67,6 +67,14 @@ def _loss(row: dict[str, Any]) -> str:
     return f"{row['first_loss']:.3f} → {row['last_loss']:.3f}"
 
 
+def _estimate(row: dict[str, Any]) -> str:
+    """`7.89 (+0.8%)`: zerolab estimate's predicted peak and its error against max allocated."""
+    if row["estimated_peak_GiB"] is None:
+        return ""
+    error = row["estimate_error_pct"]
+    return _num(row["estimated_peak_GiB"]) + (f" ({error:+.1f}%)" if error is not None else "")
+
+
 def _val(row: dict[str, Any]) -> str:
     parts = [f"{row['val_loss']:.3f}" if row["val_loss"] is not None else "", _num(row["val_ppl"], 4)]
     return " / ".join(parts) if any(parts) else ""
@@ -90,6 +98,7 @@ DISPLAY_COLUMNS: tuple[tuple[str, Callable[[dict[str, Any]], str]], ...] = (
     ("TFLOP/s per GPU", lambda r: _num(r["tflops_per_gpu"])),
     ("MFU %", lambda r: _num(r["mfu_pct"])),
     ("max allocated GiB", lambda r: _num(r["max_allocated_GiB"])),
+    ("estimate GiB (error %)", _estimate),
     ("peak host GiB", lambda r: _num(r["peak_host_GiB"])),
     ("loss first → last", _loss),
     ("val loss / PPL", _val),

@@ -1,0 +1,112 @@
+"""Which ZeRO setups and micro batches fit a GPU: the recipe re-estimated with each
+`zero=` building block and each micro batch (the recipe's checks included), against the
+GPU's memory less the CUDA context, with room for the allocator's reserve."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from zerolab.errors import UserError
+from zerolab.estimate.buffers import ALLOCATOR_HEADROOM, CUDA_CONTEXT_GIB
+from zerolab.recipe.compose import load_recipe
+from zerolab.recipe.locations import repo_path
+from zerolab.recipe.render import STAGE3_KEYS
+from zerolab.recipe.schema import Recipe
+
+SETUPS: tuple[tuple[str, str], ...] = (
+    ("z0", "ZeRO 0"),
+    ("z1", "ZeRO 1"),
+    ("z2", "ZeRO 2"),
+    ("z3", "ZeRO 3"),
+    ("z3_offload", "ZeRO 3 + offload"),
+    ("z3_offload_param", "ZeRO 3 + weight offload"),
+)
+"""The configs/zero/ blocks compared, and their labels."""
+
+MICRO_BATCHES = (1, 2, 4, 8, 16, 32)
+
+FITS, TIGHT, DOES_NOT_FIT, INVALID = "fits", "tight", "does not fit", "not a valid setup"
+
+
+def fit_status(peak_gib: float, gpu_memory_gib: float) -> str:
+    """`fits` with the allocator's reserve and the CUDA context; `tight` when only the peak itself
+    and the context fit; else `does not fit`."""
+    if peak_gib * (1 + ALLOCATOR_HEADROOM) + CUDA_CONTEXT_GIB <= gpu_memory_gib:
+        return FITS
+    if peak_gib + CUDA_CONTEXT_GIB <= gpu_memory_gib:
+        return TIGHT
+    return DOES_NOT_FIT
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One setup at one micro batch: its predicted peak (GiB) and status, or why it is invalid."""
+
+    status: str
+    peak_gib: float | None = None
+    reason: str | None = None
+
+
+@dataclass
+class FitTable:
+    """Setups x micro batches for one GPU size."""
+
+    gpu_memory_gib: float
+    current: tuple[str, int]
+    global_batch: int
+    cells: dict[tuple[str, int], Cell] = field(default_factory=dict)
+
+
+def current_setup(recipe: Recipe) -> str:
+    """The configs/zero/ block the recipe's zero section matches (z0 ... z3_offload_param)."""
+    zero = recipe.zero
+    name = f"z{zero.stage}"
+    if zero.offload_optimizer and zero.stage == 3:
+        name += "_offload_param" if zero.offload_param else "_offload"
+    return name
+
+
+def variant(recipe: Recipe, setup: str, micro: int) -> Recipe:
+    """The recipe with another zero block and micro batch; the global batch is kept when the micro
+    batch x data-parallel size divides it, else it becomes the nearest multiple. UserError when the
+    recipe's checks refuse the combination."""
+    if recipe.path is None:
+        raise UserError("a recipe built in code has no file to re-read")
+    per_step = micro * recipe.data_parallel_size
+    global_batch = max(1, round(recipe.train.global_batch_size / per_step)) * per_step
+    overrides = [
+        *recipe.overrides,
+        f"zero={setup}",
+        f"train.micro_batch_size={micro}",
+        "train.gradient_accumulation_steps=null",
+        f"train.global_batch_size={global_batch}",
+    ]
+    if not setup.startswith("z3"):  # the recipe's stage-3 knobs mean nothing at stages 0-2
+        overrides += [f"zero.{key}=null" for key in STAGE3_KEYS if getattr(recipe.zero, key) is not None]
+    return load_recipe(repo_path(recipe.path), overrides)
+
+
+def fit_table(recipe: Recipe, gpu_memory_gib: float) -> FitTable:
+    """Every setup at every micro batch, against `gpu_memory_gib`."""
+    from zerolab.estimate import estimate
+
+    table = FitTable(
+        gpu_memory_gib, (current_setup(recipe), recipe.train.micro_batch_size), recipe.train.global_batch_size
+    )
+    for setup, _ in SETUPS:
+        for micro in MICRO_BATCHES:
+            try:
+                peak = estimate(variant(recipe, setup, micro)).gpu_peak_gib
+            except UserError as error:
+                table.cells[setup, micro] = Cell(INVALID, reason=_first_problem(str(error)))
+                continue
+            table.cells[setup, micro] = Cell(fit_status(peak, gpu_memory_gib), peak)
+    return table
+
+
+def _first_problem(message: str) -> str:
+    """The first `- problem` line of a recipe error, or the message itself."""
+    for line in message.splitlines():
+        if line.startswith("- "):
+            return line[2:]
+    return message.splitlines()[0]

@@ -1,0 +1,78 @@
+"""Before a launch starts ranks: the estimate against the memory of the GPUs the ranks will
+use, read from NVML (nvidia-ml-py) where it is installed, else from the engine's torch (the
+doctor's cached probe). On CPU, or with no GPU visible, there is nothing to compare."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from zerolab.estimate.buffers import CUDA_CONTEXT_GIB
+from zerolab.estimate.fit import DOES_NOT_FIT, TIGHT, fit_status
+from zerolab.recipe.schema import Recipe
+
+MIB_PER_GIB = 1024
+
+
+def _visible(totals_mib: list[float], ranks: int) -> list[float]:
+    """The NVML devices CUDA_VISIBLE_DEVICES leaves to the ranks (the first `ranks` of them)."""
+    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if listed is not None:
+        try:
+            indices = [int(item) for item in listed.split(",") if item.strip()]
+        except ValueError:  # UUIDs or MIG names: keep NVML's order
+            indices = list(range(len(totals_mib)))
+        totals_mib = [totals_mib[i] for i in indices if 0 <= i < len(totals_mib)]
+    return totals_mib[:ranks]
+
+
+def visible_gpu_memory() -> tuple[list[float], str]:
+    """(total GiB of each GPU a rank may use, where that was read); empty when none is visible."""
+    from zerolab.launch.sampler import Gpus
+
+    totals = Gpus().total_MiB()
+    if totals:
+        return [mib / MIB_PER_GIB for mib in _visible(totals, len(totals))], "NVML"
+    from zerolab.engine.doctor import collect
+
+    devices = (collect(cached=True).get("engine_env") or {}).get("devices") or []
+    return [float(device["memory_GiB"]) for device in devices], "the engine's torch"
+
+
+def memory_warning(recipe: Recipe, gpus_gib: list[float], source: str) -> str | None:
+    """The warning for launching `recipe` on GPUs of `gpus_gib`, or None when it fits (or there is
+    nothing to compare, or the estimator does not model the recipe)."""
+    from zerolab.estimate import CannotEstimate, estimate
+
+    if recipe.hardware.device == "cpu":
+        return None
+    gpus_gib = gpus_gib[: recipe.hardware.procs_per_node]
+    if not gpus_gib:
+        return None
+    try:
+        est = estimate(recipe)
+    except CannotEstimate as error:
+        return f"no memory estimate before launch: {error}"
+    smallest = min(gpus_gib)
+    status = fit_status(est.gpu_peak_gib, smallest)
+    what = (
+        f"the estimate for {recipe.name} is {est.gpu_peak_gib:.1f} GiB allocated per GPU at its peak "
+        f"({est.peak_stage.peak_phase}), plus about {CUDA_CONTEXT_GIB} GiB of CUDA context, and the "
+        f"GPU has {smallest:.1f} GiB ({source})"
+    )
+    fix = f"`zerolab estimate RECIPE --gpu-memory {smallest:g}` shows setups and micro batches that fit"
+    if status == DOES_NOT_FIT:
+        return f"{what}: it will likely run out of memory; {fix}"
+    if status == TIGHT:
+        return f"{what}: it fits only if the allocator wastes almost nothing; {fix}"
+    return None
+
+
+def warn_before_launch(recipe: Recipe) -> None:
+    """Print `memory_warning` on stderr for the GPUs visible here (nothing on CPU)."""
+    if recipe.hardware.device == "cpu":
+        return
+    gpus, source = visible_gpu_memory()
+    warning = memory_warning(recipe, gpus, source)
+    if warning:
+        print(f"zerolab: warning: {warning}", file=sys.stderr)

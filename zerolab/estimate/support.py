@@ -1,0 +1,69 @@
+"""What the estimator models. The recipe schema's keys are all modelled; the escape hatch
+(`extra.megatron_args`, `extra.ds_config`) is modelled only where a setting is known not to
+change memory. Anything else makes the estimate refuse, naming the setting, rather than guess."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from zerolab.recipe.schema import Recipe
+
+NEUTRAL_MEGATRON_ARGS = frozenset(
+    {
+        "--adam-eps",
+        "--exit-duration-in-mins",
+        "--exit-interval",
+        "--exit-signal-handler",
+        "--log-batch-size-to-tensorboard",
+        "--log-memory-to-tensorboard",
+        "--log-num-zeros-in-grad",
+        "--log-params-norm",
+        "--log-world-size-to-tensorboard",
+        "--lr-decay-iters",
+        "--lr-warmup-fraction",
+        "--override-opt_param-scheduler",
+        "--tensorboard-queue-size",
+        "--timing-log-level",
+        "--timing-log-option",
+    }
+)
+"""pretrain_gpt.py options that change logging, schedules or when to stop, not memory."""
+
+NEUTRAL_DS_CONFIG_KEYS = frozenset(
+    {
+        "comms_logger",
+        "csv_monitor",
+        "dump_state",
+        "flops_profiler",
+        "memory_breakdown",
+        "tensorboard",
+        "wandb",
+        "zero_allow_untested_optimizer",
+        "zero_force_ds_cpu_optimizer",
+    }
+)
+"""Top-level ds_config keys that change logging or checks, not memory."""
+
+
+def unmodelled_settings(recipe: Recipe) -> list[str]:
+    """The recipe's settings the estimate cannot account for, each with why (empty: all modelled)."""
+    reasons = []
+    for token in recipe.extra.megatron_args:
+        flag = token.split("=", 1)[0]
+        if flag.startswith("--") and flag not in NEUTRAL_MEGATRON_ARGS:
+            reasons.append(f"extra.megatron_args {flag}: the estimate does not know what it does to memory")
+    for key in _dotted_keys(recipe.extra.ds_config):
+        if key.split(".", 1)[0] not in NEUTRAL_DS_CONFIG_KEYS:
+            reasons.append(f"extra.ds_config {key}: the estimate does not know what it does to memory")
+    return reasons
+
+
+def _dotted_keys(mapping: dict[str, Any], prefix: str = "") -> list[str]:
+    """`zero_optimization.sub_group_size`-style names of every leaf of a nested mapping."""
+    keys = []
+    for key, value in mapping.items():
+        if isinstance(value, dict) and value:
+            keys += _dotted_keys(value, f"{prefix}{key}.")
+        else:
+            keys.append(f"{prefix}{key}")
+    return keys
