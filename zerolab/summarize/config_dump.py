@@ -68,10 +68,10 @@ class ConfigCollector:
             self._json_lines = ["{"]
             return True
         match = _DS_LINE.search(text)
-        if match:
-            self.ds.setdefault(match.group(1), convert(match.group(2)))
-            return True
-        return match is not None
+        if match is None:
+            return False
+        self.ds.setdefault(match.group(1), convert(match.group(2)))
+        return True
 
     def _feed_json(self, text: str) -> bool:
         assert self._json_lines is not None
