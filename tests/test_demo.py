@@ -8,7 +8,8 @@ from pathlib import Path
 
 from rich.console import Console
 
-from zerolab.demo import RECIPES, RunProgress
+from zerolab.demo.cli import RECIPES
+from zerolab.demo.progress import RunProgress
 from zerolab.recipe import load_recipe, render
 
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from launch_helpers import free_port
 
-from zerolab.engine.paths import REPO_ROOT
 from zerolab.engine.workarounds import WORKAROUNDS
+from zerolab.locations import REPO_ROOT
 
 STANDIN_FILES = {
     "megatron/__init__.py": "",

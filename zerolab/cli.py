@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from typing import Any
 
 from zerolab import __version__
 from zerolab.errors import UserError
@@ -16,10 +17,32 @@ COMMAND_MODULES: tuple[str, ...] = (
     "zerolab.engine.cli",
     "zerolab.engine.doctor",
     "zerolab.data_prep.cli",
-    "zerolab.demo",
-    "zerolab.summarize.command",
+    "zerolab.demo.cli",
+    "zerolab.summarize.cli",
     "zerolab.estimate.cli",
 )
+
+
+class CommandParser(argparse.ArgumentParser):
+    """A sub-command's parser: options and positional words (a recipe, its key=value overrides) in
+    any order. A command with sub-commands of its own (`prep`, `engine`) parses in order, as
+    argparse's intermixed parsing does not support them."""
+
+    _intermixing = False
+    _has_subcommands = False
+
+    def add_subparsers(self, **kwargs: Any) -> Any:
+        self._has_subcommands = True
+        return super().add_subparsers(**kwargs)
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        if self._intermixing or self._has_subcommands:
+            return super().parse_known_args(args, namespace)
+        self._intermixing = True
+        try:
+            return self.parse_known_intermixed_args(args, namespace)
+        finally:
+            self._intermixing = False
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -29,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Recipes, data, launches and summaries for GPT-2 on Megatron-DeepSpeed.",
     )
     parser.add_argument("--version", action="version", version=f"zerolab {__version__}")
-    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=CommandParser)
     for module_name in COMMAND_MODULES:
         importlib.import_module(module_name).register(subparsers)
     return parser

@@ -30,6 +30,7 @@ from zerolab.data_prep.sources import START
 from zerolab.data_prep.splits import SPLIT_NAMES, deal_pattern
 from zerolab.data_prep.tokenizer import VOCAB_SIZE, gpt2_encoding, tokenizer_facts
 from zerolab.errors import UserError
+from zerolab.files import write_atomic, write_json_atomic
 
 SUFFIX = "_text_document"
 MAX_EXAMPLES = 20
@@ -186,8 +187,7 @@ class ShardWriter:
             sizes.astype("<i4").tofile(self.workdir / f"{self.stem}.{name}.sizes")
             os.replace(handle.name, self.workdir / f"{self.stem}.{name}.bin")
         marker = self.workdir / f"{self.stem}.done.json"
-        marker.with_suffix(".tmp").write_text(json.dumps({"position": position, "counts": vars(counts)}))
-        os.replace(marker.with_suffix(".tmp"), marker)
+        write_atomic(marker, json.dumps({"position": position, "counts": vars(counts)}))
 
 
 def _results(job: PrepJob, batches, dtype: str):
@@ -309,8 +309,7 @@ def _merge(job: PrepJob, workdir: Path, outputs: dict, counts: Counts, fingerpri
         os.replace(idx_tmp, f"{prefix}.idx")
         manifest = _manifest(job, name, counts, files, fingerprint)
         manifest_path = Path(f"{prefix}.manifest.json")
-        manifest_path.with_suffix(".tmp").write_text(json.dumps(manifest, indent=2) + "\n")
-        os.replace(manifest_path.with_suffix(".tmp"), manifest_path)
+        write_json_atomic(manifest_path, manifest)
         facts[name] = (prefix, files)
     return facts
 

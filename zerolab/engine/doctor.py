@@ -19,8 +19,9 @@ from zerolab.assets import GPT2_SHA256
 from zerolab.checksums import sha256_of
 from zerolab.container import BASE_IMAGE_PACKAGES
 from zerolab.engine.install import checkout_commit, read_record
-from zerolab.engine.paths import REPO_ROOT, engine_dir, engine_python, torch_extensions_dir, zerolab_home
+from zerolab.engine.paths import engine_dir, engine_python, torch_extensions_dir, zerolab_home
 from zerolab.engine.pins import load_pins
+from zerolab.locations import REPO_ROOT
 
 PROBE_SCRIPT = Path(__file__).resolve().parent / "probe.py"
 PROBE_CACHE = "doctor-probe.json"

@@ -21,7 +21,6 @@ from rich.console import Console
 
 from zerolab import __version__
 from zerolab.engine.paths import (
-    REPO_ROOT,
     engine_dir,
     engine_python,
     install_record,
@@ -29,6 +28,7 @@ from zerolab.engine.paths import (
 )
 from zerolab.engine.pins import Pins, load_pins
 from zerolab.errors import UserError
+from zerolab.locations import REPO_ROOT
 
 ENGINE_SRC_VARIABLE = "ZEROLAB_ENGINE_SRC"
 """A local git directory (bare or a checkout) to take Megatron-DeepSpeed from instead of upstream."""

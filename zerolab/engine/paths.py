@@ -14,9 +14,6 @@ from pathlib import Path
 
 from zerolab.engine.pins import load_pins
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-"""The zerolab checkout this package runs from (recipes' paths are relative to it)."""
-
 
 def zerolab_home() -> Path:
     """The cache directory for the engine (`ZEROLAB_HOME`, default `~/.cache/zerolab`)."""

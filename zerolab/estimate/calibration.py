@@ -15,8 +15,8 @@ from pathlib import Path
 
 from zerolab.estimate import estimate
 from zerolab.estimate.from_log import recipe_from_log
+from zerolab.locations import REPO_ROOT
 from zerolab.recipe.compose import load_recipe
-from zerolab.recipe.locations import REPO_ROOT
 from zerolab.recipe.output import zero_label
 from zerolab.recipe.schema import Recipe
 from zerolab.summarize.discover import Run

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 
 from zerolab.errors import UserError
 from zerolab.estimate.buffers import ALLOCATOR_HEADROOM, CUDA_CONTEXT_GIB
+from zerolab.locations import repo_path
 from zerolab.recipe.compose import load_recipe
-from zerolab.recipe.locations import repo_path
 from zerolab.recipe.render import STAGE3_KEYS
 from zerolab.recipe.schema import Recipe
 

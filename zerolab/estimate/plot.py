@@ -3,12 +3,12 @@ coloured by whether it fits, with the predicted peak written in it."""
 
 from __future__ import annotations
 
-import os
 import textwrap
 from pathlib import Path
 
 from zerolab.estimate.buffers import ALLOCATOR_HEADROOM, CUDA_CONTEXT_GIB
 from zerolab.estimate.fit import DOES_NOT_FIT, FITS, INVALID, MICRO_BATCHES, SETUPS, TIGHT, FitTable
+from zerolab.files import save_png
 from zerolab.recipe.output import recompute_label
 from zerolab.recipe.schema import Recipe
 
@@ -87,7 +87,5 @@ def write_fit_plot(fit: FitTable, recipe: Recipe, path: Path) -> None:
         note = "\n".join(textwrap.shorten(f"n/a: {reason}", 150) for reason in reasons[:2])
         fig.text(0.5, 0.01, note, ha="center", va="bottom", fontsize=8, color="#555555")
     fig.tight_layout(rect=(0, 0.06 if reasons else 0, 1, 1))
-    partial = path.with_name(f".{path.name}.partial")
-    fig.savefig(partial, dpi=130, format="png")
+    save_png(fig, path, dpi=130)
     plt.close(fig)
-    os.replace(partial, path)

@@ -11,15 +11,12 @@ from zerolab.errors import UserError
 
 def register(subparsers: Any) -> None:
     """Add `zerolab launch`."""
-    from zerolab.recipe.cli import AnyOrderParser
-
     description = (
         "Check a recipe and its inputs, then train: creates logs/NAME/YYYYmmdd-HHMMSS/ (recipe.yaml, "
         "ds_config.json, command.sh, doctor.json, run.json, train.log, samples.csv, status.json), "
         "streams every rank's output, and exits with the training's exit code."
     )
     parser = subparsers.add_parser("launch", help="check and launch a recipe", description=description)
-    parser.__class__ = AnyOrderParser
     parser.add_argument(
         "words",
         nargs="*",

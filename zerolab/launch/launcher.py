@@ -11,12 +11,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from zerolab import __version__
-from zerolab.engine.paths import REPO_ROOT, engine_bin_dir, engine_missing, torch_extensions_dir
+from zerolab.engine.paths import engine_bin_dir, engine_missing, torch_extensions_dir
 from zerolab.errors import UserError
 from zerolab.launch import rundir
 from zerolab.launch.checkpoints import resume_args
 from zerolab.launch.execute import execute
 from zerolab.launch.status import now_iso
+from zerolab.locations import REPO_ROOT, display_path
 
 DEFAULT_LOGS = REPO_ROOT / "logs"
 
@@ -108,13 +109,13 @@ def launch(
     rundir.write_json(directory / rundir.RUN_FILE, facts)
 
     say = echo or _print
-    say(f"zerolab: launching {prepared.name} ({facts['world_size']} ranks) into {_shown(directory)}\n")
+    say(f"zerolab: launching {prepared.name} ({facts['world_size']} ranks) into {display_path(directory)}\n")
     started = time.monotonic()
     status = execute(directory, [launcher, *argv[1:]], env, REPO_ROOT, echo=echo)
     seconds = time.monotonic() - started
     say(
         f"zerolab: {prepared.name} {status['state']} in {seconds:.0f} s (exit code {status['exit_code']})"
-        f"{': ' + status['cause'] if status['cause'] else ''}; run directory {_shown(directory)}\n"
+        f"{': ' + status['cause'] if status['cause'] else ''}; run directory {display_path(directory)}\n"
     )
     return directory, status
 
@@ -132,13 +133,6 @@ def command_script(command: str, prepared: Prepared) -> str:
         f'export TORCH_EXTENSIONS_DIR="{torch_extensions_dir()}"\n'
         f"{command}\n"
     )
-
-
-def _shown(path: Path) -> str:
-    try:
-        return str(path.resolve().relative_to(REPO_ROOT))
-    except ValueError:
-        return str(path)
 
 
 def _print(text: str) -> None:

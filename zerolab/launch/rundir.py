@@ -4,13 +4,13 @@ never overwritten; its small files written whole (write to a temporary file, the
 from __future__ import annotations
 
 import json
-import os
 import time
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from zerolab.errors import UserError
+from zerolab.files import write_atomic, write_json_atomic
 
 RECIPE_FILE = "recipe.yaml"
 DS_CONFIG_FILE = "ds_config.json"
@@ -54,16 +54,12 @@ def claim_run_dir(path: Path) -> Path:
 
 def write_text(path: Path, text: str, *, mode: int | None = None) -> None:
     """Write `text` to `path` whole: readers never see half a file."""
-    partial = path.with_name(f".{path.name}.partial")
-    partial.write_text(text)
-    if mode is not None:
-        os.chmod(partial, mode)
-    partial.replace(path)
+    write_atomic(path, text, mode=mode)
 
 
 def write_json(path: Path, data: Any) -> None:
     """Write `data` as indented JSON, whole."""
-    write_text(path, json.dumps(data, indent=2) + "\n")
+    write_json_atomic(path, data)
 
 
 def read_json(path: Path) -> Any:

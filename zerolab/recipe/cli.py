@@ -10,25 +10,9 @@ from typing import Any
 from zerolab.errors import UserError
 
 
-class AnyOrderParser(argparse.ArgumentParser):
-    """A sub-command parser that accepts options and key=value overrides in any order."""
-
-    _intermixing = False
-
-    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
-        if self._intermixing:
-            return super().parse_known_args(args, namespace)
-        self._intermixing = True
-        try:
-            return self.parse_known_intermixed_args(args, namespace)
-        finally:
-            self._intermixing = False
-
-
 def add_recipe_parser(subparsers: Any, name: str, help_text: str) -> argparse.ArgumentParser:
     """A sub-command taking RECIPE and key.path=value overrides."""
     parser = subparsers.add_parser(name, help=help_text, description=help_text)
-    parser.__class__ = AnyOrderParser
     parser.add_argument("recipe", help="recipe file, or a name under recipes/ (gpt2_z1, cpu/tiny_z1)")
     parser.add_argument(
         "overrides",

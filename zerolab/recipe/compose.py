@@ -12,8 +12,8 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from zerolab.errors import UserError
+from zerolab.locations import CONFIGS_DIR, RECIPES_DIR, display_path
 from zerolab.recipe.checks import check_recipe
-from zerolab.recipe.locations import CONFIGS_DIR, RECIPES_DIR, display_path
 from zerolab.recipe.provenance import KeyPath, Sources, source_of
 from zerolab.recipe.schema import SECTIONS, Recipe
 from zerolab.recipe.yaml_io import parse_yaml, read_yaml_mapping

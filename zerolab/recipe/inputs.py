@@ -3,7 +3,7 @@ warning for a dry run and an error for a launch."""
 
 from __future__ import annotations
 
-from zerolab.recipe.locations import repo_path
+from zerolab.locations import repo_path
 from zerolab.recipe.schema import Recipe
 
 

@@ -14,13 +14,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from zerolab.errors import UserError
-from zerolab.recipe.locations import repo_path
+from zerolab.locations import repo_path
 from zerolab.recipe.schema import Recipe
 
 if TYPE_CHECKING:
     import numpy as np
-
-_IDX_MAGIC = b"MMIDIDX\x00\x00"
 
 
 def train_iters(recipe: Recipe) -> int:
@@ -70,12 +68,9 @@ def train_documents(split: str, documents: int) -> int:
 
 def document_sizes(idx: Path) -> np.ndarray:
     """Token counts per document from a Megatron MMIDIDX index file."""
-    import numpy as np
+    from zerolab.data_prep.indexed import read_index
 
-    data = idx.read_bytes()
-    if data[:9] != _IDX_MAGIC or len(data) < 34:
-        raise UserError(f"{idx}: not a Megatron indexed-dataset index (MMIDIDX); prepare the data again")
-    count = int(np.frombuffer(data, dtype="<u8", count=1, offset=18)[0])
-    if len(data) < 34 + 4 * count:
-        raise UserError(f"{idx}: truncated index file; prepare the data again")
-    return np.frombuffer(data, dtype="<i4", count=count, offset=34).astype(np.int64)
+    try:
+        return read_index(idx).sizes.astype("int64")
+    except ValueError as error:
+        raise UserError(f"{error}; prepare the data again") from None

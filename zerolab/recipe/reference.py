@@ -12,8 +12,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from zerolab.locations import CONFIGS_DIR, RECIPES_DIR, REPO_ROOT
 from zerolab.recipe import length as length_module
-from zerolab.recipe.locations import CONFIGS_DIR, RECIPES_DIR, REPO_ROOT
 from zerolab.recipe.render import DS_CONFIG_PLACEHOLDER, RUN_DIR_PLACEHOLDER
 from zerolab.recipe.schema import SECTIONS, Recipe
 from zerolab.recipe.yaml_io import read_yaml_mapping

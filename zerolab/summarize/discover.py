@@ -11,7 +11,6 @@ from zerolab.errors import UserError
 
 LOG_SUFFIXES = (".log", ".out", ".err", ".txt")
 RUN_MARKERS = ("run.json", "train.log", "status.json")
-OUTPUT_NAMES = ("summary.md", "summary.csv", "summary.json")
 
 
 @dataclass(frozen=True)

@@ -4,12 +4,12 @@ metric no run has is skipped, with the reason, never drawn empty."""
 
 from __future__ import annotations
 
-import os
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from zerolab.files import save_png
 from zerolab.summarize.collect import SETUP_ORDER, Collection
 from zerolab.summarize.summary import RunSummary
 
@@ -21,10 +21,8 @@ def _save(fig: Any, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig.tight_layout()
-    partial = path.with_name(f".{path.name}.partial")
-    fig.savefig(partial, dpi=DPI, format="png")
+    save_png(fig, path, dpi=DPI)
     plt.close(fig)
-    os.replace(partial, path)
 
 
 def _label(summary: RunSummary) -> str:

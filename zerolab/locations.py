@@ -1,10 +1,12 @@
-"""Where recipes and building blocks live: paths in recipes are relative to the repository root."""
+"""Where things are: the zerolab checkout this package runs from, its recipes and building
+blocks. Paths in recipes are relative to the repository root."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[1]
+"""The zerolab checkout this package runs from."""
 CONFIGS_DIR = REPO_ROOT / "configs"
 RECIPES_DIR = REPO_ROOT / "recipes"
 

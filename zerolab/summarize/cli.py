@@ -6,11 +6,11 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from zerolab.errors import UserError
+from zerolab.files import write_atomic
 from zerolab.summarize.stats import Warmup
 
 if TYPE_CHECKING:
@@ -124,14 +124,6 @@ def default_out(paths: list[Path]) -> Path:
     return Path(os.path.commonpath([d.resolve() for d in directories]))
 
 
-def _write_atomically(path: Path, text: str) -> None:
-    with tempfile.NamedTemporaryFile(
-        "w", dir=path.parent, prefix=f".{path.name}.", delete=False, encoding="utf-8"
-    ) as handle:
-        handle.write(text)
-    os.replace(handle.name, path)
-
-
 def run_summarize(args: argparse.Namespace) -> int:
     """Summarize, write the files, print the table (or JSON)."""
     from rich.console import Console
@@ -145,7 +137,7 @@ def run_summarize(args: argparse.Namespace) -> int:
         out.mkdir(parents=True, exist_ok=True)
         texts = (tables.to_markdown(collection), tables.to_csv(collection), tables.json_text(collection))
         for name, text in zip(OUTPUT_FILES, texts, strict=True):
-            _write_atomically(out / name, text)
+            write_atomic(out / name, text)
         written, skipped_plots = ([], []) if args.no_plots else write_plots(collection, out)
     except OSError as error:
         raise UserError(

@@ -5,19 +5,16 @@ ranks each, then summarizes them side by side into logs/demo/."""
 from __future__ import annotations
 
 import argparse
-import re
 import time
 from pathlib import Path
 from typing import Any
 
-from zerolab.engine.paths import REPO_ROOT
+from zerolab.locations import REPO_ROOT, display_path
 
 RECIPES = ("cpu/tiny_dp", "cpu/tiny_z1", "cpu/tiny_z2", "cpu/tiny_z3", "cpu/tiny_z3_offload")
 SAMPLE = "data_prep/samples/dolly151.jsonl"
 DATA_OUT = "data/dolly"
 OUT = REPO_ROOT / "logs" / "demo"
-
-_ITERATION = re.compile(r"iteration\s+(\d+)/\s*(\d+) .*?lm loss: ([0-9.E+-]+)")
 
 
 def register(subparsers: Any) -> None:
@@ -41,6 +38,7 @@ def run_demo(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from zerolab.cli import main
+    from zerolab.demo.progress import RunProgress
     from zerolab.launch.launcher import launch, prepare
 
     console = Console()
@@ -64,43 +62,10 @@ def run_demo(args: argparse.Namespace) -> int:
     console.rule("[bold]zerolab demo: 3/3 summary")
     args.out.mkdir(parents=True, exist_ok=True)
     summarized = main(["summarize", *map(str, run_dirs), "--out", str(args.out)])
-    console.print(f"demo finished in {time.monotonic() - started:.0f} s; summary in {_shown(args.out)}/")
+    console.print(
+        f"demo finished in {time.monotonic() - started:.0f} s; summary in {display_path(args.out)}/"
+    )
     if failed:
         console.print(f"[bold red]failed:[/] {', '.join(failed)}; see each run's train.log")
         return 1
     return summarized
-
-
-class RunProgress:
-    """One line per run on the terminal (iteration and loss as they come); the full output
-    of every rank goes to the run's train.log."""
-
-    def __init__(self, console: Any, label: str) -> None:
-        self.console = console
-        self.label = label
-        self.started = time.monotonic()
-        self.first_loss: float | None = None
-        self.status = console.status(f"{label}: starting 2 ranks")
-        self.status.start()
-
-    def line(self, text: str) -> None:
-        match = _ITERATION.search(text)
-        if match:
-            iteration, total, loss = int(match[1]), int(match[2]), float(match[3])
-            self.first_loss = self.first_loss if self.first_loss is not None else loss
-            self.status.update(f"{self.label}: iteration {iteration}/{total}, lm loss {loss:.3f}")
-        elif text.startswith("zerolab: launching"):
-            self.status.update(f"{self.label}: starting 2 ranks")
-
-    def done(self, status: dict, run_dir: Path) -> None:
-        self.status.stop()
-        seconds = time.monotonic() - self.started
-        mark = "[green]completed[/]" if status["state"] == "completed" else f"[red]{status['state']}[/]"
-        self.console.print(f"{self.label}: {mark} in {seconds:.0f} s -> {_shown(run_dir)}")
-
-
-def _shown(path: Path) -> str:
-    try:
-        return str(path.resolve().relative_to(REPO_ROOT))
-    except ValueError:
-        return str(path)

@@ -1,0 +1,1 @@
+"""`zerolab demo`: the seed study on CPU, from data to summary."""
