@@ -37,7 +37,7 @@ A recipe is a YAML file. It is composed in this order, later values winning:
 
 Unknown keys are rejected with the nearest valid key; every error names the file or
 override that set the key. Then the checks run (batch arithmetic, divisibility of heads and
-layers, ZeRO with pipeline parallelism, offload, precision, launcher and nodes); each
+layers, ZeRO with pipeline parallelism, offload, precision, attention, launcher and nodes); each
 failure names its keys and the fix, and nothing is written. Paths are relative to the
 repository root.
 
@@ -51,7 +51,11 @@ from `train`; `steps_per_print` is `train.log_interval` and `log_level` is `info
 DeepSpeed's throughput and memory lines reach the log. With pipeline size 1 the render
 adds `--no-pipeline-parallel`; offload adds `--cpu-optimizer`; on CPU it sets
 `DS_ACCELERATOR=cpu`, `--distributed-backend gloo`, `--no-gradient-accumulation-fusion`
-and, under torchrun, `LOCAL_SIZE`. `--deepspeed_config` points at the placeholder
+and, under torchrun, `LOCAL_SIZE`; on CUDA it disables none of the engine's fused kernels
+(masked softmax, bias-GeLU, bias-dropout, gradient-accumulation fusion). `model.attention`
+`sdpa` sets `ZEROLAB_ATTENTION=sdpa` (zerolab's `sdpa_attention` patch, printed at the top of
+`train.log`; `zerolab launch` drops a value inherited from the shell), `flash` adds
+`--use-flash-attn-v2`. `--deepspeed_config` points at the placeholder
 `{placeholder}`: `zerolab launch` writes the config into the run directory and substitutes
 its path; `zerolab render --out DIR` writes `DIR/ds_config.json` and `DIR/command.sh`.
 
