@@ -7,9 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from zerolab.cli import main
 from zerolab.engine.paths import engine_dir, engine_missing, engine_python
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+SAMPLE = REPO_ROOT / "data_prep" / "samples" / "dolly151.jsonl"
 
 
 @pytest.fixture
@@ -25,3 +27,11 @@ def engine() -> tuple[Path, Path]:
     if reason:
         pytest.skip(f"engine not set up: {reason}")
     return engine_dir(), engine_python()
+
+
+@pytest.fixture(scope="session")
+def dataset(tmp_path_factory) -> str:
+    """The bundled dolly sample, prepared by `zerolab prep` into a temporary directory."""
+    out = tmp_path_factory.mktemp("data") / "dolly"
+    assert main(["prep", "dolly", "--input", str(SAMPLE), "--out", str(out), "--quiet"]) == 0
+    return f"{out}_text_document"

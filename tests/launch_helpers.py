@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import sys
 from pathlib import Path
 
@@ -27,3 +28,10 @@ def still_running(pid_dir: Path) -> list[str]:
         except psutil.NoSuchProcess:
             continue
     return alive
+
+
+def free_port() -> int:
+    """A TCP port free right now: a rendezvous port for an engine run that no concurrent run holds."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]

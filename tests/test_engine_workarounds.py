@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import socket
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+from launch_helpers import free_port
 
 from zerolab.engine.paths import REPO_ROOT
 from zerolab.engine.workarounds import WORKAROUNDS
@@ -211,12 +211,6 @@ def test_weight_decay_groups_use_the_full_shape_of_partitioned_parameters(tmp_pa
         OPTIMIZER_STANDIN,
     )
     assert out.split("\n")[:3] == ["['fc.weight']", "['fc.weight']", "[]"]
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def test_real_zero3_init_parameters_are_weight_decayed_like_unpartitioned_ones(engine):

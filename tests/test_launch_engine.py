@@ -10,11 +10,10 @@ import shutil
 from pathlib import Path
 
 import pytest
+from launch_helpers import free_port
 
 from zerolab.cli import main
-from zerolab.engine.paths import REPO_ROOT
 
-SAMPLE = REPO_ROOT / "data_prep" / "samples" / "dolly151.jsonl"
 RUN_FILES = {
     "recipe.yaml",
     "ds_config.json",
@@ -25,14 +24,6 @@ RUN_FILES = {
     "samples.csv",
     "status.json",
 }
-
-
-@pytest.fixture(scope="session")
-def dataset(tmp_path_factory) -> str:
-    """The bundled dolly sample, prepared by `zerolab prep` into a temporary directory."""
-    out = tmp_path_factory.mktemp("data") / "dolly"
-    assert main(["prep", "dolly", "--input", str(SAMPLE), "--out", str(out), "--quiet"]) == 0
-    return f"{out}_text_document"
 
 
 @pytest.fixture(scope="module")
@@ -47,6 +38,7 @@ def z1_run(engine, dataset, tmp_path_factory) -> tuple[int, Path]:
             "train.iters=50",
             "train.log_interval=5",
             "train.save_interval=25",
+            f"hardware.master_port={free_port()}",
             "--run-dir",
             str(run_dir),
         ]
@@ -92,7 +84,8 @@ def test_resume_continues_from_the_last_checkpoint(z1_run, tmp_path):
     _, previous = z1_run
     assert (previous / "checkpoints" / "latest_checkpointed_iteration.txt").read_text().strip() == "50"
     run_dir = tmp_path / "resumed"
-    assert main(["launch", "--resume", str(previous), "train.iters=56", "--run-dir", str(run_dir)]) == 0
+    port = f"hardware.master_port={free_port()}"
+    assert main(["launch", "--resume", str(previous), "train.iters=56", port, "--run-dir", str(run_dir)]) == 0
     assert status(run_dir)["state"] == "completed"
     command = (run_dir / "command.sh").read_text()
     assert f"--load {previous / 'checkpoints'}" in command
@@ -105,6 +98,7 @@ def test_resume_continues_from_the_last_checkpoint(z1_run, tmp_path):
 def test_zero3_with_cpu_optimizer_offload(engine, dataset, tmp_path):
     run_dir = tmp_path / "z3off"
     overrides = [f"data.path={dataset}", "train.iters=6", "train.lr_warmup_iters=1", "train.log_interval=2"]
+    overrides.append(f"hardware.master_port={free_port()}")
     assert main(["launch", "cpu/tiny_z3_offload", *overrides, "--run-dir", str(run_dir)]) == 0
     assert status(run_dir)["state"] == "completed"
     log = (run_dir / "train.log").read_text()
@@ -124,6 +118,7 @@ def test_a_crashing_rank_fails_the_launch_with_the_cause(engine, dataset, tmp_pa
             f"data.path={broken}",
             "train.iters=6",
             "train.lr_warmup_iters=1",
+            f"hardware.master_port={free_port()}",
             "--run-dir",
             str(run_dir),
         ]
