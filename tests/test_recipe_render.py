@@ -90,6 +90,7 @@ def test_cpu_render_has_the_cpu_workarounds():
     assert launch.env == {"DS_ACCELERATOR": "cpu", "LOCAL_SIZE": "2", "OMP_NUM_THREADS": "1"}
     assert option(launch.argv, "--distributed-backend") == "gloo"
     assert "--no-gradient-accumulation-fusion" in launch.argv
+    assert "--no-masked-softmax-fusion" in launch.argv  # its CUDA kernel, chosen in bf16
     assert "--no-pipeline-parallel" in launch.argv
     assert "--bf16" not in launch.argv and "--fp16" not in launch.argv
     assert "bf16" not in launch.ds_config and "fp16" not in launch.ds_config

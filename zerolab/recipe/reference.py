@@ -50,8 +50,9 @@ is the ds_config stage; `--micro-batch-size`/`--global-batch-size` and
 from `train`; `steps_per_print` is `train.log_interval` and `log_level` is `info`, so
 DeepSpeed's throughput and memory lines reach the log. With pipeline size 1 the render
 adds `--no-pipeline-parallel`; offload adds `--cpu-optimizer`; on CPU it sets
-`DS_ACCELERATOR=cpu`, `--distributed-backend gloo`, `--no-gradient-accumulation-fusion`
-and, under torchrun, `LOCAL_SIZE`; on CUDA it disables none of the engine's fused kernels
+`DS_ACCELERATOR=cpu`, `--distributed-backend gloo`, `--no-gradient-accumulation-fusion`,
+`--no-masked-softmax-fusion` (the engine would pick its CUDA softmax kernel in bf16) and, under
+torchrun, `LOCAL_SIZE`; on CUDA it disables none of the engine's fused kernels
 (masked softmax, bias-GeLU, bias-dropout, gradient-accumulation fusion). `model.attention`
 `sdpa` sets `ZEROLAB_ATTENTION=sdpa` (zerolab's `sdpa_attention` patch, printed at the top of
 `train.log`; `zerolab launch` drops a value inherited from the shell), `flash` adds

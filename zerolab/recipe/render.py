@@ -161,8 +161,8 @@ def megatron_args(recipe: Recipe) -> list[str]:
         "--num-workers", str(data.num_workers),
         "--distributed-backend", "gloo" if hw.device == "cpu" else "nccl",
     ]  # fmt: skip
-    if hw.device == "cpu":
-        args.append("--no-gradient-accumulation-fusion")
+    if hw.device == "cpu":  # CUDA kernels the engine would otherwise pick (softmax: in bf16/fp16)
+        args += ["--no-gradient-accumulation-fusion", "--no-masked-softmax-fusion"]
     args += attention_args(recipe)
     args += activation_checkpointing_args(recipe)
     if recipe.precision.bf16:
