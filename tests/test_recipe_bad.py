@@ -173,7 +173,7 @@ OVERRIDE_CASES = [
     (
         "uniform chunk does not divide the stage",
         GPT2,
-        ["activation_checkpointing.num_layers=5"],
+        ["activation_checkpointing=full", "activation_checkpointing.num_layers=5"],
         ["activation_checkpointing.num_layers", "divisor of model.num_layers / parallel.pipeline"],
     ),
     (
@@ -227,6 +227,37 @@ OVERRIDE_CASES = [
         TINY,
         ["extra.ds_config={train_batch_size: 16}"],
         ["extra.ds_config", "train_batch_size", "rendered from the recipe's own keys"],
+    ),
+    ("unknown attention", GPT2, ["model.attention=xformers"], ["model.attention", "'sdpa' or 'flash'"]),
+    (
+        "flash on CPU",
+        TINY,
+        ["model.attention=flash"],
+        ["model.attention='flash'", "hardware.device='cpu'", "CUDA GPUs only", "model.attention=sdpa"],
+    ),
+    (
+        "flash in fp32",
+        GPT2,
+        ["model.attention=flash", "precision=fp32"],
+        ["model.attention", "precision.bf16", "bf16 or fp16 only", "precision=bf16"],
+    ),
+    (
+        "flash with selective recompute",
+        GPT2,
+        ["model.attention=flash", "activation_checkpointing=selective"],
+        ["activation_checkpointing.granularity", "recompute nothing", "granularity=none"],
+    ),
+    (
+        "attention flag in extra arguments",
+        TINY,
+        ["extra.megatron_args=[--use-flash-attn-triton]"],
+        ["extra.megatron_args", "--use-flash-attn-triton", "chosen by model.attention"],
+    ),
+    (
+        "per-document mask with sdpa",
+        TINY,
+        ["model.attention=sdpa", "extra.megatron_args=[--reset-attention-mask]"],
+        ["model.attention='sdpa'", "--reset-attention-mask", "use model.attention=megatron"],
     ),
     (
         "moved checkpointing key",

@@ -46,9 +46,10 @@ def test_engine_accepts_every_shipped_render_and_rejects_what_we_refuse(engine):
         "bad: seq beyond positions": unchecked("cpu/tiny_z1", model__seq_length=256),
         "bad: fp16 and bf16": unchecked("gpt2_z1", precision__fp16=True),
     }
-    results = judge([case(name, recipe) for name, recipe in {**recipes, **refused}.items()])
+    flash = {"gpt2_z1 flash": load_recipe("gpt2_z1", ["model.attention=flash"])}
+    results = judge([case(name, recipe) for name, recipe in {**recipes, **flash, **refused}.items()])
 
-    for name, recipe in recipes.items():
+    for name, recipe in {**recipes, **flash}.items():
         outcome = results[name]
         assert "megatron_error" not in outcome and "deepspeed_error" not in outcome, (name, outcome)
         ga = recipe.gradient_accumulation_steps

@@ -90,6 +90,7 @@ def test_cpu_render_has_the_cpu_workarounds():
     assert launch.env == {"DS_ACCELERATOR": "cpu", "LOCAL_SIZE": "2", "OMP_NUM_THREADS": "1"}
     assert option(launch.argv, "--distributed-backend") == "gloo"
     assert "--no-gradient-accumulation-fusion" in launch.argv
+    assert "--no-masked-softmax-fusion" in launch.argv  # its CUDA kernel, chosen in bf16
     assert "--no-pipeline-parallel" in launch.argv
     assert "--bf16" not in launch.argv and "--fp16" not in launch.argv
     assert "bf16" not in launch.ds_config and "fp16" not in launch.ds_config
@@ -97,10 +98,49 @@ def test_cpu_render_has_the_cpu_workarounds():
 
 def test_gpu_render_uses_nccl_and_no_cpu_environment():
     launch = render(load_recipe("gpt2_z2"))
-    assert launch.env == {}
+    assert launch.env == {"ZEROLAB_ATTENTION": "sdpa"}  # the recipe's attention, nothing of the CPU's
     assert option(launch.argv, "--distributed-backend") == "nccl"
     assert "--no-gradient-accumulation-fusion" not in launch.argv
     assert "--bf16" in launch.argv and launch.ds_config["bf16"] == {"enabled": True}
+
+
+UNFUSING_FLAGS = {
+    "--no-masked-softmax-fusion",
+    "--no-bias-gelu-fusion",
+    "--no-bias-dropout-fusion",
+    "--no-gradient-accumulation-fusion",
+    "--no-persist-layer-norm",
+}
+
+
+@pytest.mark.parametrize("name", [name for name in SHIPPED if not name.startswith("cpu/")])
+def test_gpu_recipes_keep_the_fast_defaults(name):
+    recipe = load_recipe(name)
+    launch = render(recipe)
+    assert not UNFUSING_FLAGS & set(launch.argv)  # the engine fuses these on CUDA by default
+    assert recipe.model.attention == "sdpa" and launch.env["ZEROLAB_ATTENTION"] == "sdpa"
+    assert recipe.activation_checkpointing.granularity == "none"
+    assert not any(token.startswith(("--recompute", "--checkpoint-activations")) for token in launch.argv)
+
+
+@pytest.mark.parametrize(
+    ("attention", "flags", "env"),
+    [
+        ("megatron", [], {}),
+        ("sdpa", [], {"ZEROLAB_ATTENTION": "sdpa"}),
+        ("flash", ["--use-flash-attn-v2"], {}),
+    ],
+)
+def test_attention_renders_its_flag_or_environment(attention, flags, env):
+    launch = render(load_recipe("gpt2_z1", [f"model.attention={attention}"]))
+    assert [token for token in launch.argv if token.startswith("--use-flash-attn")] == flags
+    assert {k: v for k, v in launch.env.items() if k == "ZEROLAB_ATTENTION"} == env
+
+
+def test_cpu_recipes_keep_the_engines_attention():
+    recipe = load_recipe("cpu/tiny_z1")
+    assert recipe.model.attention == "megatron" and "ZEROLAB_ATTENTION" not in render(recipe).env
+    assert "ZEROLAB_ATTENTION" in render(load_recipe("cpu/tiny_z1", ["model.attention=sdpa"])).env
 
 
 def test_offload_renders_cpu_optimizer_and_offload_block():
@@ -299,7 +339,7 @@ def test_headers_say_what_was_overridden(capsys):
     )
     assert header[1] == "# overridden: hardware.procs_per_node=1 model=gpt2-124m"
     assert header[2].startswith("# gpt2-124m | world 1 = 1 node(s) x 1 | tensor 1 x pipeline 1 x data 1 |")
-    assert "| ZeRO 3 | recompute full uniform x1 | bf16 | cuda | 100 iterations" in header[2]
+    assert "| ZeRO 3 | recompute none | attention sdpa | bf16 | cuda | 100 iterations" in header[2]
 
     assert main(["render", "gpt2_z3", "--dry-run"]) == 0
     header = [line for line in capsys.readouterr().out.splitlines() if line.startswith("#")]

@@ -1,12 +1,14 @@
 """`python -m zerolab.engine.megatron_entry PRETRAIN_SCRIPT ARGS...`: what every rank runs.
 
-Applies zerolab's workarounds (zerolab.engine.workarounds), then runs PRETRAIN_SCRIPT as
+Applies zerolab's workarounds and the opt-in patches its environment asks for
+(zerolab.engine.workarounds), prints each one applied (rank 0), then runs PRETRAIN_SCRIPT as
 `__main__` with sys.argv = [PRETRAIN_SCRIPT, *ARGS], exactly as `python PRETRAIN_SCRIPT ARGS...`
 would. Standard library only: it runs inside the engine's environment.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
 import os
 import runpy
@@ -14,6 +16,9 @@ import sys
 from pathlib import Path
 
 from zerolab.engine.workarounds import apply_all
+
+FLASH_V2 = "--use-flash-attn-v2"
+"""The engine's FlashAttention-2 switch (model.attention=flash); it imports flash_attn."""
 
 
 def main(argv: list[str]) -> None:
@@ -24,13 +29,20 @@ def main(argv: list[str]) -> None:
     launcher_options = list(itertools.takewhile(lambda token: token.startswith("-"), argv))
     rest = argv[len(launcher_options) :]
     if not rest:
-        sys.exit(
-            "usage: python -m zerolab.engine.megatron_entry [LAUNCHER OPTIONS] PRETRAIN_SCRIPT [ARGS...]"
-        )
+        sys.exit("usage: python -m zerolab.engine.megatron_entry [OPTIONS] PRETRAIN_SCRIPT [ARGS...]")
     script = Path(rest[0]).resolve()
     if not script.is_file():
         sys.exit(f"zerolab: no training script at {script}")
-    applied = apply_all()
+    if FLASH_V2 in argv and importlib.util.find_spec("flash_attn") is None:
+        sys.exit(
+            f"zerolab: {FLASH_V2} (model.attention=flash) needs the flash_attn package in the engine's "
+            "environment (pip install flash-attn; the NGC PyTorch image ships it), or use "
+            "model.attention=sdpa: PyTorch's own fused attention, nothing to install"
+        )
+    try:
+        applied = apply_all()
+    except ValueError as error:  # a malformed ZEROLAB_* variable: say which, before any rank trains
+        sys.exit(f"zerolab: {error}")
     if os.environ.get("RANK", "0") == "0":
         for workaround in applied:
             print(f"zerolab: workaround {workaround.name}: {workaround.why}", flush=True)

@@ -1,9 +1,12 @@
-"""What the pinned Megatron-DeepSpeed needs to run on current DeepSpeed and on CPU, applied by
-zerolab at launch (never by editing or copying the engine's files).
+"""What the pinned Megatron-DeepSpeed needs to run on current DeepSpeed and on CPU, and the
+opt-in patches a launch asks for by environment variable (PyTorch's fused attention, a profile
+of a few training steps), applied by zerolab at launch (never by editing or copying the
+engine's files).
 
 Each workaround is an import hook on `sys.meta_path`: nothing of the engine is imported
-until the training script imports it itself. Standard library only: this module runs in
-the engine's environment before the training script.
+until the training script imports it itself. Standard library only at import: this module
+runs in the engine's environment before the training script (a patch imports torch only
+once the engine module it patches has been imported).
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import importlib.abc
 import importlib.machinery
 import importlib.util
+import os
 import sys
 import types
 from collections.abc import Callable, Sequence
@@ -18,13 +22,19 @@ from dataclasses import dataclass
 from typing import Any
 
 
+def _always() -> bool:
+    return True
+
+
 @dataclass(frozen=True)
 class Workaround:
-    """One named fix: `why` is the one-line explanation printed at launch."""
+    """One named fix: `why` is the one-line explanation printed at launch; `wanted` says
+    whether this launch applies it (the opt-in patches read their environment variable)."""
 
     name: str
     why: str
     apply: Callable[[], None]
+    wanted: Callable[[], bool] = _always
 
 
 class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
@@ -334,24 +344,180 @@ def recompute_chunks_of_layers() -> None:
     _patch_after_import(TENSOR_PARALLEL, _checkpoint_with_differentiable_placeholders)
 
 
+ATTENTION_ENV = "ZEROLAB_ATTENTION"
+"""`sdpa` in a launch's environment (the render of model.attention=sdpa) applies sdpa_attention;
+unset, the engine's own attention runs."""
+SDPA = "sdpa"
+
+
+def sdpa_wanted() -> bool:
+    """Whether this launch asked for PyTorch's attention (ZEROLAB_ATTENTION=sdpa)."""
+    value = os.environ.get(ATTENTION_ENV, "")
+    if value not in ("", SDPA):
+        raise ValueError(
+            f"{ATTENTION_ENV}={value!r}: zerolab knows only {SDPA!r} (model.attention=sdpa); "
+            "unset it for the engine's own attention"
+        )
+    return value == SDPA
+
+
+def _sdpa_core_attention(module: types.ModuleType) -> None:
+    import torch.nn.functional as F
+
+    core_attention = module.CoreAttention
+    engine_forward = core_attention.forward
+    causal = module.AttnMaskType.causal
+
+    def whole_sequence_causal(attention: Any) -> bool:
+        """GPT's mask: causal over the whole sequence (not one mask per document)."""
+        if not hasattr(attention, "_zerolab_sdpa"):
+            attention._zerolab_sdpa = (
+                attention.attn_mask_type == causal and not module.get_args().reset_attention_mask
+            )
+        return attention._zerolab_sdpa
+
+    def sdpa_forward(
+        self: Any, query_layer: Any, key_layer: Any, value_layer: Any, attention_mask: Any
+    ) -> Any:
+        # [s, b, heads of this tensor-parallel rank, head size] in, [s, b, heads x head size] out.
+        seq, batch, heads, head_size = query_layer.shape
+        if key_layer.size(0) != seq or not whole_sequence_causal(self):
+            return engine_forward(self, query_layer, key_layer, value_layer, attention_mask)
+        query, key, value = (t.permute(1, 2, 0, 3) for t in (query_layer, key_layer, value_layer))
+        # The engine scales by 1 / norm_factor, then (query-key layer scaling) by coeff in its softmax.
+        scale = (self.scale_mask_softmax.scale or 1.0) / self.norm_factor
+        dropout = self.attention_dropout.p if self.attention_dropout.training else 0.0
+
+        def attend() -> Any:
+            return F.scaled_dot_product_attention(
+                query, key, value, dropout_p=dropout, is_causal=True, scale=scale
+            )
+
+        if self.sequence_parallel:
+            context = attend()
+        else:  # the engine's attention dropout draws from its model-parallel RNG state
+            with module.tensor_parallel.get_cuda_rng_tracker().fork():
+                context = attend()
+        return context.permute(2, 0, 1, 3).reshape(seq, batch, heads * head_size)
+
+    sdpa_forward.__wrapped__ = engine_forward  # type: ignore[attr-defined]
+    core_attention.forward = sdpa_forward
+
+
+# The same function as CoreAttention: causal mask, scale 1/sqrt(head size) whatever the engine's
+# query-key layer scaling, attention dropout with the engine's RNG tracker, each tensor-parallel
+# rank's heads. Anything else (a mask per document, key length != query length in generation)
+# runs the engine's own forward.
+def sdpa_attention() -> None:
+    """CoreAttention computed by PyTorch's scaled_dot_product_attention (model.attention=sdpa)."""
+    _patch_after_import(TRANSFORMER, _sdpa_core_attention)
+
+
+TRAINING = "megatron.training"
+PROFILE_DIR_ENV = "ZEROLAB_PROFILE_DIR"
+"""A directory in a launch's environment applies profile_training_steps: rank 0 writes
+profile_file(directory, 0) there."""
+PROFILE_STEPS_ENV = "ZEROLAB_PROFILE_STEPS"
+"""`FIRST,LAST`: the training steps profiled (default 3,5)."""
+DEFAULT_PROFILE_STEPS = (3, 5)
+PROFILE_ROWS = 25
+
+
+def profile_file(directory: str, rank: int) -> str:
+    """The profile table that `rank` writes into `directory`."""
+    return os.path.join(directory, f"profile-rank{rank}.txt")
+
+
+def profile_steps() -> tuple[int, int]:
+    """The first and last training step to profile, from ZEROLAB_PROFILE_STEPS."""
+    text = os.environ.get(PROFILE_STEPS_ENV, "")
+    if not text:
+        return DEFAULT_PROFILE_STEPS
+    parts = text.split(",")
+    if len(parts) != 2 or not all(part.strip().isdigit() for part in parts):
+        raise ValueError(f"{PROFILE_STEPS_ENV}={text!r}: write FIRST,LAST training steps, e.g. 3,5")
+    first, last = (int(part) for part in parts)
+    if not 1 <= first <= last:
+        raise ValueError(f"{PROFILE_STEPS_ENV}={text!r}: steps count from 1 and FIRST <= LAST")
+    return first, last
+
+
+def profile_wanted() -> bool:
+    """Whether this launch asked for a profile (ZEROLAB_PROFILE_DIR)."""
+    if not os.environ.get(PROFILE_DIR_ENV):
+        return False
+    profile_steps()  # refuses a malformed step range before training starts
+    return True
+
+
+def _profile_train_steps(module: types.ModuleType) -> None:
+    import torch
+    from torch.profiler import ProfilerActivity
+
+    train_step = module.train_step
+    first, last = profile_steps()
+    directory = os.environ[PROFILE_DIR_ENV]
+    rank = int(os.environ.get("RANK", "0"))
+    on_gpu = torch.cuda.is_available()
+    calls = 0
+    profiler: Any = None
+
+    def profiled_train_step(*args: Any, **kwargs: Any) -> Any:
+        nonlocal calls, profiler
+        calls += 1
+        if calls == first and rank == 0:
+            activities = [ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if on_gpu else [])]
+            profiler = torch.profiler.profile(activities=activities)
+            profiler.start()
+        result = train_step(*args, **kwargs)
+        if calls == last and profiler is not None:
+            if on_gpu:
+                torch.cuda.synchronize()
+            profiler.stop()
+            device = "cuda" if on_gpu else "cpu"
+            table = profiler.key_averages().table(
+                sort_by=f"self_{'device' if on_gpu else 'cpu'}_time_total", row_limit=PROFILE_ROWS
+            )
+            os.makedirs(directory, exist_ok=True)
+            with open(profile_file(directory, rank), "w") as out:
+                out.write(
+                    f"# training steps {first}-{last} of rank {rank}, top {PROFILE_ROWS} by self "
+                    f"{device} time\n{table}\n"
+                )
+            profiler = None
+        return result
+
+    profiled_train_step.__wrapped__ = train_step  # type: ignore[attr-defined]
+    module.train_step = profiled_train_step  # type: ignore[attr-defined]
+
+
+def profile_training_steps() -> None:
+    """Profile training steps (ZEROLAB_PROFILE_STEPS, default 3-5) into ZEROLAB_PROFILE_DIR."""
+    _patch_after_import(TRAINING, _profile_train_steps)
+
+
 WORKAROUNDS: tuple[Workaround, ...] = tuple(
-    Workaround(name=function.__name__, why=(function.__doc__ or "").strip(), apply=function)
-    for function in (
-        lazy_vision_import,
-        missing_compression_module,
-        contiguous_attention_inputs,
-        zero3_weight_decay_groups,
-        cpu_adamw_like_gpu,
-        cpu_activation_checkpointing,
-        partitioned_checkpoint_arguments,
-        contiguous_checkpoints_in_eval,
-        recompute_chunks_of_layers,
+    Workaround(name=function.__name__, why=(function.__doc__ or "").strip(), apply=function, wanted=wanted)
+    for function, wanted in (
+        (lazy_vision_import, _always),
+        (missing_compression_module, _always),
+        (contiguous_attention_inputs, _always),
+        (zero3_weight_decay_groups, _always),
+        (cpu_adamw_like_gpu, _always),
+        (cpu_activation_checkpointing, _always),
+        (partitioned_checkpoint_arguments, _always),
+        (contiguous_checkpoints_in_eval, _always),
+        (recompute_chunks_of_layers, _always),
+        (sdpa_attention, sdpa_wanted),
+        (profile_training_steps, profile_wanted),
     )
 )
 
 
 def apply_all() -> list[Workaround]:
-    """Install every workaround's import hook; returns them in the order applied."""
-    for workaround in WORKAROUNDS:
+    """Install the import hook of every workaround this launch wants; returns them in the order
+    applied. Raises ValueError for a malformed opt-in environment variable."""
+    wanted = [workaround for workaround in WORKAROUNDS if workaround.wanted()]
+    for workaround in wanted:
         workaround.apply()
-    return list(WORKAROUNDS)
+    return wanted

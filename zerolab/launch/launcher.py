@@ -12,6 +12,7 @@ from pathlib import Path
 
 from zerolab import __version__
 from zerolab.engine.paths import engine_bin_dir, engine_missing, torch_extensions_dir
+from zerolab.engine.workarounds import ATTENTION_ENV
 from zerolab.errors import UserError
 from zerolab.launch import rundir
 from zerolab.launch.checkpoints import resume_args
@@ -79,7 +80,9 @@ def launch(
     recipe = prepared.recipe
     rendered = render(recipe)
     env = {
-        **os.environ,
+        **{
+            name: value for name, value in os.environ.items() if name != ATTENTION_ENV
+        },  # model.attention decides
         "PATH": f"{engine_bin_dir()}{os.pathsep}{os.environ.get('PATH', '')}",
         "PYTHONUNBUFFERED": "1",
         "TORCH_EXTENSIONS_DIR": str(torch_extensions_dir()),

@@ -434,6 +434,85 @@ def _wandb_name_needs_project(recipe: Recipe) -> Problem | None:
 
 
 @check
+def _flash_needs_cuda(recipe: Recipe) -> Problem | None:
+    if recipe.model.attention != "flash" or recipe.hardware.device == "cuda":
+        return None
+    return Problem(
+        ("model.attention", "hardware.device"),
+        "the engine's FlashAttention path (the flash_attn package) runs on CUDA GPUs only",
+        "use model.attention=sdpa (PyTorch's fused attention, on CPU too) or megatron on "
+        "hardware.device=cpu, or hardware.device=cuda",
+    )
+
+
+@check
+def _flash_needs_half_precision(recipe: Recipe) -> Problem | None:
+    if recipe.model.attention != "flash" or recipe.precision_name != "fp32":
+        return None
+    return Problem(
+        ("model.attention", "precision.bf16", "precision.fp16"),
+        "the engine's FlashAttention path computes in bf16 or fp16 only; in fp32 its first step fails",
+        "use precision=bf16 (or fp16), or model.attention=sdpa in fp32",
+    )
+
+
+@check
+def _flash_has_no_selective_recompute(recipe: Recipe) -> Problem | None:
+    if recipe.model.attention != "flash" or recipe.activation_checkpointing.granularity != "selective":
+        return None
+    return Problem(
+        ("model.attention", "activation_checkpointing.granularity"),
+        "selective recomputation recomputes the engine's CoreAttention, which the flash path does not "
+        "use: the engine would silently recompute nothing",
+        "set activation_checkpointing.granularity=none (flash keeps no seq x seq activations) or full, "
+        "or model.attention=sdpa",
+    )
+
+
+ATTENTION_FLAGS = frozenset(
+    {
+        "--use-flash-attn",
+        "--use-flash-attn-v1",
+        "--use-flash-attn-v2",
+        "--use-flash-attn-triton",
+        "--use-flash-attn-builder",
+    }
+)
+"""Engine options that choose the attention implementation: model.attention's business."""
+
+
+@check
+def _attention_chosen_by_model_attention(recipe: Recipe) -> Problem | None:
+    from zerolab.recipe.render import attention_args
+
+    given = {token.split("=", 1)[0] for token in recipe.extra.megatron_args}
+    flags = sorted(
+        given & ATTENTION_FLAGS - set(attention_args(recipe))
+    )  # a rendered one: _extra_args_not_rendered
+    if not flags:
+        return None
+    return Problem(
+        ("extra.megatron_args", "model.attention"),
+        f"{', '.join(flags)}: the attention implementation is chosen by model.attention",
+        "remove them from extra.megatron_args and set model.attention (flash: the engine's "
+        "FlashAttention-2, sdpa: PyTorch's fused attention)",
+    )
+
+
+@check
+def _fused_attention_has_one_causal_mask(recipe: Recipe) -> Problem | None:
+    given = {token.split("=", 1)[0] for token in recipe.extra.megatron_args}
+    if recipe.model.attention == "megatron" or "--reset-attention-mask" not in given:
+        return None
+    return Problem(
+        ("model.attention", "extra.megatron_args"),
+        f"model.attention={recipe.model.attention} applies one causal mask to the whole sequence; "
+        "--reset-attention-mask asks for a mask per document",
+        "use model.attention=megatron with --reset-attention-mask, or remove it",
+    )
+
+
+@check
 def _extra_args_are_options(recipe: Recipe) -> Problem | None:
     args = recipe.extra.megatron_args
     if not args or args[0].startswith("--"):

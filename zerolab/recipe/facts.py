@@ -35,6 +35,7 @@ def run_facts(recipe: Recipe) -> dict[str, Any]:
         "offload_optimizer": recipe.zero.offload_optimizer,
         "offload_param": recipe.zero.offload_param,
         "recompute_granularity": recipe.activation_checkpointing.granularity,
+        "attention": model.attention,
         "micro_batch_size": train.micro_batch_size,
         "global_batch_size": train.global_batch_size,
         "gradient_accumulation_steps": recipe.gradient_accumulation_steps,

@@ -15,7 +15,7 @@ from zerolab.recipe.yaml_io import dump_yaml
 
 
 def summary_line(recipe: Recipe) -> str:
-    """One line: model, parallel layout, batch arithmetic, ZeRO, recompute and precision."""
+    """One line: model, parallel layout, batch arithmetic, ZeRO, recompute, attention and precision."""
     return " | ".join(
         (
             recipe.model.name,
@@ -26,6 +26,7 @@ def summary_line(recipe: Recipe) -> str:
             f"x grad-accum {recipe.gradient_accumulation_steps} x data {recipe.data_parallel_size}",
             zero_label(recipe),
             f"recompute {recompute_label(recipe)}",
+            f"attention {recipe.model.attention}",
             recipe.precision_name,
             recipe.hardware.device,
             f"{train_iters(recipe)} iterations",

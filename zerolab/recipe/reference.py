@@ -37,7 +37,7 @@ A recipe is a YAML file. It is composed in this order, later values winning:
 
 Unknown keys are rejected with the nearest valid key; every error names the file or
 override that set the key. Then the checks run (batch arithmetic, divisibility of heads and
-layers, ZeRO with pipeline parallelism, offload, precision, launcher and nodes); each
+layers, ZeRO with pipeline parallelism, offload, precision, attention, launcher and nodes); each
 failure names its keys and the fix, and nothing is written. Paths are relative to the
 repository root.
 
@@ -51,17 +51,21 @@ from `train`; `steps_per_print` is `train.log_interval` and `log_level` is `info
 DeepSpeed's throughput and memory lines reach the log. With pipeline size 1 the render
 adds `--no-pipeline-parallel`; optimizer offload adds `--cpu-optimizer`, weight offload
 `--remote-device cpu`; on CPU it sets `DS_ACCELERATOR=cpu`, `--distributed-backend gloo`,
-`--no-gradient-accumulation-fusion` and, under torchrun, `LOCAL_SIZE`. ZeRO keys go into the
-ds_config only at the stages that read them (`allgather_bucket_size` at 1 and 2, the
-`stage3_*` knobs at 3; setting a stage-3 knob at another stage is refused).
-`activation_checkpointing` renders Megatron's `--recompute-granularity/-method/-num-layers`,
-or with `implementation: deepspeed` `--checkpoint-activations --deepspeed-activation-checkpointing`
-and the ds_config `activation_checkpointing` block. `--deepspeed_config` points at the
-placeholder `{placeholder}`: `zerolab launch` writes the config into the run directory and
-substitutes its path; `zerolab render --out DIR` writes `DIR/ds_config.json` and
-`DIR/command.sh`. What the engine writes into the run directory (`--save`,
-`--tensorboard-dir`, `--wandb-save-dir`) is shown under `{run_dir}`, the directory that
-`zerolab launch` creates.
+`--no-gradient-accumulation-fusion`, `--no-masked-softmax-fusion` (the engine would pick its
+CUDA softmax kernel in bf16) and, under torchrun, `LOCAL_SIZE`; on CUDA it disables none of the
+engine's fused kernels (masked softmax, bias-GeLU, bias-dropout, gradient-accumulation fusion).
+`model.attention` `sdpa` sets `ZEROLAB_ATTENTION=sdpa` (zerolab's `sdpa_attention` patch,
+printed at the top of `train.log`; `zerolab launch` drops a value inherited from the shell),
+`flash` adds `--use-flash-attn-v2`. ZeRO keys go into the ds_config only at the stages that read
+them (`allgather_bucket_size` at 1 and 2, the `stage3_*` knobs at 3; setting a stage-3 knob at
+another stage is refused). `activation_checkpointing` renders Megatron's
+`--recompute-granularity/-method/-num-layers`, or with `implementation: deepspeed`
+`--checkpoint-activations --deepspeed-activation-checkpointing` and the ds_config
+`activation_checkpointing` block. `--deepspeed_config` points at the placeholder
+`{placeholder}`: `zerolab launch` writes the config into the run directory and substitutes its
+path; `zerolab render --out DIR` writes `DIR/ds_config.json` and `DIR/command.sh`. What the
+engine writes into the run directory (`--save`, `--tensorboard-dir`, `--wandb-save-dir`) is
+shown under `{run_dir}`, the directory that `zerolab launch` creates.
 
 ### Settings the schema does not know
 

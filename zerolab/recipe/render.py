@@ -8,7 +8,9 @@ import shlex
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from zerolab.engine.megatron_entry import FLASH_V2
 from zerolab.engine.paths import engine_dir
+from zerolab.engine.workarounds import ATTENTION_ENV, SDPA
 from zerolab.launch.rundir import CHECKPOINTS_DIR, TENSORBOARD_DIR, WANDB_DIR
 from zerolab.recipe.length import train_iters
 from zerolab.recipe.schema import Recipe
@@ -106,7 +108,8 @@ def launcher_args(recipe: Recipe) -> list[str]:
 
 
 def launch_env(recipe: Recipe) -> dict[str, str]:
-    """Environment for every rank: the CPU accelerator and its rank-count workaround, threads."""
+    """Environment for every rank: the CPU accelerator and its rank-count workaround, threads,
+    W&B's mode and the attention patch."""
     hw = recipe.hardware
     env: dict[str, str] = {}
     if hw.device == "cpu":
@@ -117,7 +120,7 @@ def launch_env(recipe: Recipe) -> dict[str, str]:
         env["OMP_NUM_THREADS"] = str(hw.omp_num_threads)
     if recipe.logging.wandb_project is not None:
         env["WANDB_MODE"] = recipe.logging.wandb_mode
-    return env
+    return env | attention_env(recipe)
 
 
 def megatron_args(recipe: Recipe) -> list[str]:
@@ -158,8 +161,9 @@ def megatron_args(recipe: Recipe) -> list[str]:
         "--num-workers", str(data.num_workers),
         "--distributed-backend", "gloo" if hw.device == "cpu" else "nccl",
     ]  # fmt: skip
-    if hw.device == "cpu":  # the fused kernels these select are CUDA-only
+    if hw.device == "cpu":  # CUDA kernels the engine would otherwise pick (softmax: in bf16/fp16)
         args += ["--no-gradient-accumulation-fusion", "--no-masked-softmax-fusion"]
+    args += attention_args(recipe)
     args += activation_checkpointing_args(recipe)
     if recipe.precision.bf16:
         args.append("--bf16")
@@ -181,6 +185,17 @@ def megatron_args(recipe: Recipe) -> list[str]:
         if recipe.zero.pin_memory:
             args.append("--use-pin-memory")
     return args
+
+
+def attention_args(recipe: Recipe) -> list[str]:
+    """model.attention flash: the engine's FlashAttention-2 path. megatron and sdpa add nothing
+    (sdpa is zerolab's patch of the engine's CoreAttention, asked for by attention_env)."""
+    return [FLASH_V2] if recipe.model.attention == "flash" else []
+
+
+def attention_env(recipe: Recipe) -> dict[str, str]:
+    """model.attention sdpa: ZEROLAB_ATTENTION=sdpa, which applies zerolab's sdpa_attention patch."""
+    return {ATTENTION_ENV: SDPA} if recipe.model.attention == "sdpa" else {}
 
 
 def activation_checkpointing_args(recipe: Recipe) -> list[str]:

@@ -40,6 +40,15 @@ class ModelSection(Section):
     attention_dropout: float = field(0.1, "dropout on attention probabilities", "probability", ge=0, lt=1)
     hidden_dropout: float = field(0.1, "dropout on hidden states", "probability", ge=0, lt=1)
     init_method_std: float = field(0.02, "standard deviation of the weight initialisation", gt=0)
+    attention: Literal["megatron", "sdpa", "flash"] = field(
+        "megatron",
+        "how attention is computed, the same function each way. megatron: the engine's CoreAttention "
+        "(a seq x seq score matrix per head, stored for the backward pass); sdpa: PyTorch's "
+        "scaled_dot_product_attention (fused flash/memory-efficient kernels on GPU; any device, any "
+        "precision), zerolab's patch sdpa_attention, enabled at launch by ZEROLAB_ATTENTION=sdpa; "
+        "flash: the engine's FlashAttention-2 path (--use-flash-attn-v2): CUDA, bf16 or fp16, and the "
+        "flash_attn package in the engine's environment",
+    )
 
 
 class ParallelSection(Section):

@@ -1,0 +1,317 @@
+"""zerolab's GPU recipes against a plain PyTorch GPT-2 on the same GPU, in one run (run by hand).
+
+    python3 benchmarks/gpu_vs_peer.py                 # one CUDA GPU, the engine set up (or the image)
+    python3 benchmarks/gpu_vs_peer.py --device cpu --tiny --iters 6 --out /tmp/gpu.md   # its CPU test
+
+For GPT-2 124M (micro batch 16) and 1.5B (micro 4), global batch 32 x 1024, bf16, one GPU: the
+peer (benchmarks/peer_gpt2.py: SDPA, torch.compile, fused AdamW), then zerolab's recipes gpt2_dp
+(ZeRO-0) and gpt2_z2 (ZeRO-2) with `hardware.procs_per_node=1`, launched by `zerolab launch` and
+measured by `zerolab summarize` (steady-state median tokens/s of its summary.json); dropout 0 on
+zerolab's side, as the peer has none. Writes benchmarks/gpu.md: one line per case ending
+`ratio: N.NN` (zerolab's tokens/s over the peer's), each MFU (both by zerolab's FLOP count over
+the GPU's peak), the targets met or missed and, for each case that misses one, the top kernels of
+a few profiled training steps (torch.profiler, through the engine patch profile_training_steps).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from zerolab import __version__
+from zerolab.engine.paths import engine_missing, engine_python
+from zerolab.engine.workarounds import (
+    DEFAULT_PROFILE_STEPS,
+    PROFILE_DIR_ENV,
+    PROFILE_STEPS_ENV,
+    profile_file,
+)
+from zerolab.summarize.flops import ModelShape
+
+REPO = Path(__file__).resolve().parents[1]
+PEER = REPO / "benchmarks" / "peer_gpt2.py"
+SAMPLE = REPO / "data_prep" / "samples" / "dolly151.jsonl"
+GPU_REPORT = REPO / "benchmarks" / "gpu.md"
+RECIPES = {0: "gpt2_dp", 2: "gpt2_z2"}
+"""ZeRO stage -> the seed recipe that runs it (they differ only in their zero block)"""
+RATIO_TARGET = 0.9
+MFU_TARGET_PCT = 40.0
+MFU_TARGET_MODEL = "gpt2-1.5b"
+ZERO2_TARGET = 0.9
+
+console = Console(highlight=False)
+
+
+@dataclass(frozen=True)
+class Size:
+    """A model size as zerolab names its block and the peer its shape, and its micro batch."""
+
+    model: str
+    peer: str
+    micro: int
+
+
+GPU_SIZES = (Size("gpt2-124m", "124m", 16), Size("gpt2-1.5b", "1.5b", 4))
+TINY_SIZES = (Size("gpt2-tiny", "tiny", 4),)
+GPU_GLOBAL_BATCH, TINY_GLOBAL_BATCH = 32, 8
+
+
+@dataclass
+class Case:
+    """One size at one ZeRO stage: the peer's measurement and zerolab's summary row."""
+
+    size: Size
+    zero: int
+    peer: dict[str, Any]
+    row: dict[str, Any]
+    missed: list[str] = field(default_factory=list)
+    profile: str | None = None
+
+    @property
+    def name(self) -> str:
+        return f"{self.size.model} micro {self.size.micro}, ZeRO-{self.zero}"
+
+    @property
+    def ratio(self) -> float:
+        """zerolab's tokens/s over the peer's."""
+        return self.row["tokens_per_s_per_gpu"] / self.peer["tokens_per_s"]
+
+    @property
+    def peer_mfu_pct(self) -> float | None:
+        """The peer's MFU by zerolab's FLOP count (the same model) over the same peak."""
+        peak = self.row.get("peak_tflops")
+        if not peak:
+            return None
+        shape = ModelShape(
+            self.row["num_layers"],
+            self.row["hidden_size"],
+            self.row["seq_length"],
+            self.row["padded_vocab_size"],
+        )
+        samples_per_s = self.peer["tokens_per_s"] / self.row["seq_length"]
+        return 100.0 * shape.flops_per_sample() * samples_per_s / (peak * 1e12)
+
+
+def free_port() -> int:
+    """A rendezvous port no other run on this machine holds right now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def run(command: list[str], log: Path, what: str, env: dict[str, str] | None = None) -> None:
+    """Run `command` with its output in `log`; on failure stop with the log's tail."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with console.status(f"{what} (log: {log})"), log.open("w") as out:
+        started = time.monotonic()
+        code = subprocess.call(command, stdout=out, stderr=subprocess.STDOUT, cwd=REPO, env=env)
+    if code != 0:
+        tail = "".join(log.read_text(errors="replace").splitlines(keepends=True)[-30:])
+        sys.exit(f"{what} failed (exit code {code}); the end of {log}:\n{tail}")
+    console.print(f"{what}: done in {time.monotonic() - started:.0f} s")
+
+
+def zerolab(*args: str) -> list[str]:
+    """The command line of `zerolab ARGS` in this Python."""
+    return [sys.executable, "-m", "zerolab", *args]
+
+
+def measure_peer(size: Size, options: argparse.Namespace, global_batch: int) -> dict[str, Any]:
+    """The peer's JSON line for `size`."""
+    log = options.work / "peer" / f"{size.peer}.log"
+    command = [str(engine_python()), str(PEER), size.peer, str(size.micro), "--device", options.device,
+               "--global-batch", str(global_batch), "--steps", str(options.peer_steps),
+               "--warmup-steps", str(options.peer_warmup_steps)]  # fmt: skip
+    run(command, log, f"peer {size.peer} micro {size.micro}")
+    return json.loads(log.read_text().strip().splitlines()[-1])
+
+
+def overrides(size: Size, options: argparse.Namespace, global_batch: int, iters: int) -> list[str]:
+    """zerolab's side of a case: the recipe at this size on one device, the peer's batch, no dropout."""
+    device = ["hardware=cpu-2ranks", "precision=fp32"] if options.device == "cpu" else []
+    return [*device, f"model={size.model}", "hardware.procs_per_node=1",
+            f"train.micro_batch_size={size.micro}", f"train.global_batch_size={global_batch}",
+            "model.attention_dropout=0", "model.hidden_dropout=0", f"data.path={options.data}",
+            f"train.iters={iters}", "train.lr_warmup_iters=1", "train.log_interval=1",
+            "train.eval_iters=0"]  # fmt: skip
+
+
+def launch(recipe: str, settings: list[str], run_dir: Path, what: str, **profiling: str) -> None:
+    """`zerolab launch` into `run_dir` on a free port; profiled only when `profiling` names the
+    profile variables (never by ones this shell happens to have set)."""
+    env = {k: v for k, v in os.environ.items() if k not in (PROFILE_DIR_ENV, PROFILE_STEPS_ENV)}
+    port = f"hardware.master_port={free_port()}"
+    run(zerolab("launch", recipe, *settings, port, "--run-dir", str(run_dir)), run_dir.with_suffix(".out"),
+        what, env | profiling)  # fmt: skip
+
+
+def summary_row(run_dir: Path) -> dict[str, Any]:
+    """The run's row of `zerolab summarize`'s summary.json."""
+    out = run_dir.with_name(f"{run_dir.name}-summary")
+    run(zerolab("summarize", str(run_dir), "--out", str(out), "--no-plots"), out.with_suffix(".out"),
+        f"summarize {run_dir.name}")  # fmt: skip
+    (row,) = json.loads((out / "summary.json").read_text())["runs"]
+    if row["status"] != "completed" or not row["tokens_per_s_per_gpu"]:
+        sys.exit(f"{run_dir}: {row['status']}, no steady-state throughput ({row.get('cause')})")
+    return row
+
+
+def profile(case: Case, options: argparse.Namespace, global_batch: int) -> str:
+    """The top kernels of a few training steps of the case's zerolab run (a separate, short run)."""
+    first, last = DEFAULT_PROFILE_STEPS
+    directory = options.work / "profile" / f"{case.size.model}-z{case.zero}"
+    profiling = {PROFILE_DIR_ENV: str(directory), PROFILE_STEPS_ENV: f"{first},{last}"}
+    settings = overrides(case.size, options, global_batch, last + 1)
+    launch(RECIPES[case.zero], settings, directory / "run", f"profile zerolab {case.name}", **profiling)
+    return Path(profile_file(str(directory), 0)).read_text()
+
+
+def judge(cases: list[Case], on_gpu: bool) -> list[str]:
+    """The targets, each met or MISSED; marks each case with the targets it misses."""
+    if not on_gpu:
+        return ["none judged: the targets are for one GPU; this run is on CPU"]
+    lines = []
+    by_key = {(case.size.model, case.zero): case for case in cases}
+    for case in cases:
+        base = by_key.get((case.size.model, 0))
+        checks = []
+        if case.zero == 0:
+            checks.append((f"zerolab >= {RATIO_TARGET}x the peer's tokens/s", case.ratio >= RATIO_TARGET,
+                           f"{case.ratio:.2f}x"))  # fmt: skip
+            if case.size.model == MFU_TARGET_MODEL:
+                mfu = case.row.get("mfu_pct") or 0.0
+                checks.append((f"MFU >= {MFU_TARGET_PCT:.0f}%", mfu >= MFU_TARGET_PCT, f"{mfu:.1f}%"))
+        elif base is not None:
+            share = case.row["tokens_per_s_per_gpu"] / base.row["tokens_per_s_per_gpu"]
+            checks.append(("ZeRO-2 within 10% of ZeRO-0", share >= ZERO2_TARGET, f"{share:.2f}x ZeRO-0"))
+        for target, met, value in checks:
+            lines.append(f"{'met' if met else 'MISSED'}: {target}, {case.name} ({value})")
+            if not met:
+                case.missed.append(target)
+    return lines
+
+
+def result_line(case: Case) -> str:
+    """`NAME: zerolab T tokens/s (MFU, memory), peer T tokens/s (MFU, memory), ratio: R`."""
+
+    def side(tokens: float, mfu: float | None, gib: float | None) -> str:
+        details = [f"MFU {mfu:.1f}%" if mfu is not None else "MFU n/a"]
+        details.append(f"{gib:.1f} GiB" if gib is not None else "memory n/a")
+        return f"{tokens:,.0f} tokens/s ({', '.join(details)})"
+
+    zerolab_side = side(
+        case.row["tokens_per_s_per_gpu"], case.row.get("mfu_pct"), case.row.get("max_allocated_GiB")
+    )
+    peer_side = side(case.peer["tokens_per_s"], case.peer_mfu_pct, case.peer.get("max_alloc_gib"))
+    return f"{case.name}: zerolab {zerolab_side}, peer {peer_side}, ratio: {case.ratio:.2f}"
+
+
+def report(cases: list[Case], targets: list[str], options: argparse.Namespace, global_batch: int) -> str:
+    """benchmarks/gpu.md's text."""
+    peer = cases[0].peer
+    seq = cases[0].row["seq_length"]
+    precision = "bf16" if options.device == "cuda" else "fp32"
+    command = shlex.join(["python3", "benchmarks/gpu_vs_peer.py", *sys.argv[1:]])
+    lines = [
+        "# zerolab against a plain PyTorch GPT-2 on one device",
+        "",
+        f"Written by `benchmarks/gpu_vs_peer.py` on {time.strftime('%Y-%m-%d %H:%M')}: device "
+        f"**{peer['device']}**, torch {peer['torch']}, zerolab {__version__}. Command: `{command}`.",
+        "",
+        f"Global batch {global_batch} x {seq} tokens, {precision}, one device. The peer: "
+        f"`benchmarks/peer_gpt2.py` ({peer['peer']}), {options.peer_steps} steps after "
+        f"{options.peer_warmup_steps} of warm-up. zerolab: recipes {RECIPES[0]} (ZeRO-0) and "
+        f"{RECIPES[2]} (ZeRO-2) as shipped, with `hardware.procs_per_node=1`, the size and micro batch "
+        f"below, dropout 0 (the peer has none), {options.iters} iterations; tokens/s is `zerolab "
+        "summarize`'s steady-state median. MFU: both sides by zerolab's FLOP count (Megatron-DeepSpeed's "
+        "formula) over the GPU's peak; memory: largest allocated.",
+        "",
+        "## Results",
+        "",
+        *(f"- {result_line(case)}" for case in cases),
+        "",
+        "## Targets",
+        "",
+        *(f"- {line}" for line in targets),
+    ]
+    profiled = [case for case in cases if case.profile]
+    if profiled:
+        lines += ["", "## Where the time goes", ""]
+        for case in profiled:
+            why = f"misses: {'; '.join(case.missed)}" if case.missed else "profiled on request"
+            table = [line.rstrip() for line in case.profile.rstrip().splitlines()]
+            lines += [f"### {case.name} ({why})", "", "```text", *table, "```", ""]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def parse_options(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
+    parser.add_argument("--tiny", action="store_true", help="gpt2-tiny, global batch 8 x 128 (the CPU test)")
+    parser.add_argument("--zero", type=int, nargs="+", choices=sorted(RECIPES), default=sorted(RECIPES))
+    parser.add_argument("--iters", type=int, default=30, help="zerolab's training iterations per case")
+    parser.add_argument("--peer-steps", type=int, default=10, help="the peer's measured steps")
+    parser.add_argument("--peer-warmup-steps", type=int, default=3)
+    parser.add_argument(
+        "--profile",
+        choices=["missed", "all", "none"],
+        default="missed",
+        help="profile zerolab's cases that miss a target (default), every case, or none",
+    )
+    parser.add_argument("--data", help="a prepared dataset prefix (default: the bundled dolly sample)")
+    parser.add_argument("--work", type=Path, help="run directories and logs (default: logs/gpu_vs_peer/TIME)")
+    parser.add_argument("--out", type=Path, help="the report (default: benchmarks/gpu.md on cuda)")
+    options = parser.parse_args(argv)
+    options.work = (options.work or REPO / "logs" / "gpu_vs_peer" / time.strftime("%Y%m%d-%H%M%S")).resolve()
+    if options.out is None:
+        options.out = GPU_REPORT if options.device == "cuda" else options.work / "gpu-cpu.md"
+    return options
+
+
+def main(argv: list[str]) -> int:
+    options = parse_options(argv)
+    missing = engine_missing()
+    if missing:
+        sys.exit(f"the engine is not set up: {missing}")
+    sizes, global_batch = (TINY_SIZES, TINY_GLOBAL_BATCH) if options.tiny else (GPU_SIZES, GPU_GLOBAL_BATCH)
+    if options.data is None:
+        prefix = options.work / "data" / "dolly"
+        run(zerolab("prep", "dolly", "--input", str(SAMPLE), "--out", str(prefix), "--quiet"),
+            options.work / "data" / "prep.out", "prepare the bundled dolly sample")  # fmt: skip
+        options.data = f"{prefix}_text_document"
+    cases = []
+    for size in sizes:
+        peer = measure_peer(size, options, global_batch)
+        for zero in options.zero:
+            run_dir = options.work / "runs" / f"{size.model}-z{zero}"
+            settings = overrides(size, options, global_batch, options.iters)
+            launch(RECIPES[zero], settings, run_dir, f"zerolab {size.model} micro {size.micro}, ZeRO-{zero}")
+            cases.append(Case(size, zero, peer, summary_row(run_dir)))
+    targets = judge(cases, options.device == "cuda")
+    for case in cases:
+        if options.profile == "all" or (options.profile == "missed" and case.missed):
+            case.profile = profile(case, options, global_batch)
+    text = report(cases, targets, options, global_batch)
+    options.out.parent.mkdir(parents=True, exist_ok=True)
+    options.out.write_text(text)
+    for case in cases:
+        console.print(result_line(case))
+    for line in targets:
+        console.print(line)
+    console.print(f"wrote {options.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
