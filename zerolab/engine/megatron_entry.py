@@ -2,7 +2,9 @@
 
 Applies zerolab's workarounds (zerolab.engine.workarounds), then runs PRETRAIN_SCRIPT as
 `__main__` with sys.argv = [PRETRAIN_SCRIPT, *ARGS], exactly as `python PRETRAIN_SCRIPT ARGS...`
-would. Standard library only: it runs inside the engine's environment.
+would. The DeepSpeed launcher puts `--local_rank=N` before PRETRAIN_SCRIPT; it is passed on
+after ARGS, where Megatron's argument parser reads it. Standard library only: it runs inside
+the engine's environment.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from zerolab.engine.workarounds import apply_all
 
 def main(argv: list[str]) -> None:
     """Run the training script `argv[0]` with arguments `argv[1:]` under the workarounds."""
+    if argv and argv[0].startswith("--local_rank="):
+        argv = [*argv[1:], argv[0]]
     if not argv:
         sys.exit("usage: python -m zerolab.engine.megatron_entry PRETRAIN_SCRIPT [ARGS...]")
     script = Path(argv[0]).resolve()
