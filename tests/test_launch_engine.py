@@ -10,6 +10,7 @@ import json
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -141,6 +142,12 @@ def test_a_crashing_rank_fails_the_launch_with_the_cause(engine, dataset, tmp_pa
     assert "Error" in state["cause"]
 
 
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
 def rank_processes(launch: psutil.Process) -> dict[int, psutil.Process]:
     """The rank processes below a launch: RANK is in their environment and not in their parent's
     (their data-loader workers inherit it from them)."""
@@ -159,6 +166,7 @@ def test_a_rank_killed_by_sigsegv_is_reported_as_such(engine, dataset, tmp_path)
     run_dir = tmp_path / "segv"
     printed = tmp_path / "launch.out"
     argv = ["launch", "cpu/tiny_dp", f"data.path={dataset}", "train.iters=500", "train.log_interval=1"]
+    argv.append(f"hardware.master_port={free_port()}")  # other runs on this machine may hold 29500
     with printed.open("w") as out:
         launch = subprocess.Popen(
             [sys.executable, "-m", "zerolab", *argv, "--run-dir", str(run_dir)],
