@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from zerolab.engine.install import checkout_commit, ensure_engine_checkout, install, pin_mismatches
+from zerolab.engine.checkout import checkout_commit, ensure_checkout
+from zerolab.engine.install import install, pin_mismatches
 from zerolab.engine.pins import Pins
 from zerolab.errors import UserError
 
@@ -47,33 +48,41 @@ def quiet() -> Console:
     return Console(file=io.StringIO(), width=200)
 
 
+def ensure_engine_checkout(target: Path, commit: str, source: str) -> bool:
+    return ensure_checkout(
+        target, commit, source, what="Megatron-DeepSpeed", variable="ZEROLAB_ENGINE_SRC", say=quiet().print
+    )
+
+
 @pytest.mark.parametrize("source_kind", ["bare", "checkout"])
 def test_checkout_at_the_pinned_commit_from_a_local_repository(tmp_path, engine_repo, source_kind):
     bare, first, _ = engine_repo
     source = bare if source_kind == "bare" else tmp_path / "upstream"
     target = tmp_path / "engine" / "Megatron-DeepSpeed-x"
-    assert ensure_engine_checkout(target, first, str(source), quiet()) is True
+    assert ensure_engine_checkout(target, first, str(source)) is True
     assert checkout_commit(target) == first
     assert (target / "pretrain_gpt.py").read_text() == "print('first')\n"
-    assert ensure_engine_checkout(target, first, str(source), quiet()) is False  # already there
+    assert ensure_engine_checkout(target, first, str(source)) is False  # already there
     assert [p.name for p in target.parent.iterdir()] == [target.name]  # no staging left behind
 
 
 def test_an_existing_checkout_at_another_commit_is_refused_not_replaced(tmp_path, engine_repo):
     bare, first, second = engine_repo
     target = tmp_path / "engine"
-    ensure_engine_checkout(target, second, str(bare), quiet())
-    with pytest.raises(UserError, match=f"is at commit {second}, but pins.toml pins {first}"):
-        ensure_engine_checkout(target, first, str(bare), quiet())
+    ensure_engine_checkout(target, second, str(bare))
+    with pytest.raises(
+        UserError, match=f"is at commit {second}, but pins.toml pins Megatron-DeepSpeed at {first}"
+    ):
+        ensure_engine_checkout(target, first, str(bare))
     assert checkout_commit(target) == second
 
 
 def test_a_missing_source_or_commit_is_a_clear_error(tmp_path, engine_repo):
     bare, _, _ = engine_repo
     with pytest.raises(UserError, match=r"ZEROLAB_ENGINE_SRC=.*no such directory"):
-        ensure_engine_checkout(tmp_path / "e1", "0" * 40, str(tmp_path / "nowhere"), quiet())
+        ensure_engine_checkout(tmp_path / "e1", "0" * 40, str(tmp_path / "nowhere"))
     with pytest.raises(UserError, match="failed"):
-        ensure_engine_checkout(tmp_path / "e2", "0" * 40, str(bare), quiet())
+        ensure_engine_checkout(tmp_path / "e2", "0" * 40, str(bare))
     assert not (tmp_path / "e2").exists()
 
 

@@ -18,7 +18,8 @@ from zerolab import __version__
 from zerolab.assets import GPT2_SHA256
 from zerolab.checksums import sha256_of
 from zerolab.container import BASE_IMAGE_PACKAGES
-from zerolab.engine.install import checkout_commit, read_record
+from zerolab.engine.checkout import checkout_commit
+from zerolab.engine.install import read_record
 from zerolab.engine.paths import REPO_ROOT, engine_dir, engine_python, torch_extensions_dir, zerolab_home
 from zerolab.engine.pins import load_pins
 

@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -20,6 +18,7 @@ from pathlib import Path
 from rich.console import Console
 
 from zerolab import __version__
+from zerolab.engine.checkout import checkout_commit, ensure_checkout
 from zerolab.engine.paths import (
     REPO_ROOT,
     engine_dir,
@@ -81,51 +80,6 @@ def read_record() -> dict | None:
 def engine_source(pins: Pins) -> str:
     """Where Megatron-DeepSpeed is cloned from: `ZEROLAB_ENGINE_SRC`, else the pinned upstream."""
     return os.environ.get(ENGINE_SRC_VARIABLE) or pins.engine_repo
-
-
-def checkout_commit(directory: Path) -> str | None:
-    """The commit checked out in `directory`, or None when it is not a git checkout."""
-    result = subprocess.run(
-        ["git", "-C", str(directory), "rev-parse", "HEAD"], capture_output=True, text=True, check=False
-    )
-    return result.stdout.strip() if result.returncode == 0 else None
-
-
-def ensure_engine_checkout(target: Path, commit: str, source: str, console: Console) -> bool:
-    """Make `target` a checkout of `commit` from `source`; True when it had to be fetched.
-
-    An existing checkout at another commit is an error, never overwritten.
-    """
-    if target.exists():
-        found = checkout_commit(target)
-        if found == commit:
-            console.print(f"  Megatron-DeepSpeed {commit[:12]} already at {target}")
-            return False
-        what = f"is at commit {found}" if found else "is not a git checkout"
-        raise UserError(
-            f"{target} {what}, but pins.toml pins {commit}. Move it away (or point ZEROLAB_ENGINE_DIR "
-            "elsewhere) and run `make setup` again."
-        )
-    if "://" not in source and not Path(source).expanduser().exists():
-        raise UserError(f"{ENGINE_SRC_VARIABLE}={source}: no such directory (a git repository or checkout)")
-    console.print(f"  fetching Megatron-DeepSpeed {commit[:12]} from {source}")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
-    try:
-        _git(["init", "-q"], staging)
-        fetched = subprocess.run(
-            ["git", "-C", str(staging), "fetch", "-q", "--depth", "1", source, commit], check=False
-        )
-        if fetched.returncode != 0:
-            console.print("  the source refused a fetch by commit; fetching its whole history instead")
-            _git(["fetch", "-q", source, "+refs/heads/*:refs/remotes/source/*"], staging)
-        _git(["-c", "advice.detachedHead=false", "checkout", "-q", commit], staging)
-        _git(["remote", "add", "origin", source], staging)
-        staging.rename(target)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    return True
 
 
 def installed_versions(python: Path, names: list[str]) -> dict[str, str | None]:
@@ -214,7 +168,14 @@ def install(
 
     console.print(f"[bold]4/4[/] Megatron-DeepSpeed at {pins.engine_commit[:12]}")
     source = engine_source(pins)
-    ensure_engine_checkout(engine_dir(), pins.engine_commit, source, console)
+    ensure_checkout(
+        engine_dir(),
+        pins.engine_commit,
+        source,
+        what="Megatron-DeepSpeed",
+        variable=ENGINE_SRC_VARIABLE,
+        say=console.print,
+    )
 
     if prebuild:
         _prebuild(python, console)
@@ -264,10 +225,6 @@ def _prebuild(python: Path, console: Console) -> None:
 
 def _pip(python: Path, args: list[str]) -> None:
     _run([str(python), "-m", "pip", "install", "--disable-pip-version-check", *args])
-
-
-def _git(args: list[str], cwd: Path) -> None:
-    _run(["git", "-C", str(cwd), *args])
 
 
 def _run(argv: list[str], env: dict[str, str] | None = None) -> None:
