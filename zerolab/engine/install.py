@@ -1,5 +1,8 @@
 """`zerolab engine install` (`make setup`): the engine's virtual environment with every pin
-of pins.toml, zerolab itself installed into it, and Megatron-DeepSpeed at the pinned commit.
+of pins.toml, zerolab itself installed into it, Megatron-DeepSpeed at the pinned commit, and
+what the engine compiles, built now so that no run compiles: Megatron's dataset helpers
+(smoke-checked), and on CUDA (zerolab.engine.cuda decides) apex's extensions and Megatron's
+fused kernels for the GPUs here, or on CPU DeepSpeed's CPU ops.
 
 Each step checks before it acts, so a second run (or an environment made by hand with
 exactly the pins) costs seconds; what was set up is recorded in `install.json`.
@@ -18,6 +21,7 @@ from pathlib import Path
 from rich.console import Console
 
 from zerolab import __version__
+from zerolab.engine import cuda, data_helpers
 from zerolab.engine.checkout import checkout_commit, ensure_checkout
 from zerolab.engine.paths import (
     REPO_ROOT,
@@ -25,9 +29,20 @@ from zerolab.engine.paths import (
     engine_python,
     install_record,
     torch_extensions_dir,
+    zerolab_home,
 )
 from zerolab.engine.pins import Pins, load_pins
 from zerolab.errors import UserError
+
+STEPS = 9
+"""Steps of a whole install: four to set up, then prebuild_all's plan and four compile steps."""
+
+CPU_OPS = {"deepspeed_shm_comm": "ShareMemCommBuilder", "cpu_adam": "CPUAdamBuilder"}
+"""DeepSpeed's ops a CPU run loads (shared-memory communication, ZeRO offload's Adam), by their
+builders: JIT-built into torch_extensions_dir() at setup rather than by the first run."""
+
+BUILD = "zerolab.engine.build"
+"""The engine's build steps, run by its own Python (as the Dockerfile runs them)."""
 
 ENGINE_SRC_VARIABLE = "ZEROLAB_ENGINE_SRC"
 """A local git directory (bare or a checkout) to take Megatron-DeepSpeed from instead of upstream."""
@@ -55,10 +70,14 @@ class InstallRecord:
     python_pins: dict[str, str]
     zerolab_repo: str
     torch_extensions_dir: str
+    apex_commit: str
+    gpu_arch_list: str | None
 
     @classmethod
     def wanted(cls, pins: Pins) -> InstallRecord:
-        """The state an install with `pins` leaves behind on this machine."""
+        """The state an install with `pins` leaves behind on this machine (for the GPUs that
+        nvidia-smi sees, or TORCH_CUDA_ARCH_LIST)."""
+        capabilities = [gpu.capability for gpu in cuda.query_gpus()]
         return cls(
             engine_commit=pins.engine_commit,
             engine_dir=str(engine_dir()),
@@ -66,6 +85,8 @@ class InstallRecord:
             python_pins=dict(pins.python),
             zerolab_repo=str(REPO_ROOT),
             torch_extensions_dir=str(torch_extensions_dir()),
+            apex_commit=pins.apex_commit,
+            gpu_arch_list=cuda.env_arch_list() or cuda.arch_list(capabilities) or None,
         )
 
 
@@ -139,13 +160,13 @@ def install(
         return wanted
 
     console.rule("[bold]zerolab engine install")
-    console.print(f"[bold]1/4[/] virtual environment {python.parent.parent}")
+    console.print(f"[bold]1/{STEPS}[/] virtual environment {python.parent.parent}")
     if not python.is_file():
         _run([sys.executable, "-m", "venv", str(python.parent.parent)])
     else:
         console.print("  exists")
 
-    console.print(f"[bold]2/4[/] pinned packages ({len(pins.python)} pins)")
+    console.print(f"[bold]2/{STEPS}[/] pinned packages ({len(pins.python)} pins)")
     missing = pin_mismatches(python, pins.python)
     if "torch" in missing:
         # torch first and explicitly, at its pin: left to a dependency resolver it picks the
@@ -160,13 +181,13 @@ def install(
     if still:
         raise UserError(f"after pip install, still not at their pins: {still} (see pip's output above)")
 
-    console.print(f"[bold]3/4[/] zerolab into the engine environment (from {REPO_ROOT})")
+    console.print(f"[bold]3/{STEPS}[/] zerolab into the engine environment (from {REPO_ROOT})")
     if zerolab_location(python) == REPO_ROOT / "zerolab":
         console.print("  already installed from this checkout")
     else:
         _pip(python, ["--quiet", "--no-deps", "--no-build-isolation", "-e", str(REPO_ROOT)])
 
-    console.print(f"[bold]4/4[/] Megatron-DeepSpeed at {pins.engine_commit[:12]}")
+    console.print(f"[bold]4/{STEPS}[/] Megatron-DeepSpeed at {pins.engine_commit[:12]}")
     source = engine_source(pins)
     ensure_checkout(
         engine_dir(),
@@ -177,14 +198,14 @@ def install(
         say=console.print,
     )
 
-    if prebuild:
-        _prebuild(python, console)
+    built = prebuild_all(python, pins, console) if prebuild else {}
 
     install_record().parent.mkdir(parents=True, exist_ok=True)
     install_record().write_text(
         json.dumps(
             {
                 **asdict(wanted),
+                **built,
                 "source": source,
                 "zerolab_version": __version__,
                 "installed_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -197,12 +218,29 @@ def install(
     return wanted
 
 
-def _prebuild(python: Path, console: Console) -> None:
-    """Compile what the first run would otherwise compile, so runs start (and time) cleanly:
-    Megatron's dataset helpers inside the engine tree and, on a CPU-only machine, DeepSpeed's
-    shared-memory communication and CPU Adam (ZeRO offload) ops (JIT-built into
-    torch_extensions_dir())."""
-    console.print("  compiling Megatron's dataset helpers (once)")
+def prebuild_steps(plan: cuda.CudaPlan) -> list[tuple[str, bool]]:
+    """What is compiled after the checkout, in order, and whether it is needed here."""
+    return [
+        ("Megatron's dataset helpers", True),
+        ("apex's extensions", plan.needed),
+        ("Megatron's fused kernels", plan.needed),
+        ("DeepSpeed's CPU ops", not plan.needed),
+    ]
+
+
+def prebuild_all(python: Path, pins: Pins, console: Console) -> dict:
+    """Compile what the first run would otherwise compile, so runs start (and time) cleanly,
+    as zerolab.engine.cuda's plan says; returns what install.json records of it: the plan and
+    the dataset helpers' smoke check (with the workaround runs use when it fails)."""
+    from zerolab.engine.doctor import probe_engine
+
+    probe = probe_engine(pins.python, cached=False)
+    plan = cuda.plan(probe, cuda.query_gpus(), cuda.env_arch_list())
+    console.print(f"[bold]5/{STEPS}[/] CUDA: {plan.reason if plan.needed else 'not used: ' + plan.reason}")
+    if plan.problem:
+        if plan.needed:
+            raise UserError(f"the CUDA builds need {plan.problem['what']}; fix: {plan.problem['fix']}")
+        console.print(f"  [yellow]warning[/]: missing {plan.problem['what']}; fix: {plan.problem['fix']}")
     # As at launch, the engine's bin directory comes first on PATH: the Makefile asks `python3`
     # for pybind11's headers, and DeepSpeed builds with the `ninja` found there (another
     # ninja version keeps another build log, and rebuilds everything).
@@ -211,16 +249,52 @@ def _prebuild(python: Path, console: Console) -> None:
         "PATH": f"{python.parent}{os.pathsep}{os.environ.get('PATH', '')}",
         "TORCH_EXTENSIONS_DIR": str(torch_extensions_dir()),
     }
-    _run(["make", "-s", "-C", str(engine_dir() / "megatron" / "data")], env=env)
-    if Path("/dev/nvidia0").exists():
-        return
-    console.print("  compiling DeepSpeed's CPU ops: shared-memory comm, cpu_adam (once; about a minute)")
-    script = (
-        "from deepspeed.accelerator import get_accelerator\n"
-        "for name in ('ShareMemCommBuilder', 'CPUAdamBuilder'):\n"
-        "    get_accelerator().create_op_builder(name).load(verbose=False)\n"
-    )
-    _run([str(python), "-c", script], env={**env, "DS_ACCELERATOR": "cpu"})
+    helpers: dict = {}
+    for number, (step, needed) in enumerate(prebuild_steps(plan), start=6):
+        console.print(
+            f"[bold]{number}/{STEPS}[/] {step}" + ("" if needed else ": not needed, the engine trains on CPU")
+        )
+        if not needed:
+            continue
+        if step == "Megatron's dataset helpers":
+            helpers = _dataset_helpers(python, console)
+        elif step == "apex's extensions":
+            workdir = zerolab_home() / "apex"
+            _run(
+                [str(python), "-m", BUILD, "apex", "--workdir", str(workdir)],
+                env | {cuda.ARCH_LIST_VARIABLE: plan.arch_list},
+            )
+        elif step == "Megatron's fused kernels":
+            _run([str(python), "-m", BUILD, "fused-kernels", str(engine_dir())], env)
+        elif all(probe.get("ops", {}).get(op, {}).get("jit_built") for op in CPU_OPS):
+            console.print(f"  {', '.join(CPU_OPS)} already built in {torch_extensions_dir()}")
+        else:
+            console.print(f"  {', '.join(CPU_OPS)}, once (about a minute)")
+            script = (
+                "import sys\n"
+                "from deepspeed.accelerator import get_accelerator\n"
+                "for name in sys.argv[1:]:\n"
+                "    get_accelerator().create_op_builder(name).load(verbose=False)\n"
+            )
+            _run([str(python), "-c", script, *CPU_OPS.values()], env={**env, "DS_ACCELERATOR": "cpu"})
+    return {"cuda": asdict(plan), "data_helpers": helpers}
+
+
+def _dataset_helpers(python: Path, console: Console) -> dict:
+    """Compile the dataset helpers and smoke-check them; a failed check is a warning (runs fall
+    back to the engine's Python build_sample_idx), recorded with the workaround's name."""
+    data_dir = engine_dir() / data_helpers.DATA_DIR
+    module = data_helpers.build(data_dir, python)
+    check = data_helpers.smoke_check(data_dir, python)
+    if check.ok:
+        console.print(f"  {module.name}: {check.detail}")
+    else:
+        console.print(
+            f"  [yellow]warning[/]: {module.name}: {check.detail}; runs build the sample index with the "
+            f"engine's Python implementation instead (workaround {data_helpers.SMOKE_WORKAROUND})"
+        )
+    workaround = None if check.ok else data_helpers.SMOKE_WORKAROUND
+    return {"module": str(module), "ok": check.ok, "detail": check.detail, "workaround": workaround}
 
 
 def _pip(python: Path, args: list[str]) -> None:
