@@ -122,7 +122,8 @@ def plan(probe: dict, gpus: list[Gpu], env_arch_list: str | None = None) -> Cuda
             "then make setup",
         }
         return CudaPlan(False, f"torch {torch} is a CPU build", gpus=tuple(gpus), problem=problem)
-    capabilities = [gpu.capability for gpu in gpus] or [d["capability"] for d in probe.get("devices", [])]
+    seen_by_torch = [device["capability"] for device in probe.get("devices", []) if "capability" in device]
+    capabilities = [gpu.capability for gpu in gpus] or seen_by_torch
     arch = env_arch_list or (arch_list(capabilities) if capabilities else None)
     if arch is None:
         return CudaPlan(

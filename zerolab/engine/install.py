@@ -14,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -218,20 +219,11 @@ def install(
     return wanted
 
 
-def prebuild_steps(plan: cuda.CudaPlan) -> list[tuple[str, bool]]:
-    """What is compiled after the checkout, in order, and whether it is needed here."""
-    return [
-        ("Megatron's dataset helpers", True),
-        ("apex's extensions", plan.needed),
-        ("Megatron's fused kernels", plan.needed),
-        ("DeepSpeed's CPU ops", not plan.needed),
-    ]
-
-
 def prebuild_all(python: Path, pins: Pins, console: Console) -> dict:
     """Compile what the first run would otherwise compile, so runs start (and time) cleanly,
-    as zerolab.engine.cuda's plan says; returns what install.json records of it: the plan and
-    the dataset helpers' smoke check (with the workaround runs use when it fails)."""
+    as zerolab.engine.cuda's plan says: the dataset helpers always, apex and the fused kernels
+    on CUDA, DeepSpeed's CPU ops on CPU. Returns what install.json records of it: the plan and
+    the helpers' smoke check (with the workaround runs use when it fails)."""
     from zerolab.engine.doctor import probe_engine
 
     probe = probe_engine(pins.python, cached=False)
@@ -249,35 +241,45 @@ def prebuild_all(python: Path, pins: Pins, console: Console) -> dict:
         "PATH": f"{python.parent}{os.pathsep}{os.environ.get('PATH', '')}",
         "TORCH_EXTENSIONS_DIR": str(torch_extensions_dir()),
     }
-    helpers: dict = {}
-    for number, (step, needed) in enumerate(prebuild_steps(plan), start=6):
+    apex = [str(python), "-m", BUILD, "apex", "--workdir", str(zerolab_home() / "apex")]
+    kernels = [str(python), "-m", BUILD, "fused-kernels", str(engine_dir())]
+    recorded: dict = {"cuda": asdict(plan)}
+    steps: list[tuple[str, bool, Callable[[], None]]] = [
+        (
+            "Megatron's dataset helpers",
+            True,
+            lambda: recorded.update(data_helpers=_dataset_helpers(python, console)),
+        ),
+        (
+            "apex's extensions",
+            plan.needed,
+            lambda: _run(apex, env | {cuda.ARCH_LIST_VARIABLE: plan.arch_list}),
+        ),
+        ("Megatron's fused kernels", plan.needed, lambda: _run(kernels, env)),
+        ("DeepSpeed's CPU ops", not plan.needed, lambda: _cpu_ops(python, probe, env, console)),
+    ]
+    for number, (step, needed, run) in enumerate(steps, start=6):
         console.print(
             f"[bold]{number}/{STEPS}[/] {step}" + ("" if needed else ": not needed, the engine trains on CPU")
         )
-        if not needed:
-            continue
-        if step == "Megatron's dataset helpers":
-            helpers = _dataset_helpers(python, console)
-        elif step == "apex's extensions":
-            workdir = zerolab_home() / "apex"
-            _run(
-                [str(python), "-m", BUILD, "apex", "--workdir", str(workdir)],
-                env | {cuda.ARCH_LIST_VARIABLE: plan.arch_list},
-            )
-        elif step == "Megatron's fused kernels":
-            _run([str(python), "-m", BUILD, "fused-kernels", str(engine_dir())], env)
-        elif all(probe.get("ops", {}).get(op, {}).get("jit_built") for op in CPU_OPS):
-            console.print(f"  {', '.join(CPU_OPS)} already built in {torch_extensions_dir()}")
-        else:
-            console.print(f"  {', '.join(CPU_OPS)}, once (about a minute)")
-            script = (
-                "import sys\n"
-                "from deepspeed.accelerator import get_accelerator\n"
-                "for name in sys.argv[1:]:\n"
-                "    get_accelerator().create_op_builder(name).load(verbose=False)\n"
-            )
-            _run([str(python), "-c", script, *CPU_OPS.values()], env={**env, "DS_ACCELERATOR": "cpu"})
-    return {"cuda": asdict(plan), "data_helpers": helpers}
+        if needed:
+            run()
+    return recorded
+
+
+def _cpu_ops(python: Path, probe: dict, env: dict[str, str], console: Console) -> None:
+    """JIT-build DeepSpeed's CPU ops into torch_extensions_dir(), unless they are there."""
+    if all(probe.get("ops", {}).get(op, {}).get("jit_built") for op in CPU_OPS):
+        console.print(f"  {', '.join(CPU_OPS)} already built in {torch_extensions_dir()}")
+        return
+    console.print(f"  {', '.join(CPU_OPS)}, once (about a minute)")
+    script = (
+        "import sys\n"
+        "from deepspeed.accelerator import get_accelerator\n"
+        "for name in sys.argv[1:]:\n"
+        "    get_accelerator().create_op_builder(name).load(verbose=False)\n"
+    )
+    _run([str(python), "-c", script, *CPU_OPS.values()], env={**env, "DS_ACCELERATOR": "cpu"})
 
 
 def _dataset_helpers(python: Path, console: Console) -> dict:
