@@ -35,6 +35,13 @@ RUN_FILES = {
 }
 
 
+def free_port() -> int:
+    """A free TCP port for the rendezvous: other runs on this machine may hold the default 29500."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
 @pytest.fixture(scope="session")
 def dataset(tmp_path_factory) -> str:
     """The bundled dolly sample, prepared by `zerolab prep` into a temporary directory."""
@@ -55,6 +62,7 @@ def z1_run(engine, dataset, tmp_path_factory) -> tuple[int, Path]:
             "train.iters=50",
             "train.log_interval=5",
             "train.save_interval=25",
+            f"hardware.master_port={free_port()}",
             "--run-dir",
             str(run_dir),
         ]
@@ -100,7 +108,8 @@ def test_resume_continues_from_the_last_checkpoint(z1_run, tmp_path):
     _, previous = z1_run
     assert (previous / "checkpoints" / "latest_checkpointed_iteration.txt").read_text().strip() == "50"
     run_dir = tmp_path / "resumed"
-    assert main(["launch", "--resume", str(previous), "train.iters=56", "--run-dir", str(run_dir)]) == 0
+    port = f"hardware.master_port={free_port()}"
+    assert main(["launch", "--resume", str(previous), "train.iters=56", port, "--run-dir", str(run_dir)]) == 0
     assert status(run_dir)["state"] == "completed"
     command = (run_dir / "command.sh").read_text()
     assert f"--load {previous / 'checkpoints'}" in command
@@ -113,6 +122,7 @@ def test_resume_continues_from_the_last_checkpoint(z1_run, tmp_path):
 def test_zero3_with_cpu_optimizer_offload(engine, dataset, tmp_path):
     run_dir = tmp_path / "z3off"
     overrides = [f"data.path={dataset}", "train.iters=6", "train.lr_warmup_iters=1", "train.log_interval=2"]
+    overrides.append(f"hardware.master_port={free_port()}")
     assert main(["launch", "cpu/tiny_z3_offload", *overrides, "--run-dir", str(run_dir)]) == 0
     assert status(run_dir)["state"] == "completed"
     log = (run_dir / "train.log").read_text()
@@ -132,6 +142,7 @@ def test_a_crashing_rank_fails_the_launch_with_the_cause(engine, dataset, tmp_pa
             f"data.path={broken}",
             "train.iters=6",
             "train.lr_warmup_iters=1",
+            f"hardware.master_port={free_port()}",
             "--run-dir",
             str(run_dir),
         ]
@@ -140,12 +151,6 @@ def test_a_crashing_rank_fails_the_launch_with_the_cause(engine, dataset, tmp_pa
     state = status(run_dir)
     assert state["state"] == "failed" and state["exit_code"] == code
     assert "Error" in state["cause"]
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def rank_processes(launch: psutil.Process) -> dict[int, psutil.Process]:
@@ -166,7 +171,7 @@ def test_a_rank_killed_by_sigsegv_is_reported_as_such(engine, dataset, tmp_path)
     run_dir = tmp_path / "segv"
     printed = tmp_path / "launch.out"
     argv = ["launch", "cpu/tiny_dp", f"data.path={dataset}", "train.iters=500", "train.log_interval=1"]
-    argv.append(f"hardware.master_port={free_port()}")  # other runs on this machine may hold 29500
+    argv.append(f"hardware.master_port={free_port()}")
     with printed.open("w") as out:
         launch = subprocess.Popen(
             [sys.executable, "-m", "zerolab", *argv, "--run-dir", str(run_dir)],
