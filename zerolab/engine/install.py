@@ -244,12 +244,8 @@ def prebuild_all(python: Path, pins: Pins, console: Console) -> dict:
     apex = [str(python), "-m", BUILD, "apex", "--workdir", str(zerolab_home() / "apex")]
     kernels = [str(python), "-m", BUILD, "fused-kernels", str(engine_dir())]
     recorded: dict = {"cuda": asdict(plan)}
-    steps: list[tuple[str, bool, Callable[[], None]]] = [
-        (
-            "Megatron's dataset helpers",
-            True,
-            lambda: recorded.update(data_helpers=_dataset_helpers(python, console)),
-        ),
+    steps: list[tuple[str, bool, Callable[[], dict | None]]] = [  # (what, needed here, build: what to record)
+        ("Megatron's dataset helpers", True, lambda: {"data_helpers": _dataset_helpers(python, console)}),
         (
             "apex's extensions",
             plan.needed,
@@ -258,12 +254,12 @@ def prebuild_all(python: Path, pins: Pins, console: Console) -> dict:
         ("Megatron's fused kernels", plan.needed, lambda: _run(kernels, env)),
         ("DeepSpeed's CPU ops", not plan.needed, lambda: _cpu_ops(python, probe, env, console)),
     ]
-    for number, (step, needed, run) in enumerate(steps, start=6):
+    for number, (step, needed, build) in enumerate(steps, start=6):
         console.print(
             f"[bold]{number}/{STEPS}[/] {step}" + ("" if needed else ": not needed, the engine trains on CPU")
         )
         if needed:
-            run()
+            recorded |= build() or {}
     return recorded
 
 
