@@ -137,7 +137,7 @@ def plan(probe: dict, gpus: list[Gpu], env_arch_list: str | None = None) -> Cuda
     source = f"{ARCH_LIST_VARIABLE}={arch}" + (
         "" if env_arch_list else f" from {named or 'the GPUs torch sees'}"
     )
-    reason = f"torch {torch} (CUDA {torch_cuda}); building for {source}"
+    reason = f"torch {torch} (CUDA {torch_cuda}); builds for {source}"
     problem = None
     if release is None:
         problem = {
