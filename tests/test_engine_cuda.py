@@ -71,9 +71,7 @@ def cuda_probe(tmp_path: Path, *, devices: int = 1, cuda_home: bool = True) -> d
 def test_with_a_gpu_the_plan_builds_for_its_architecture_with_torchs_nvcc(tmp_path):
     plan = cuda.plan(cuda_probe(tmp_path), cuda.parse_gpus(NVIDIA_SMI)[:1])
     assert (plan.needed, plan.arch_list, plan.nvcc_release, plan.problem) == (True, "9.0", "13.0", None)
-    assert plan.reason.startswith(
-        "torch 2.13.0+cu130 (CUDA 13.0); builds for TORCH_CUDA_ARCH_LIST=9.0 from "
-    )
+    assert plan.reason.startswith("torch 2.13.0+cu130 (CUDA 13.0); builds for TORCH_CUDA_ARCH_LIST=9.0 from ")
     assert plan.nvcc == str(tmp_path / "cuda-13.0" / "bin" / "nvcc")
     # Without nvidia-smi (a container without the driver's utilities), the GPUs torch sees.
     assert cuda.plan(cuda_probe(tmp_path / "b"), []).arch_list == "9.0"
