@@ -5,9 +5,10 @@
 #   docker run --rm --gpus all --ipc=host zerolab:gpu zerolab doctor
 #
 # Layers go from what changes least to what changes most: the base image, the engine's
-# pinned Python packages (from zerolab/engine/pins.toml), Megatron-DeepSpeed at the pinned
-# commit with its compiled helpers, and last the zerolab code and recipes. Editing a recipe
-# or zerolab's code rebuilds only the last layers.
+# pinned Python packages (from zerolab/engine/pins.toml), apex, Megatron-DeepSpeed at the
+# pinned commit with its compiled helpers and kernels, and last the zerolab code and recipes.
+# Editing a recipe or zerolab's code rebuilds only the last layers. apex, the helpers and
+# the kernels are built by the same commands as `make setup` (python -m zerolab.engine.build).
 
 # NGC PyTorch 25.06: PyTorch 2.8.0a0+5228986c39, CUDA 12.9.1, NCCL 2.27.3, Python 3.12,
 # apex. Pinned by tag and by the digest of its multi-architecture index. To move to
@@ -56,9 +57,23 @@ ARG MAX_JOBS=8
 RUN DS_ACCELERATOR=cuda DS_BUILD_OPS=0 DS_BUILD_CPU_ADAM=1 DS_BUILD_FUSED_ADAM=1 \
     TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST}" MAX_JOBS="${MAX_JOBS}" \
     python3 -m pip install --no-build-isolation -r requirements-engine.txt -r requirements-zerolab.txt \
-    && PYTHONPATH=/opt/zerolab-pins python3 -m zerolab.container check-modules \
     && DS_ACCELERATOR=cuda PYTHONPATH=/opt/zerolab-pins python3 -m zerolab.container check-deepspeed-ops cpu_adam fused_adam \
     && python3 -m pip freeze > /opt/zerolab-pins/pip-freeze.txt
+
+# zerolab's build steps for the engine (standard library only), shared with `make setup`.
+COPY zerolab/errors.py zerolab/signals.py /opt/zerolab-pins/zerolab/
+COPY zerolab/engine/apex.py zerolab/engine/build.py zerolab/engine/checkout.py zerolab/engine/cuda.py \
+     zerolab/engine/data_helpers.py zerolab/engine/fused_kernels.py zerolab/engine/workarounds.py \
+     /opt/zerolab-pins/zerolab/engine/
+
+# apex: Megatron-DeepSpeed imports apex's fused layer norm, FusedAdam and gradient-accumulation
+# fusion on CUDA (the apex package and amp_C, fused_layer_norm_cuda,
+# fused_weight_gradient_mlp_cuda). The base image ships NVIDIA's build with all three, so
+# this step finds them and builds nothing; on a base without them it builds exactly those
+# from pins.toml's apex commit, for TORCH_CUDA_ARCH_LIST.
+RUN TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST}" MAX_JOBS="${MAX_JOBS}" PYTHONPATH=/opt/zerolab-pins \
+    python3 -m zerolab.engine.build apex --workdir /tmp/zerolab-apex \
+    && rm -rf /tmp/zerolab-apex
 
 # The launchers and the interpreter in one bin directory: `zerolab launch` runs
 # torchrun and deepspeed from the directory of ZEROLAB_ENGINE_PYTHON.
@@ -67,8 +82,9 @@ RUN for tool in python3 torchrun deepspeed; do \
     done
 
 # Megatron-DeepSpeed at the pinned commit (must equal pins.toml; the build checks). Its
-# dataset helpers (megatron/data/helpers.cpp) and fused softmax kernels are compiled now;
-# a run finds them up to date. The tree stays writable by any user: Megatron re-checks
+# dataset helpers (megatron/data/helpers.cpp, then smoke-checked: where they fail, runs use
+# the engine's Python sample index) and fused softmax kernels (under the workarounds a run
+# applies) are compiled now; a run finds them up to date. The tree stays writable by any user: Megatron re-checks
 # both builds at start and takes a lock file in the build directory. Its .git stays, so
 # that `zerolab doctor` can read the commit (safe.directory: any user may).
 ARG ENGINE_REPO=https://github.com/deepspeedai/Megatron-DeepSpeed.git
@@ -81,8 +97,8 @@ RUN PYTHONPATH=/opt/zerolab-pins python3 -m zerolab.container check-engine "${EN
     && git fetch --quiet --depth 1 "${ENGINE_REPO}" "${ENGINE_COMMIT}" \
     && git -c advice.detachedHead=false checkout --quiet FETCH_HEAD \
     && git config --system --add safe.directory /opt/Megatron-DeepSpeed \
-    && make -C megatron/data \
-    && PYTHONPATH=/opt/zerolab-pins python3 -m zerolab.container prebuild-fused-kernels . \
+    && PYTHONPATH=/opt/zerolab-pins python3 -m zerolab.engine.build data-helpers . \
+    && PYTHONPATH=/opt/zerolab-pins python3 -m zerolab.engine.build fused-kernels . \
     && chmod -R a+rwX /opt/Megatron-DeepSpeed
 
 # The runtime user. Ubuntu 24.04 images carry a user `ubuntu` with uid 1000; it makes way

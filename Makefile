@@ -30,7 +30,7 @@ docs: dev  ## regenerate docs/recipe-reference.md from the recipe schema, and do
 	$(BIN)/python -m zerolab.recipe.reference
 	$(BIN)/python -m zerolab.estimate.calibration
 
-setup: dev  ## the engine: a venv in ~/.cache/zerolab with the pins of zerolab/engine/pins.toml, Megatron-DeepSpeed at the pinned commit (ZEROLAB_ENGINE_SRC=local git dir to clone from)
+setup: dev  ## the engine: a venv in ~/.cache/zerolab with the pins of zerolab/engine/pins.toml, Megatron-DeepSpeed at the pinned commit, its builds (on CUDA: apex, fused kernels) (ZEROLAB_ENGINE_SRC / ZEROLAB_APEX_SRC=local git dirs to clone from)
 	$(BIN)/zerolab engine install
 
 demo: setup  ## set up, then the CPU demo: five ZeRO setups of a tiny GPT-2 (2 ranks), summarized in logs/demo/

@@ -3,8 +3,8 @@
 The launcher process starts --ranks rank processes and waits for them, like torchrun; each
 rank starts a helper child that sleeps (like a data-loader worker), prints Megatron-like
 iteration lines and sleeps between them. Options make a rank crash, a grandchild hold a known
-amount of resident memory, or the launcher exit with a given code. Every process writes its
-pid to --pid-dir so a test can check that none is left.
+amount of resident memory, or the launcher exit with a given code or kill itself with a
+signal. Every process writes its pid to --pid-dir so a test can check that none is left.
 """
 
 import argparse
@@ -23,6 +23,7 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--crash-rank", type=int, default=-1)
     parser.add_argument("--hold-mib", type=int, default=0, help="resident MiB each rank's helper holds")
     parser.add_argument("--exit-code", type=int, default=0)
+    parser.add_argument("--launcher-signal", type=int, default=0, help="signal the launcher sends itself")
     parser.add_argument("--pid-dir", default=None)
     parser.add_argument("--role", default="launcher", choices=["launcher", "rank", "helper"])
     parser.add_argument("--rank", type=int, default=0)
@@ -67,6 +68,9 @@ def rank(args: argparse.Namespace) -> None:
 
 def launcher(args: argparse.Namespace) -> int:
     ranks = [child(args, "rank", i) for i in range(args.ranks)]
+    if args.launcher_signal:
+        time.sleep(1.5)  # the ranks and helpers are running, and a launch has sampled them once
+        os.kill(os.getpid(), args.launcher_signal)
     codes = [process.wait() for process in ranks]
     failed = [i for i, code in enumerate(codes) if code != 0]
     if failed:

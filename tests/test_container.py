@@ -6,7 +6,6 @@ from zerolab.container import (
     canonical_name,
     image_requirements,
     main,
-    missing_modules,
     relax_constraints,
     requirement_name,
 )
@@ -72,9 +71,3 @@ def test_check_engine_accepts_only_the_pinned_commit(capsys):
     assert main(["check-engine", pins.engine_repo, pins.engine_commit]) == 0
     assert main(["check-engine", pins.engine_repo, "0" * 40]) == 1
     assert "pins.toml" in capsys.readouterr().err
-
-
-def test_check_modules_names_what_is_missing(capsys):
-    assert missing_modules(("json", "zerolab_no_such_module")) == ["zerolab_no_such_module"]
-    assert main(["check-modules", "json", "zerolab_no_such_module"]) == 1
-    assert "zerolab_no_such_module" in capsys.readouterr().err

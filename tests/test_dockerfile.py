@@ -188,3 +188,44 @@ def test_compatibility_doc_names_the_image_the_dockerfile_builds_on(dockerfile):
     tag, digest = dockerfile.baseimage.split("@")
     assert f"`{tag}`" in doc and digest.removeprefix("sha256:") in doc
     assert load_pins().engine_commit in doc
+
+
+BUILD_MODULE = "zerolab.engine.build"
+
+
+def test_apex_helpers_and_fused_kernels_are_built_by_the_commands_make_setup_runs(dockerfile):
+    from zerolab.engine.install import BUILD
+
+    assert BUILD == BUILD_MODULE
+    runs = " ".join(value for _, value in instructions(dockerfile, "RUN"))
+    for step in ("apex --workdir", "data-helpers .", "fused-kernels ."):
+        assert f"python3 -m {BUILD_MODULE} {step}" in runs, step
+    assert "make -C megatron/data" not in runs  # the helpers' own make needs python3-config
+
+
+def module_file(name: str) -> str:
+    """The repository path of module `name` (a package's __init__.py)."""
+    path = Path(*name.split("."))
+    return str(
+        path.with_suffix(".py") if (REPO_ROOT / path.with_suffix(".py")).is_file() else path / "__init__.py"
+    )
+
+
+def test_the_build_steps_have_every_module_they_import_copied_before_they_run(dockerfile):
+    imported = subprocess.run(
+        [sys.executable, "-c", f"import sys, {BUILD_MODULE}; print(*sys.modules)"],
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert not {"rich", "pydantic", "yaml", "numpy", "torch"} & set(imported)  # standard library only
+    needed = {module_file(name) for name in imported if name.split(".")[0] == "zerolab"}
+    first_use = min(index for index, value in instructions(dockerfile, "RUN") if BUILD_MODULE in value)
+    copied = {
+        source
+        for index, value in instructions(dockerfile, "COPY")
+        if index < first_use
+        for source in value.split()[:-1]
+    }
+    assert needed <= copied, f"COPY these before the build steps: {sorted(needed - copied)}"

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import subprocess
 
 from zerolab.cli import main
+from zerolab.engine import data_helpers
 from zerolab.engine.pins import load_pins
 
 
@@ -39,6 +41,73 @@ def test_doctor_reports_the_real_engine(engine, capsys):
     assert env["cuda_available"] is (len(env["devices"]) > 0)
     assert {"cpu_adam", "fused_adam"} <= set(env["ops"])
     assert all({"installed", "compatible", "jit_built"} == set(op) for op in env["ops"].values())
+    assert report["data_helpers"]["ok"] is True and report["data_helpers"]["workaround"] is None
+    assert report["cuda"]["needed"] is bool(env["devices"])
+
+
+def table_rows(text: str) -> dict[str, str]:
+    """The report's table, row name -> value (printed wide enough not to wrap)."""
+    return {
+        cells[1].strip(): cells[2].strip() for line in text.splitlines() if len(cells := line.split("│")) == 4
+    }
+
+
+def test_on_a_cpu_machine_the_cuda_rows_say_not_needed(engine, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "300")
+    assert main(["doctor"]) == 0
+    rows = table_rows(capsys.readouterr().out)
+    assert rows["CUDA"].startswith("not used: no GPU, and torch ") and "is a CPU build" in rows["CUDA"]
+    assert rows["apex"] == rows["fused kernels"] == "not needed: the engine trains on CPU"
+    assert rows["data helpers"].endswith(": build_sample_idx answers correctly (smoke check)")
+
+
+# An extension module named helpers that crashes when imported: a real SIGSEGV.
+CRASHING_EXTENSION = """
+#include <Python.h>
+PyMODINIT_FUNC PyInit_helpers(void) { volatile int *nowhere = NULL; *nowhere = 1; return NULL; }
+"""
+
+
+def test_helpers_that_crash_are_shown_with_the_workaround_runs_use(engine, tmp_path, monkeypatch, capsys):
+    _, python = engine
+    data_dir = tmp_path / "engine" / data_helpers.DATA_DIR
+    data_dir.mkdir(parents=True)
+    (tmp_path / "crash.c").write_text(CRASHING_EXTENSION)
+    include = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['include'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    module = data_helpers.module_path(data_dir, data_helpers.extension_suffix(python))
+    subprocess.run(
+        ["gcc", "-shared", "-fPIC", f"-I{include}", str(tmp_path / "crash.c"), "-o", str(module)], check=True
+    )
+    monkeypatch.setenv("ZEROLAB_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("ZEROLAB_ENGINE_DIR", str(tmp_path / "engine"))
+    monkeypatch.setenv("ZEROLAB_ENGINE_PYTHON", str(python))
+    monkeypatch.setenv("COLUMNS", "300")
+
+    assert main(["doctor", "--json"]) == 1  # the engine directory is no checkout
+    report = json.loads(capsys.readouterr().out)
+    assert report["data_helpers"] == {
+        "module": str(module),
+        "built": True,
+        "ok": False,
+        "detail": "build_sample_idx killed by SIGSEGV (signal 11)",
+        "workaround": "python_sample_index",
+    }
+    assert not any("dataset helpers" in item["what"] for item in report["missing"])  # runs work
+    main(["doctor"])
+    assert table_rows(capsys.readouterr().out)["data helpers"] == (
+        f"{module.name}: build_sample_idx killed by SIGSEGV (signal 11): runs use the engine's Python "
+        "build_sample_idx (workaround python_sample_index)"
+    )
+
+    module.unlink()
+    main(["doctor", "--json"])
+    missing = {item["what"]: item["fix"] for item in json.loads(capsys.readouterr().out)["missing"]}
+    assert missing[f"Megatron's dataset helpers ({module})"].startswith("make setup")
 
 
 def test_in_the_gpu_image_the_base_images_torch_meets_the_torch_pin(monkeypatch):

@@ -6,15 +6,19 @@ from __future__ import annotations
 
 import io
 import json
+import shutil
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from rich.console import Console
 
-from zerolab.engine.install import checkout_commit, ensure_engine_checkout, install, pin_mismatches
-from zerolab.engine.pins import Pins
+from zerolab.engine.checkout import checkout_commit, ensure_checkout
+from zerolab.engine.install import install, pin_mismatches
+from zerolab.engine.paths import torch_extensions_dir
+from zerolab.engine.pins import Pins, load_pins
 from zerolab.errors import UserError
 
 
@@ -47,33 +51,41 @@ def quiet() -> Console:
     return Console(file=io.StringIO(), width=200)
 
 
+def ensure_engine_checkout(target: Path, commit: str, source: str) -> bool:
+    return ensure_checkout(
+        target, commit, source, what="Megatron-DeepSpeed", variable="ZEROLAB_ENGINE_SRC", say=quiet().print
+    )
+
+
 @pytest.mark.parametrize("source_kind", ["bare", "checkout"])
 def test_checkout_at_the_pinned_commit_from_a_local_repository(tmp_path, engine_repo, source_kind):
     bare, first, _ = engine_repo
     source = bare if source_kind == "bare" else tmp_path / "upstream"
     target = tmp_path / "engine" / "Megatron-DeepSpeed-x"
-    assert ensure_engine_checkout(target, first, str(source), quiet()) is True
+    assert ensure_engine_checkout(target, first, str(source)) is True
     assert checkout_commit(target) == first
     assert (target / "pretrain_gpt.py").read_text() == "print('first')\n"
-    assert ensure_engine_checkout(target, first, str(source), quiet()) is False  # already there
+    assert ensure_engine_checkout(target, first, str(source)) is False  # already there
     assert [p.name for p in target.parent.iterdir()] == [target.name]  # no staging left behind
 
 
 def test_an_existing_checkout_at_another_commit_is_refused_not_replaced(tmp_path, engine_repo):
     bare, first, second = engine_repo
     target = tmp_path / "engine"
-    ensure_engine_checkout(target, second, str(bare), quiet())
-    with pytest.raises(UserError, match=f"is at commit {second}, but pins.toml pins {first}"):
-        ensure_engine_checkout(target, first, str(bare), quiet())
+    ensure_engine_checkout(target, second, str(bare))
+    with pytest.raises(
+        UserError, match=f"is at commit {second}, but pins.toml pins Megatron-DeepSpeed at {first}"
+    ):
+        ensure_engine_checkout(target, first, str(bare))
     assert checkout_commit(target) == second
 
 
 def test_a_missing_source_or_commit_is_a_clear_error(tmp_path, engine_repo):
     bare, _, _ = engine_repo
     with pytest.raises(UserError, match=r"ZEROLAB_ENGINE_SRC=.*no such directory"):
-        ensure_engine_checkout(tmp_path / "e1", "0" * 40, str(tmp_path / "nowhere"), quiet())
+        ensure_engine_checkout(tmp_path / "e1", "0" * 40, str(tmp_path / "nowhere"))
     with pytest.raises(UserError, match="failed"):
-        ensure_engine_checkout(tmp_path / "e2", "0" * 40, str(bare), quiet())
+        ensure_engine_checkout(tmp_path / "e2", "0" * 40, str(bare))
     assert not (tmp_path / "e2").exists()
 
 
@@ -97,6 +109,8 @@ def test_install_records_what_it_set_up_and_a_second_run_does_nothing(tmp_path, 
         engine_repo="https://example.invalid/engine.git",
         engine_commit=first,
         python={"pytest": pytest.__version__},
+        apex_repo="https://example.invalid/apex.git",
+        apex_commit="0" * 40,
     )
     install(pins, prebuild=False, console=quiet())
     record = json.loads((tmp_path / "home" / "install.json").read_text())
@@ -109,8 +123,53 @@ def test_install_records_what_it_set_up_and_a_second_run_does_nothing(tmp_path, 
     install(pins, prebuild=False, console=second)
     assert "engine already set up" in second.file.getvalue()
 
-    fewer = Pins(engine_repo=pins.engine_repo, engine_commit=first, python={})
+    fewer = replace(pins, python={})
     third = Console(file=io.StringIO(), width=200)
     install(fewer, prebuild=False, console=third)  # other pins than recorded: checks every step again
     assert "every pin already installed" in third.file.getvalue()
     assert json.loads((tmp_path / "home" / "install.json").read_text())["python_pins"] == {}
+
+
+def test_setup_on_a_cpu_machine_compiles_the_helpers_and_cpu_ops_and_skips_the_cuda_steps(
+    engine, tmp_path, monkeypatch
+):
+    engine_dir, engine_python = engine
+    # An engine repository holding the real engine's parts that setup compiles.
+    upstream = tmp_path / "upstream"
+    (upstream / "megatron" / "data").mkdir(parents=True)
+    for name in ("Makefile", "helpers.cpp"):
+        shutil.copy(engine_dir / "megatron" / "data" / name, upstream / "megatron" / "data")
+    shutil.copy(engine_dir / "pretrain_gpt.py", upstream)
+    git("init", "-q", "-b", "main", cwd=upstream)
+    git("add", ".", cwd=upstream)
+    git("-c", "user.email=t@example.com", "-c", "user.name=t", "commit", "-qm", "engine parts", cwd=upstream)
+    # An environment that reads the engine environment's packages (the shared one stays
+    # untouched), and a copy of DeepSpeed's CPU ops as built for it.
+    venv = tmp_path / "venv"
+    subprocess.run([str(engine_python), "-m", "venv", "--without-pip", str(venv)], check=True)
+    engine_site = next(engine_python.parent.parent.glob("lib/python3*/site-packages"))
+    (next(venv.glob("lib/python3*/site-packages")) / "engine-packages.pth").write_text(f"{engine_site}\n")
+    shutil.copytree(torch_extensions_dir(), tmp_path / "torch_extensions")
+    for name, value in {
+        "ZEROLAB_HOME": tmp_path / "home",
+        "ZEROLAB_ENGINE_DIR": tmp_path / "home" / "engine",
+        "ZEROLAB_ENGINE_PYTHON": venv / "bin" / "python",
+        "ZEROLAB_ENGINE_SRC": upstream,
+        "TORCH_EXTENSIONS_DIR": tmp_path / "torch_extensions",
+    }.items():
+        monkeypatch.setenv(name, str(value))
+    console = Console(file=io.StringIO(), width=300)
+
+    install(replace(load_pins(), engine_commit=git("rev-parse", "HEAD", cwd=upstream)), console=console)
+
+    out = console.file.getvalue()
+    record = json.loads((tmp_path / "home" / "install.json").read_text())
+    assert record["cuda"]["needed"] is False and "the engine trains on CPU" in record["cuda"]["reason"]
+    assert (record["data_helpers"]["ok"], record["data_helpers"]["workaround"]) == (True, None)
+    assert Path(record["data_helpers"]["module"]).is_file()
+    assert "6/9 Megatron's dataset helpers\n" in out
+    assert "7/9 apex's extensions: not needed, the engine trains on CPU" in out
+    assert "8/9 Megatron's fused kernels: not needed, the engine trains on CPU" in out
+    built = tmp_path / "torch_extensions"
+    assert f"9/9 DeepSpeed's CPU ops\n  deepspeed_shm_comm, cpu_adam already built in {built}" in out
+    assert not (tmp_path / "home" / "apex").exists()

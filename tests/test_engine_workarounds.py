@@ -1,19 +1,25 @@
 """zerolab's workarounds for the pinned engine: each named and explained, each doing what it
-says: on stand-in packages shaped like the engine's (always), and on the real engine."""
+says: on stand-in packages shaped like the engine's (always), and on the real engine (its
+fused kernels built as `make setup` builds them, up to the compile itself: there is no nvcc
+here). The dataset helpers' workarounds: tests/test_engine_data_helpers.py."""
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+from cuda_helpers import cuda_toolkit
 from launch_helpers import free_port
 
-from zerolab.engine.workarounds import WORKAROUNDS
+from zerolab.engine import fused_kernels
+from zerolab.engine.workarounds import WORKAROUNDS, buildable_gencode
 from zerolab.locations import REPO_ROOT
 
 STANDIN_FILES = {
@@ -87,6 +93,9 @@ def test_every_workaround_is_named_and_explained_in_one_line():
         "recompute_chunks_of_layers",
         "sdpa_attention",
         "profile_training_steps",
+        "fused_kernels_buildable_archs",
+        "helpers_suffix_from_python",
+        "python_sample_index",
     ]
     for workaround in WORKAROUNDS:
         assert workaround.why and "\n" not in workaround.why and len(workaround.why) < 110
@@ -417,3 +426,58 @@ def test_sdpa_is_the_engines_attention(engine):
     assert "default stream untouched True" in out
     assert "replayed from the tracker True" in out
     assert "eval drops none True" in out and "training drops some True" in out
+
+
+def test_gencode_pairs_outside_what_nvcc_builds_are_left_out():
+    flags = [
+        "-O3",
+        "-gencode",
+        "arch=compute_70,code=sm_70",
+        "-gencode=arch=compute_90,code=[sm_90,compute_90]",
+    ]
+    kept, dropped = buildable_gencode(flags, frozenset({"compute_90", "sm_90"}))
+    assert kept == ["-O3", "-gencode=arch=compute_90,code=[sm_90,compute_90]"]
+    assert dropped == ["-gencode", "arch=compute_70,code=sm_70"]
+
+
+FUSED_KERNELS_BUILD = """
+import json, sys
+from pathlib import Path
+import torch.utils.cpp_extension as cpp_extension
+cpp_extension.CUDA_HOME = sys.argv[2]  # what torch finds on a CUDA build; this torch is CPU-only
+loads = []
+cpp_extension.load = lambda **kwargs: loads.append(kwargs)  # the compile itself: no nvcc here
+from zerolab.engine.fused_kernels import prebuild
+prebuild(Path(sys.argv[1]))
+print(json.dumps([[load["name"], load["extra_cuda_cflags"]] for load in loads]))
+"""
+
+
+@pytest.mark.parametrize(
+    ("release", "gencodes"),
+    [
+        ("13.0", ["80", "90"]),  # nvcc 13 cannot build sm_70: left out, with a word about it
+        ("12.9", ["70", "80", "86", "87", "89", "90"]),  # the engine's own flags, untouched
+    ],
+)
+def test_real_fused_kernels_get_only_the_gencode_pairs_nvcc_builds(engine, tmp_path, release, gencodes):
+    engine_dir, python = engine
+    shutil.copytree(
+        engine_dir / "megatron" / "fused_kernels", tmp_path / "engine" / "megatron" / "fused_kernels"
+    )
+    toolkit = cuda_toolkit(tmp_path, release)
+    result = subprocess.run(
+        [str(python), "-c", FUSED_KERNELS_BUILD, str(tmp_path / "engine"), str(toolkit)],
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    loads = json.loads(result.stdout.splitlines()[-1])
+    assert [name for name, _ in loads] == list(fused_kernels.KERNELS)
+    for _, flags in loads:
+        pairs = [flags[i + 1] for i, flag in enumerate(flags) if flag == "-gencode"]
+        assert pairs == [f"arch=compute_{arch},code=sm_{arch}" for arch in gencodes]
+        assert "--use_fast_math" in flags and "--expt-extended-lambda" in flags
+    said = "nvcc 13.0 cannot build -gencode arch=compute_70,code=sm_70: left out of Megatron's fused kernels"
+    assert (said in result.stdout) is (release == "13.0")

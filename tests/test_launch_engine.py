@@ -1,18 +1,26 @@
 """`zerolab launch` on the real engine, on CPU with two ranks: a whole run (its run
 directory, status and parsed metrics, the loss falling), ZeRO-3 with CPU offload, resuming
-from a checkpoint, and a crash recorded with its cause. Skipped, with the reason, when the
-engine is not set up (`make setup`). Each run is a tiny model for few iterations."""
+from a checkpoint, a crash recorded with its cause, and a rank killed by a signal. Skipped,
+with the reason, when the engine is not set up (`make setup`). Each run is a tiny model for
+few iterations."""
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 from launch_helpers import free_port
 
 from zerolab.cli import main
+from zerolab.locations import REPO_ROOT
 
 RUN_FILES = {
     "recipe.yaml",
@@ -132,3 +140,50 @@ def test_a_crashing_rank_fails_the_launch_with_the_cause(engine, dataset, tmp_pa
     state = status(run_dir)
     assert state["state"] == "failed" and state["exit_code"] == code
     assert "Error" in state["cause"]
+
+
+def rank_processes(launch: psutil.Process) -> dict[int, psutil.Process]:
+    """The rank processes below a launch: RANK is in their environment and not in their parent's
+    (their data-loader workers inherit it from them)."""
+    ranks = {}
+    for process in launch.children(recursive=True):
+        try:
+            rank, parent_rank = process.environ().get("RANK"), process.parent().environ().get("RANK")
+        except psutil.Error:
+            continue
+        if rank is not None and parent_rank is None:
+            ranks[int(rank)] = process
+    return ranks
+
+
+def test_a_rank_killed_by_sigsegv_is_reported_as_such(engine, dataset, tmp_path):
+    run_dir = tmp_path / "segv"
+    printed = tmp_path / "launch.out"
+    argv = ["launch", "cpu/tiny_dp", f"data.path={dataset}", "train.iters=500", "train.log_interval=1"]
+    argv.append(f"hardware.master_port={free_port()}")
+    with printed.open("w") as out:
+        launch = subprocess.Popen(
+            [sys.executable, "-m", "zerolab", *argv, "--run-dir", str(run_dir)],
+            cwd=REPO_ROOT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+        log = run_dir / "train.log"
+        deadline = time.monotonic() + 300
+        while not (log.is_file() and re.search(r"^ iteration +2/", log.read_text(), re.MULTILINE)):
+            assert launch.poll() is None, printed.read_text()[-3000:]
+            assert time.monotonic() < deadline, "training never started"
+            time.sleep(0.2)
+        ranks = rank_processes(psutil.Process(launch.pid))
+        assert sorted(ranks) == [0, 1]
+        ranks[0].send_signal(signal.SIGSEGV)
+        assert launch.wait(timeout=120) == 1  # torchrun's exit code
+    cause = "rank 0 killed by SIGSEGV (signal 11)"
+    state = status(run_dir)
+    assert (state["state"], state["exit_code"], state["cause"]) == ("failed", 1, cause)
+    assert state["last_lines"] and re.match(r" iteration +\d+/ +500 \|", state["last_lines"][-1])
+    text = printed.read_text()
+    assert "zerolab: tiny_dp failed in " in text and f"(exit code 1): {cause}; run directory" in text
+    assert "zerolab: the last lines before it:\n" in text and f"  {state['last_lines'][-1]}\n" in text
+    row = summary(run_dir, tmp_path)
+    assert (row["status"], row["cause_kind"], row["cause"]) == ("failed", "signal", cause)

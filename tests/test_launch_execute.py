@@ -60,6 +60,17 @@ def test_crashing_rank_fails_the_launch_with_the_rank_error_as_cause(tmp_path):
     assert still_running(tmp_path / "pids") == []
 
 
+def test_a_launcher_killed_by_a_signal_is_the_cause(tmp_path):
+    status, _ = run(tmp_path, "--iters", "1000", "--sleep", "0.05", "--launcher-signal", str(signal.SIGKILL))
+    assert (status["state"], status["exit_code"]) == ("failed", -signal.SIGKILL)
+    launcher = Path(sys.executable).name
+    assert (
+        status["cause"]
+        == f"the launcher ({launcher}) was killed by SIGKILL (signal 9): likely out of host memory"
+    )
+    assert still_running(tmp_path / "pids") == []  # its orphaned ranks and helpers were stopped too
+
+
 def test_cause_of_a_real_engine_crash_is_the_first_rank_error():
     lines = (FIXTURES / "logs" / "cpu-engine" / "try5.log").read_text().splitlines()
     assert failure_cause(lines) == (

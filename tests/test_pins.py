@@ -3,8 +3,9 @@ import re
 from zerolab.engine.pins import load_pins
 
 
-def test_engine_commit_is_a_full_sha():
+def test_engine_and_apex_commits_are_full_shas():
     assert re.fullmatch(r"[0-9a-f]{40}", load_pins().engine_commit)
+    assert re.fullmatch(r"[0-9a-f]{40}", load_pins().apex_commit)
 
 
 def test_every_python_pin_is_exact():

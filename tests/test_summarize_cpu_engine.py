@@ -114,3 +114,16 @@ def test_failed_launches_name_the_exception(name, cause):
 def test_deepspeed_launcher_log():
     row = _row("dslauncher_z2")
     assert row["status"] == "completed" and row["setup"] == "z2" and row["iterations_done"] == 20
+
+
+@pytest.mark.parametrize(
+    ("name", "cause"),
+    [
+        ("signal_sigkill_rank1", "rank 1 killed by SIGKILL (signal 9): likely out of host memory"),
+        ("dslauncher_sigsegv_rank1", "a rank killed by SIGSEGV (signal 11)"),
+    ],
+)
+def test_a_rank_killed_by_a_signal_is_the_cause(name, cause):
+    row = _row(name)
+    assert (row["status"], row["cause_kind"], row["cause"]) == ("failed", "signal", cause)
+    assert row["iterations_done"] == 3

@@ -1,6 +1,8 @@
 """`zerolab doctor [--json]`: is this machine ready to train? Python, torch, CUDA or CPU and
-the devices, DeepSpeed and its compiled ops, the engine's commit against the pin, the
-tokenizer files, and for everything missing the command that fixes it."""
+the devices, the CUDA toolkit and the architectures to build for, DeepSpeed and its compiled
+ops, apex's modules and Megatron's fused kernels (on CUDA; not needed on CPU), Megatron's
+dataset helpers (smoke-checked), the engine's commit against the pin, the tokenizer files,
+and for everything missing the command that fixes it."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import platform
 import shutil
 import subprocess
 import tempfile
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +21,10 @@ from zerolab import __version__
 from zerolab.assets import GPT2_SHA256
 from zerolab.checksums import sha256_of
 from zerolab.container import BASE_IMAGE_PACKAGES
-from zerolab.engine.install import checkout_commit, read_record
+from zerolab.engine import cuda, data_helpers, fused_kernels
+from zerolab.engine.apex import APEX_MODULES, APEX_SRC_VARIABLE
+from zerolab.engine.checkout import checkout_commit
+from zerolab.engine.install import read_record
 from zerolab.engine.paths import engine_dir, engine_python, torch_extensions_dir, zerolab_home
 from zerolab.engine.pins import load_pins
 from zerolab.locations import REPO_ROOT
@@ -76,11 +82,14 @@ def collect(*, cached: bool = False) -> dict[str, Any]:
                 "fix": f"move {engine_dir()} away, then {SETUP_FIX}",
             }
         )
-    probe = _probe(pins.python, cached=cached) if engine_python().is_file() else None
+    probe = probe_engine(pins.python, cached=cached) if engine_python().is_file() else None
+    compiled: dict[str, Any] = {}
     if probe is None:
         missing.append({"what": f"the engine's Python environment ({engine_python()})", "fix": SETUP_FIX})
     else:
         missing += _probe_problems(probe, pins.python)
+        compiled = _compiled_parts(probe)
+        missing += compiled.pop("missing")
     tokenizer = {
         path.name: {"path": str(path), "ok": path.is_file() and sha256_of(path) == digest}
         for path, digest in GPT2_SHA256.items()
@@ -104,6 +113,7 @@ def collect(*, cached: bool = False) -> dict[str, Any]:
         "image": os.environ.get("ZEROLAB_IMAGE"),
         "engine": engine,
         "engine_env": probe,
+        **compiled,
         "tokenizer": tokenizer,
         "tools": tools,
         "missing": missing,
@@ -129,12 +139,61 @@ def _probe_problems(probe: dict[str, Any], pins: dict[str, str]) -> list[dict[st
     return problems
 
 
-def _probe(packages: dict[str, str], *, cached: bool) -> dict[str, Any]:
+APEX_FIX = (
+    f"{SETUP_FIX}: builds them from pins.toml's apex commit (offline: {APEX_SRC_VARIABLE}=/path/to/apex.git)"
+)
+
+
+def _compiled_parts(probe: dict[str, Any]) -> dict[str, Any]:
+    """The CUDA plan, apex's modules and the fused kernels (needed on CUDA only) and the dataset
+    helpers (always: smoke-checked), each with what is missing."""
+    plan = cuda.plan(probe, cuda.query_gpus(), cuda.env_arch_list())
+    missing = [plan.problem] if plan.problem else []
+    apex = probe.get("apex") or {"version": None, "modules": {}}
+    kernels = {"built": fused_kernels.built(engine_dir()), "dir": str(fused_kernels.build_dir(engine_dir()))}
+    if plan.needed:
+        absent = [name for name in APEX_MODULES if not apex["modules"].get(name, {}).get("found")]
+        broken = [f"{name} ({entry['error']})" for name, entry in apex["modules"].items() if "error" in entry]
+        if absent or broken:
+            missing.append(
+                {
+                    "what": f"apex's {', '.join(absent + broken)} (Megatron imports them on CUDA)",
+                    "fix": APEX_FIX,
+                }
+            )
+        if len(kernels["built"]) < len(fused_kernels.KERNELS):
+            missing.append(
+                {"what": f"Megatron's fused softmax kernels, built in {kernels['dir']}", "fix": SETUP_FIX}
+            )
+    data_dir = engine_dir() / data_helpers.DATA_DIR
+    module = data_helpers.module_path(data_dir, probe.get("ext_suffix") or ".so")
+    helpers: dict[str, Any] = {"module": str(module), "built": module.is_file()}
+    if module.is_file():
+        check = data_helpers.smoke_check(data_dir, engine_python())
+        helpers |= {"ok": check.ok, "detail": check.detail}
+        helpers["workaround"] = None if check.ok else data_helpers.SMOKE_WORKAROUND
+    else:
+        missing.append({"what": f"Megatron's dataset helpers ({module})", "fix": SETUP_FIX})
+    return {
+        "cuda": asdict(plan),
+        "apex": apex | {"needed": plan.needed},
+        "fused_kernels": kernels | {"needed": plan.needed},
+        "data_helpers": helpers,
+        "missing": missing,
+    }
+
+
+def probe_engine(packages: dict[str, str], *, cached: bool) -> dict[str, Any]:
     """Run probe.py with the engine's Python; with `cached`, reuse the last result while the
     engine environment's site-packages are unchanged. Whether each op is JIT-built is always
     looked up afresh."""
     python = engine_python()
-    key = {"python": str(python), "site_packages": _site_packages_stamp(python), "packages": sorted(packages)}
+    key = {
+        "python": str(python),
+        "site_packages": _site_packages_stamp(python),
+        "packages": sorted(packages),
+        "probe": PROBE_SCRIPT.stat().st_mtime,
+    }
     cache = zerolab_home() / PROBE_CACHE
     result = None
     if cached and cache.is_file():
@@ -149,7 +208,7 @@ def _probe(packages: dict[str, str], *, cached: bool) -> dict[str, Any]:
             env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
             env["TORCH_EXTENSIONS_DIR"] = str(torch_extensions_dir())
             subprocess.run(
-                [str(python), str(PROBE_SCRIPT), str(out), *packages],
+                [str(python), str(PROBE_SCRIPT), str(out), ",".join(APEX_MODULES), *packages],
                 env=env,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
@@ -225,6 +284,7 @@ def print_report(report: dict[str, Any]) -> None:
             "tools",
             ", ".join(f"{tool} {'ok' if where else 'MISSING'}" for tool, where in report["tools"].items()),
         ),
+        *_compiled_rows(report),
     ]
     for name, value in rows:
         table.add_row(name, str(value))
@@ -242,3 +302,34 @@ def print_report(report: dict[str, Any]) -> None:
             console.print(f"  - {item['what']}\n    fix: [bold]{item['fix']}[/]")
     else:
         console.print("[green]ready to train[/]")
+
+
+def _compiled_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
+    """Doctor's rows for the CUDA plan, apex, the fused kernels and the dataset helpers."""
+    if "cuda" not in report:
+        return []
+    plan, apex, kernels, helpers = (report[key] for key in ("cuda", "apex", "fused_kernels", "data_helpers"))
+    if plan["needed"]:
+        modules = ", ".join(
+            f"{name} {'ok' if entry.get('found') and 'error' not in entry else 'MISSING'}"
+            for name, entry in ((name, apex["modules"].get(name, {})) for name in APEX_MODULES)
+        )
+        apex_row = f"{apex['version'] or '-'}: {modules}"
+        kernels_row = f"{len(kernels['built'])} of {len(fused_kernels.KERNELS)} built in {kernels['dir']}"
+    else:
+        apex_row = kernels_row = "not needed: the engine trains on CPU"
+    if not helpers["built"]:
+        helpers_row = f"MISSING: {helpers['module']}"
+    elif helpers["ok"]:
+        helpers_row = f"{Path(helpers['module']).name}: {helpers['detail']} (smoke check)"
+    else:
+        helpers_row = (
+            f"{Path(helpers['module']).name}: {helpers['detail']}: runs use the engine's Python "
+            f"build_sample_idx (workaround {helpers['workaround']})"
+        )
+    return [
+        ("CUDA", ("" if plan["needed"] else "not used: ") + plan["reason"]),
+        ("apex", apex_row),
+        ("fused kernels", kernels_row),
+        ("data helpers", helpers_row),
+    ]

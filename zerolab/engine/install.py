@@ -1,5 +1,8 @@
 """`zerolab engine install` (`make setup`): the engine's virtual environment with every pin
-of pins.toml, zerolab itself installed into it, and Megatron-DeepSpeed at the pinned commit.
+of pins.toml, zerolab itself installed into it, Megatron-DeepSpeed at the pinned commit, and
+what the engine compiles, built now so that no run compiles: Megatron's dataset helpers
+(smoke-checked), and on CUDA (zerolab.engine.cuda decides) apex's extensions and Megatron's
+fused kernels for the GPUs here, or on CPU DeepSpeed's CPU ops.
 
 Each step checks before it acts, so a second run (or an environment made by hand with
 exactly the pins) costs seconds; what was set up is recorded in `install.json`.
@@ -9,10 +12,9 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -20,15 +22,28 @@ from pathlib import Path
 from rich.console import Console
 
 from zerolab import __version__
+from zerolab.engine import cuda, data_helpers
+from zerolab.engine.checkout import checkout_commit, ensure_checkout
 from zerolab.engine.paths import (
     engine_dir,
     engine_python,
     install_record,
     torch_extensions_dir,
+    zerolab_home,
 )
 from zerolab.engine.pins import Pins, load_pins
 from zerolab.errors import UserError
 from zerolab.locations import REPO_ROOT
+
+STEPS = 9
+"""Steps of a whole install: four to set up, then prebuild_all's plan and four compile steps."""
+
+CPU_OPS = {"deepspeed_shm_comm": "ShareMemCommBuilder", "cpu_adam": "CPUAdamBuilder"}
+"""DeepSpeed's ops a CPU run loads (shared-memory communication, ZeRO offload's Adam), by their
+builders: JIT-built into torch_extensions_dir() at setup rather than by the first run."""
+
+BUILD = "zerolab.engine.build"
+"""The engine's build steps, run by its own Python (as the Dockerfile runs them)."""
 
 ENGINE_SRC_VARIABLE = "ZEROLAB_ENGINE_SRC"
 """A local git directory (bare or a checkout) to take Megatron-DeepSpeed from instead of upstream."""
@@ -56,10 +71,14 @@ class InstallRecord:
     python_pins: dict[str, str]
     zerolab_repo: str
     torch_extensions_dir: str
+    apex_commit: str
+    gpu_arch_list: str | None
 
     @classmethod
     def wanted(cls, pins: Pins) -> InstallRecord:
-        """The state an install with `pins` leaves behind on this machine."""
+        """The state an install with `pins` leaves behind on this machine (for the GPUs that
+        nvidia-smi sees, or TORCH_CUDA_ARCH_LIST)."""
+        capabilities = [gpu.capability for gpu in cuda.query_gpus()]
         return cls(
             engine_commit=pins.engine_commit,
             engine_dir=str(engine_dir()),
@@ -67,6 +86,8 @@ class InstallRecord:
             python_pins=dict(pins.python),
             zerolab_repo=str(REPO_ROOT),
             torch_extensions_dir=str(torch_extensions_dir()),
+            apex_commit=pins.apex_commit,
+            gpu_arch_list=cuda.env_arch_list() or cuda.arch_list(capabilities) or None,
         )
 
 
@@ -81,51 +102,6 @@ def read_record() -> dict | None:
 def engine_source(pins: Pins) -> str:
     """Where Megatron-DeepSpeed is cloned from: `ZEROLAB_ENGINE_SRC`, else the pinned upstream."""
     return os.environ.get(ENGINE_SRC_VARIABLE) or pins.engine_repo
-
-
-def checkout_commit(directory: Path) -> str | None:
-    """The commit checked out in `directory`, or None when it is not a git checkout."""
-    result = subprocess.run(
-        ["git", "-C", str(directory), "rev-parse", "HEAD"], capture_output=True, text=True, check=False
-    )
-    return result.stdout.strip() if result.returncode == 0 else None
-
-
-def ensure_engine_checkout(target: Path, commit: str, source: str, console: Console) -> bool:
-    """Make `target` a checkout of `commit` from `source`; True when it had to be fetched.
-
-    An existing checkout at another commit is an error, never overwritten.
-    """
-    if target.exists():
-        found = checkout_commit(target)
-        if found == commit:
-            console.print(f"  Megatron-DeepSpeed {commit[:12]} already at {target}")
-            return False
-        what = f"is at commit {found}" if found else "is not a git checkout"
-        raise UserError(
-            f"{target} {what}, but pins.toml pins {commit}. Move it away (or point ZEROLAB_ENGINE_DIR "
-            "elsewhere) and run `make setup` again."
-        )
-    if "://" not in source and not Path(source).expanduser().exists():
-        raise UserError(f"{ENGINE_SRC_VARIABLE}={source}: no such directory (a git repository or checkout)")
-    console.print(f"  fetching Megatron-DeepSpeed {commit[:12]} from {source}")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
-    try:
-        _git(["init", "-q"], staging)
-        fetched = subprocess.run(
-            ["git", "-C", str(staging), "fetch", "-q", "--depth", "1", source, commit], check=False
-        )
-        if fetched.returncode != 0:
-            console.print("  the source refused a fetch by commit; fetching its whole history instead")
-            _git(["fetch", "-q", source, "+refs/heads/*:refs/remotes/source/*"], staging)
-        _git(["-c", "advice.detachedHead=false", "checkout", "-q", commit], staging)
-        _git(["remote", "add", "origin", source], staging)
-        staging.rename(target)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    return True
 
 
 def installed_versions(python: Path, names: list[str]) -> dict[str, str | None]:
@@ -185,13 +161,13 @@ def install(
         return wanted
 
     console.rule("[bold]zerolab engine install")
-    console.print(f"[bold]1/4[/] virtual environment {python.parent.parent}")
+    console.print(f"[bold]1/{STEPS}[/] virtual environment {python.parent.parent}")
     if not python.is_file():
         _run([sys.executable, "-m", "venv", str(python.parent.parent)])
     else:
         console.print("  exists")
 
-    console.print(f"[bold]2/4[/] pinned packages ({len(pins.python)} pins)")
+    console.print(f"[bold]2/{STEPS}[/] pinned packages ({len(pins.python)} pins)")
     missing = pin_mismatches(python, pins.python)
     if "torch" in missing:
         # torch first and explicitly, at its pin: left to a dependency resolver it picks the
@@ -206,24 +182,31 @@ def install(
     if still:
         raise UserError(f"after pip install, still not at their pins: {still} (see pip's output above)")
 
-    console.print(f"[bold]3/4[/] zerolab into the engine environment (from {REPO_ROOT})")
+    console.print(f"[bold]3/{STEPS}[/] zerolab into the engine environment (from {REPO_ROOT})")
     if zerolab_location(python) == REPO_ROOT / "zerolab":
         console.print("  already installed from this checkout")
     else:
         _pip(python, ["--quiet", "--no-deps", "--no-build-isolation", "-e", str(REPO_ROOT)])
 
-    console.print(f"[bold]4/4[/] Megatron-DeepSpeed at {pins.engine_commit[:12]}")
+    console.print(f"[bold]4/{STEPS}[/] Megatron-DeepSpeed at {pins.engine_commit[:12]}")
     source = engine_source(pins)
-    ensure_engine_checkout(engine_dir(), pins.engine_commit, source, console)
+    ensure_checkout(
+        engine_dir(),
+        pins.engine_commit,
+        source,
+        what="Megatron-DeepSpeed",
+        variable=ENGINE_SRC_VARIABLE,
+        say=console.print,
+    )
 
-    if prebuild:
-        _prebuild(python, console)
+    built = prebuild_all(python, pins, console) if prebuild else {}
 
     install_record().parent.mkdir(parents=True, exist_ok=True)
     install_record().write_text(
         json.dumps(
             {
                 **asdict(wanted),
+                **built,
                 "source": source,
                 "zerolab_version": __version__,
                 "installed_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -236,12 +219,20 @@ def install(
     return wanted
 
 
-def _prebuild(python: Path, console: Console) -> None:
-    """Compile what the first run would otherwise compile, so runs start (and time) cleanly:
-    Megatron's dataset helpers inside the engine tree and, on a CPU-only machine, DeepSpeed's
-    shared-memory communication and CPU Adam (ZeRO offload) ops (JIT-built into
-    torch_extensions_dir())."""
-    console.print("  compiling Megatron's dataset helpers (once)")
+def prebuild_all(python: Path, pins: Pins, console: Console) -> dict:
+    """Compile what the first run would otherwise compile, so runs start (and time) cleanly,
+    as zerolab.engine.cuda's plan says: the dataset helpers always, apex and the fused kernels
+    on CUDA, DeepSpeed's CPU ops on CPU. Returns what install.json records of it: the plan and
+    the helpers' smoke check (with the workaround runs use when it fails)."""
+    from zerolab.engine.doctor import probe_engine
+
+    probe = probe_engine(pins.python, cached=False)
+    plan = cuda.plan(probe, cuda.query_gpus(), cuda.env_arch_list())
+    console.print(f"[bold]5/{STEPS}[/] CUDA: {plan.reason if plan.needed else 'not used: ' + plan.reason}")
+    if plan.problem:
+        if plan.needed:
+            raise UserError(f"the CUDA builds need {plan.problem['what']}; fix: {plan.problem['fix']}")
+        console.print(f"  [yellow]warning[/]: missing {plan.problem['what']}; fix: {plan.problem['fix']}")
     # As at launch, the engine's bin directory comes first on PATH: the Makefile asks `python3`
     # for pybind11's headers, and DeepSpeed builds with the `ninja` found there (another
     # ninja version keeps another build log, and rebuilds everything).
@@ -250,24 +241,62 @@ def _prebuild(python: Path, console: Console) -> None:
         "PATH": f"{python.parent}{os.pathsep}{os.environ.get('PATH', '')}",
         "TORCH_EXTENSIONS_DIR": str(torch_extensions_dir()),
     }
-    _run(["make", "-s", "-C", str(engine_dir() / "megatron" / "data")], env=env)
-    if Path("/dev/nvidia0").exists():
+    apex = [str(python), "-m", BUILD, "apex", "--workdir", str(zerolab_home() / "apex")]
+    kernels = [str(python), "-m", BUILD, "fused-kernels", str(engine_dir())]
+    recorded: dict = {"cuda": asdict(plan)}
+    steps: list[tuple[str, bool, Callable[[], dict | None]]] = [  # (what, needed here, build: what to record)
+        ("Megatron's dataset helpers", True, lambda: {"data_helpers": _dataset_helpers(python, console)}),
+        (
+            "apex's extensions",
+            plan.needed,
+            lambda: _run(apex, env | {cuda.ARCH_LIST_VARIABLE: plan.arch_list}),
+        ),
+        ("Megatron's fused kernels", plan.needed, lambda: _run(kernels, env)),
+        ("DeepSpeed's CPU ops", not plan.needed, lambda: _cpu_ops(python, probe, env, console)),
+    ]
+    for number, (step, needed, build) in enumerate(steps, start=6):
+        console.print(
+            f"[bold]{number}/{STEPS}[/] {step}" + ("" if needed else ": not needed, the engine trains on CPU")
+        )
+        if needed:
+            recorded |= build() or {}
+    return recorded
+
+
+def _cpu_ops(python: Path, probe: dict, env: dict[str, str], console: Console) -> None:
+    """JIT-build DeepSpeed's CPU ops into torch_extensions_dir(), unless they are there."""
+    if all(probe.get("ops", {}).get(op, {}).get("jit_built") for op in CPU_OPS):
+        console.print(f"  {', '.join(CPU_OPS)} already built in {torch_extensions_dir()}")
         return
-    console.print("  compiling DeepSpeed's CPU ops: shared-memory comm, cpu_adam (once; about a minute)")
+    console.print(f"  {', '.join(CPU_OPS)}, once (about a minute)")
     script = (
+        "import sys\n"
         "from deepspeed.accelerator import get_accelerator\n"
-        "for name in ('ShareMemCommBuilder', 'CPUAdamBuilder'):\n"
+        "for name in sys.argv[1:]:\n"
         "    get_accelerator().create_op_builder(name).load(verbose=False)\n"
     )
-    _run([str(python), "-c", script], env={**env, "DS_ACCELERATOR": "cpu"})
+    _run([str(python), "-c", script, *CPU_OPS.values()], env={**env, "DS_ACCELERATOR": "cpu"})
+
+
+def _dataset_helpers(python: Path, console: Console) -> dict:
+    """Compile the dataset helpers and smoke-check them; a failed check is a warning (runs fall
+    back to the engine's Python build_sample_idx), recorded with the workaround's name."""
+    data_dir = engine_dir() / data_helpers.DATA_DIR
+    module = data_helpers.build(data_dir, python)
+    check = data_helpers.smoke_check(data_dir, python)
+    if check.ok:
+        console.print(f"  {module.name}: {check.detail}")
+    else:
+        console.print(
+            f"  [yellow]warning[/]: {module.name}: {check.detail}; runs build the sample index with the "
+            f"engine's Python implementation instead (workaround {data_helpers.SMOKE_WORKAROUND})"
+        )
+    workaround = None if check.ok else data_helpers.SMOKE_WORKAROUND
+    return {"module": str(module), "ok": check.ok, "detail": check.detail, "workaround": workaround}
 
 
 def _pip(python: Path, args: list[str]) -> None:
     _run([str(python), "-m", "pip", "install", "--disable-pip-version-check", *args])
-
-
-def _git(args: list[str], cwd: Path) -> None:
-    _run(["git", "-C", str(cwd), *args])
 
 
 def _run(argv: list[str], env: dict[str, str] | None = None) -> None:

@@ -3,7 +3,9 @@
 `ZEROLAB_HOME` (default `~/.cache/zerolab`) holds the engine's virtual environment
 (`venv/`), DeepSpeed's JIT-built ops (`torch_extensions/`), its Megatron-DeepSpeed
 checkout (`engine/Megatron-DeepSpeed-<commit>/`, which must stay writable: Megatron
-compiles its data helpers inside it) and the record of what `zerolab engine install` set up (`install.json`).
+compiles its data helpers inside it), apex's source at its pinned commit (`apex/`, fetched
+only on a CUDA machine whose environment lacks apex) and the record of what `zerolab engine
+install` set up (`install.json`).
 `ZEROLAB_ENGINE_DIR` and `ZEROLAB_ENGINE_PYTHON` point elsewhere, e.g. in the image.
 """
 

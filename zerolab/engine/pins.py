@@ -17,11 +17,14 @@ PINS_FILE = Path(__file__).resolve().parent / "pins.toml"
 
 @dataclass(frozen=True)
 class Pins:
-    """The engine's git source and commit, and the pip pins of its environment."""
+    """The engine's git source and commit, the pip pins of its environment, and apex's git
+    source and commit (built on CUDA machines without it)."""
 
     engine_repo: str
     engine_commit: str
     python: dict[str, str]
+    apex_repo: str
+    apex_commit: str
 
     def requirements(self, *, without: tuple[str, ...] = ()) -> list[str]:
         """pip requirement lines (`name==version`), leaving out the names in `without`."""
@@ -36,4 +39,6 @@ def load_pins() -> Pins:
         engine_repo=data["engine"]["repo"],
         engine_commit=data["engine"]["commit"],
         python=dict(data["python"]),
+        apex_repo=data["apex"]["repo"],
+        apex_commit=data["apex"]["commit"],
     )

@@ -1,7 +1,7 @@
-"""What the pinned Megatron-DeepSpeed needs to run on current DeepSpeed and on CPU, and the
-opt-in patches a launch asks for by environment variable (PyTorch's fused attention, a profile
-of a few training steps), applied by zerolab at launch (never by editing or copying the
-engine's files).
+"""What the pinned Megatron-DeepSpeed needs to run on current DeepSpeed, on CPU and on current
+CUDA, and the opt-in patches a launch asks for by environment variable (PyTorch's fused
+attention, a profile of a few training steps), applied by zerolab at launch and when `make
+setup` prebuilds the fused kernels (never by editing or copying the engine's files).
 
 Each workaround is an import hook on `sys.meta_path`: nothing of the engine is imported
 until the training script imports it itself. Standard library only at import: this module
@@ -11,14 +11,19 @@ once the engine module it patches has been imported).
 
 from __future__ import annotations
 
+import importlib
 import importlib.abc
 import importlib.machinery
 import importlib.util
 import os
+import re
+import subprocess
 import sys
+import sysconfig
 import types
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 
@@ -496,6 +501,144 @@ def profile_training_steps() -> None:
     _patch_after_import(TRAINING, _profile_train_steps)
 
 
+FUSED_KERNELS = "megatron.fused_kernels"
+_GENCODE_TARGET = re.compile(r"(?:compute|sm)_\d+[a-z]?")
+
+
+def buildable_gencode(flags: list[str], targets: frozenset[str]) -> tuple[list[str], list[str]]:
+    """`flags` without the `-gencode` pairs that name an architecture outside `targets` (what
+    nvcc can build), and the flags left out."""
+    kept: list[str] = []
+    dropped: list[str] = []
+    i = 0
+    while i < len(flags):
+        if flags[i] == "-gencode" and i + 1 < len(flags):
+            pair, value = flags[i : i + 2], flags[i + 1]
+        elif flags[i].startswith("-gencode="):
+            pair, value = flags[i : i + 1], flags[i].removeprefix("-gencode=")
+        else:
+            kept.append(flags[i])
+            i += 1
+            continue
+        buildable = all(target in targets for target in _GENCODE_TARGET.findall(value))
+        (kept if buildable else dropped).extend(pair)
+        i += len(pair)
+    return kept, dropped
+
+
+class _BuildableArchsOnly:
+    """Stands in for torch.utils.cpp_extension in megatron.fused_kernels: its load() gets only
+    the -gencode pairs that the nvcc of CUDA_HOME can build. Everything else is the real module."""
+
+    def __init__(self, real: types.ModuleType) -> None:
+        self._real = real
+        self._said = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+    def load(self, *args: Any, **kwargs: Any) -> Any:
+        from zerolab.engine.cuda import nvcc_targets, nvcc_version
+
+        flags, home = kwargs.get("extra_cuda_cflags"), self._real.CUDA_HOME
+        targets = nvcc_targets(Path(home, "bin", "nvcc")) if flags and home else None
+        if targets:
+            kept, dropped = buildable_gencode(list(flags), targets)
+            if dropped:
+                kwargs["extra_cuda_cflags"] = kept
+                if kwargs.get("verbose") and not self._said:
+                    self._said = True
+                    release = nvcc_version(Path(home, "bin", "nvcc"))
+                    print(
+                        f"zerolab: workaround fused_kernels_buildable_archs: nvcc {release} cannot build "
+                        f"{' '.join(dropped)}: left out of Megatron's fused kernels",
+                        flush=True,
+                    )
+        return self._real.load(*args, **kwargs)
+
+
+def _buildable_archs_only(module: types.ModuleType) -> None:
+    module.cpp_extension = _BuildableArchsOnly(module.cpp_extension)  # type: ignore[attr-defined]
+
+
+def fused_kernels_buildable_archs() -> None:
+    """Leave -gencode pairs nvcc cannot build (sm_70 on CUDA 13) out of Megatron's fused kernels."""
+    _patch_after_import(FUSED_KERNELS, _buildable_archs_only)
+
+
+DATASET_UTILS = "megatron.data.dataset_utils"
+
+
+def _make_with_this_pythons_suffix(module: types.ModuleType) -> None:
+    original = module.compile_helper
+
+    def compile_helper() -> None:
+        """Megatron's compile_helper, giving its Makefile this Python's extension suffix."""
+        from zerolab.engine.data_helpers import make_command
+
+        data_dir = Path(module.__file__).parent
+        suffix = sysconfig.get_config_var("EXT_SUFFIX")
+        if subprocess.run(make_command(data_dir, suffix, always=False), check=False).returncode != 0:
+            print("Making C++ dataset helpers module failed, exiting.", flush=True)
+            sys.exit(1)
+
+    compile_helper.__wrapped__ = original  # type: ignore[attr-defined]
+    module.compile_helper = compile_helper  # type: ignore[attr-defined]
+
+
+def helpers_suffix_from_python() -> None:
+    """Give the helpers' Makefile this Python's extension suffix (it asks python3-config: none in a venv)."""
+    _patch_after_import(DATASET_UTILS, _make_with_this_pythons_suffix)
+
+
+HELPERS = "megatron.data.helpers"
+
+
+class _CheckedHelpers(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Before megatron.data.helpers is imported, runs zerolab's smoke check of it in a process of
+    its own; when the check fails, provides a module whose build_sample_idx is the engine's own
+    Python implementation (megatron.data.gpt_dataset._build_sample_idx)."""
+
+    def find_spec(self, fullname: str, path: Sequence[str] | None, target: Any = None) -> Any:
+        if fullname != HELPERS or not path:
+            return None
+        from zerolab.engine.data_helpers import smoke_check
+
+        self.check = smoke_check(Path(next(iter(path))), Path(sys.executable))
+        if self.check.ok:
+            return None  # the compiled helpers load as usual
+        return importlib.util.spec_from_loader(
+            fullname, self, origin="zerolab workaround python_sample_index"
+        )
+
+    def create_module(self, spec: Any) -> None:
+        return None
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        detail = self.check.detail
+        print(
+            f"zerolab: workaround python_sample_index: Megatron's C++ dataset helpers fail zerolab's check "
+            f"({detail}): the sample index is built by the engine's Python _build_sample_idx",
+            flush=True,
+        )
+        module.build_sample_idx = importlib.import_module("megatron.data.gpt_dataset")._build_sample_idx  # type: ignore[attr-defined]
+
+        def __getattr__(name: str) -> Any:
+            if name.startswith("__"):
+                raise AttributeError(name)
+            raise AttributeError(
+                f"{HELPERS}.{name}: Megatron's C++ dataset helpers fail zerolab's check ({detail}) and only "
+                "build_sample_idx has a Python stand-in"
+            )
+
+        module.__getattr__ = __getattr__  # type: ignore[attr-defined]
+
+
+def python_sample_index() -> None:
+    """Where Megatron's C++ build_sample_idx fails a check in a process of its own, use the Python one."""
+    sys.meta_path.insert(0, _CheckedHelpers())
+
+
 WORKAROUNDS: tuple[Workaround, ...] = tuple(
     Workaround(name=function.__name__, why=(function.__doc__ or "").strip(), apply=function, wanted=wanted)
     for function, wanted in (
@@ -508,6 +651,9 @@ WORKAROUNDS: tuple[Workaround, ...] = tuple(
         (partitioned_checkpoint_arguments, _always),
         (contiguous_checkpoints_in_eval, _always),
         (recompute_chunks_of_layers, _always),
+        (fused_kernels_buildable_archs, _always),
+        (helpers_suffix_from_python, _always),
+        (python_sample_index, _always),
         (sdpa_attention, sdpa_wanted),
         (profile_training_steps, profile_wanted),
     )

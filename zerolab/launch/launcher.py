@@ -120,6 +120,8 @@ def launch(
         f"zerolab: {prepared.name} {status['state']} in {seconds:.0f} s (exit code {status['exit_code']})"
         f"{': ' + status['cause'] if status['cause'] else ''}; run directory {display_path(directory)}\n"
     )
+    if status["last_lines"]:
+        say("zerolab: the last lines before it:\n" + "".join(f"  {line}\n" for line in status["last_lines"]))
     return directory, status
 
 

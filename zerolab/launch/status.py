@@ -1,5 +1,6 @@
 """status.json: `state` (running, completed, failed, killed), `exit_code`, `started`,
-`ended` (ISO 8601, UTC) and `cause` (one line, when failed or killed)."""
+`ended` (ISO 8601, UTC), `cause` (one line, when failed or killed) and `last_lines` (the
+output before a rank was killed by a signal), and how a failed run's cause is found."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from zerolab.launch.rundir import STATUS_FILE, write_json
+from zerolab.signals import RankSignal, RankSignalReader
+from zerolab.summarize.lines import clean_line
 
 RUNNING, COMPLETED, FAILED, KILLED = "running", "completed", "failed", "killed"
 
@@ -31,9 +34,17 @@ def write_status(
     exit_code: int | None = None,
     ended: str | None = None,
     cause: str | None = None,
+    last_lines: list[str] | None = None,
 ) -> dict:
     """Write status.json whole and return what was written."""
-    status = {"state": state, "exit_code": exit_code, "started": started, "ended": ended, "cause": cause}
+    status = {
+        "state": state,
+        "exit_code": exit_code,
+        "started": started,
+        "ended": ended,
+        "cause": cause,
+        "last_lines": last_lines or [],
+    }
     write_json(run_dir / STATUS_FILE, status)
     return status
 
@@ -46,3 +57,13 @@ def failure_cause(log_lines: Iterable[str]) -> str | None:
         if match and not any(wrapper in match["line"] for wrapper in _WRAPPER_EXCEPTIONS):
             return match["line"][:500]
     return None
+
+
+def rank_signal(log_lines: Iterable[str]) -> RankSignal | None:
+    """The rank the launcher reports killed by a signal in `log_lines`, read as `zerolab
+    summarize` reads a log (zerolab.signals), or None."""
+    reader = RankSignalReader()
+    for number, raw in enumerate(log_lines, start=1):
+        line = clean_line(number, raw.rstrip("\r\n"))
+        reader.feed(line.number, line.source, line.text)
+    return reader.found

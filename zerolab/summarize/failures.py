@@ -1,21 +1,36 @@
 """How a run ended, from its log: failure signatures (FORMATS.md section 10, and the
-CPU engine's own), completion markers, and NaN/overflow anomalies that do not stop a run."""
+CPU engine's own), a rank killed by a signal (zerolab.signals), completion markers, and
+NaN/overflow anomalies that do not stop a run."""
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
 
+from zerolab.signals import REPORT_MARKERS, RankSignalReader
+
 CAUSE_LABELS = {
     "out_of_memory": "out of memory",
     "nan_or_overflow": "NaN or overflow",
     "nccl_timeout": "NCCL timeout",
     "gpu_error": "GPU error",
+    "signal": "killed by a signal",
     "killed": "killed",
     "exception": "exception",
 }
 """Failure kinds, most specific first: when a log shows several, the first one here wins.
 Within a kind, the signature listed first in _SIGNATURES wins."""
+
+SELF_DESCRIBED = ("signal",)
+"""Kinds whose detail says it all (`rank 0 killed by SIGSEGV (signal 11)`): no label before it."""
+
+
+def cause_text(kind: str, detail: str | None) -> str:
+    """The cause column: `out of memory: CUDA out of memory. ...`, `rank 0 killed by SIGSEGV (signal 11)`."""
+    if not detail:
+        return CAUSE_LABELS[kind]
+    return detail if kind in SELF_DESCRIBED else f"{CAUSE_LABELS[kind]}: {detail}"
+
 
 # (kind, cheap substring, pattern): the substring gates the regex on the hot path
 _SIGNATURES: tuple[tuple[str, str, re.Pattern[str]], ...] = (
@@ -55,6 +70,7 @@ _WORTH_A_LOOK = re.compile(
             *(gate for _, gate, _ in _SIGNATURES),
             *_COMPLETION,
             *_NAN_WARNINGS,
+            *REPORT_MARKERS,
             "Traceback",
             "Error",
             "Exception",
@@ -75,7 +91,7 @@ class Failure:
     @property
     def label(self) -> str:
         """e.g. `out of memory: CUDA out of memory. Tried to allocate 8.01 GiB`."""
-        return f"{CAUSE_LABELS[self.kind]}: {self.detail}" if self.detail else CAUSE_LABELS[self.kind]
+        return cause_text(self.kind, self.detail)
 
 
 class EndingDetector:
@@ -87,11 +103,13 @@ class EndingDetector:
         self.completed = False
         self._after_traceback = False
         self.nan_warnings = 0
+        self.signals = RankSignalReader(keep_last_lines=False)
 
-    def feed(self, number: int, text: str) -> None:
-        """Look at one line."""
+    def feed(self, number: int, text: str, source: str | None = None) -> None:
+        """Look at one line (`source`: its rank prefix, if any)."""
         if not _WORTH_A_LOOK.search(text):
             return
+        self.signals.feed(number, source, text)
         if any(marker in text for marker in _COMPLETION):
             self.completed = True
         if "Traceback (most recent call last)" in text:
@@ -118,6 +136,8 @@ class EndingDetector:
     def failure(self) -> Failure | None:
         """The most specific failure seen, or None."""
         for kind in CAUSE_LABELS:
+            if kind == "signal" and (rank_signal := self.signals.found):
+                return Failure(kind, rank_signal.line, rank_signal.describe())
             if kind in self.found:
                 return self.found[kind]
         return None

@@ -104,7 +104,7 @@ class LogParser:
         text = line.text
         if self._pending is not None and self._continue_pending(line):
             return
-        log.ending.feed(line.number, text)
+        log.ending.feed(line.number, text, line.source)
         if log.config.feed(text):
             return
         match = megatron.find_iteration(text)

@@ -9,7 +9,7 @@ from typing import Any
 
 from zerolab.summarize.config import config_columns, setup_label
 from zerolab.summarize.discover import Run
-from zerolab.summarize.failures import CAUSE_LABELS
+from zerolab.summarize.failures import cause_text
 from zerolab.summarize.flops import ModelShape, tflops_per_gpu
 from zerolab.summarize.parse import ParsedLog
 from zerolab.summarize.rundir import RunDirFacts
@@ -59,7 +59,7 @@ def _status(log: ParsedLog, facts: RunDirFacts | None) -> dict[str, Any]:
         return {
             "status": "failed",
             "cause_kind": kind,
-            "cause": f"{CAUSE_LABELS[kind]}: {detail}" if detail else CAUSE_LABELS[kind],
+            "cause": cause_text(kind, detail),
         }
     if state == "completed" or (state is None and (log.ending.completed or completed_by_count)):
         return {"status": "completed", "cause_kind": None, "cause": None}

@@ -1,0 +1,46 @@
+"""`python -m zerolab.engine.megatron_entry SCRIPT ARGS...`: what every rank runs, as each
+launcher calls it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from zerolab.engine.paths import REPO_ROOT
+
+SCRIPT = "import json, sys\nprint(json.dumps(sys.argv))\n"
+
+
+def run_entry(tmp_path, *args: str) -> list[str]:
+    script = tmp_path / "pretrain_gpt.py"
+    script.write_text(SCRIPT)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "zerolab.engine.megatron_entry",
+            *[str(script) if a == "SCRIPT" else a for a in args],
+        ],
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT), "RANK": "1"},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    argv = json.loads(result.stdout.splitlines()[-1])
+    assert argv[0] == str(script)
+    return argv[1:]
+
+
+def test_torchrun_arguments_reach_the_script_unchanged(tmp_path):
+    assert run_entry(tmp_path, "SCRIPT", "--num-layers", "2") == ["--num-layers", "2"]
+
+
+def test_the_deepspeed_launchers_local_rank_before_the_script_is_passed_after_its_arguments(tmp_path):
+    # deepspeed.launcher.launch runs `python -u -m MODULE --local_rank=N SCRIPT ARGS...`
+    assert run_entry(tmp_path, "--local_rank=1", "SCRIPT", "--num-layers", "2") == [
+        "--num-layers",
+        "2",
+        "--local_rank=1",
+    ]

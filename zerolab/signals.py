@@ -1,0 +1,143 @@
+"""A process killed by a signal: in words (`killed by SIGSEGV (signal 11)`), and a rank's death
+as the launchers report it, read from log lines by the one reader that `zerolab launch`
+(status.json) and `zerolab summarize` (the cause column) share.
+
+torchrun ends a failed run with a ChildFailedError report that names, under "Root Cause", the
+first rank to fail, its `exitcode` (minus the signal number) and `Signal 11 (SIGSEGV) received
+by PID ...`; the DeepSpeed launcher logs `... exits with return code = -11` without saying
+which rank; Python's subprocess says `died with <Signals.SIGSEGV: 11>`.
+Standard library only: the engine's build steps use it too.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+from collections import deque
+from dataclasses import dataclass
+
+LAST_LINES = 5
+"""How many output lines before the launcher's report are kept with a rank's death."""
+
+_LIKELY = {signal.SIGKILL: "likely out of host memory"}
+"""What a signal nobody asked for most often means (SIGKILL: the kernel's OOM killer)."""
+
+_REPORT = re.compile(
+    r"failed \(exitcode: -?\d+\)|ChildFailedError|Root Cause \(first observed failure\)"
+    r"|^\s*(?:rank|exitcode)\s+: |exits with return code = |Killing subprocess|died with <Signals\."
+)
+"""Every line of a launcher's failure report matches; the first one ends the ranks' output."""
+REPORT_MARKERS = (
+    "exitcode",
+    "ChildFailedError",
+    "Root Cause",
+    "local_rank",
+    "exits with return code",
+    "Killing subprocess",
+    "died with <Signals",
+)
+"""Every line of a launcher's failure report holds one of these: other lines matter only as the
+output before the report (a reader that keeps no last lines may be fed report lines alone)."""
+_REPORT_GATE = re.compile("|".join(re.escape(marker) for marker in REPORT_MARKERS))
+_TORCHRUN_ROOT = "Root Cause (first observed failure)"
+_TORCHRUN_RANK = re.compile(r"^\s*rank\s+: (\d+) \(local_rank: \d+\)")
+_TORCHRUN_EXIT = re.compile(r"^\s*exitcode\s+: (-?\d+) \(pid: \d+\)")
+_TORCHRUN_FAILED = re.compile(r"failed \(exitcode: (-\d+)\) local_rank: \d+ \(pid: \d+\)")
+_DEEPSPEED_EXIT = re.compile(r"exits with return code = (-\d+)")
+_SUBPROCESS_DIED = re.compile(r"died with <Signals\.\w+: (\d+)>")
+_LAUNCHER_LOG = re.compile(r"^[IWEF]\d{4} [\d:.]+\s+\d+ \S+\.py:\d+\]|\[(?:launch|runner)\.py:\d+:")
+"""torchrun's own log lines (glog style) and the DeepSpeed launcher's: not a rank's output."""
+_RANK_DIGITS = re.compile(r"(\d+)$")
+
+
+def signal_words(number: int) -> str:
+    """`SIGSEGV (signal 11)`; `signal 99` for a number without a name."""
+    try:
+        return f"{signal.Signals(number).name} (signal {number})"
+    except ValueError:
+        return f"signal {number}"
+
+
+def killed_by(number: int) -> str:
+    """`killed by SIGKILL (signal 9): likely out of host memory`."""
+    hint = _LIKELY.get(number)
+    return f"killed by {signal_words(number)}" + (f": {hint}" if hint else "")
+
+
+@dataclass(frozen=True)
+class RankSignal:
+    """A rank killed by a signal: its global rank (None when the launcher does not say), the
+    signal, the log line that says so, and that rank's (or else the log's) last output lines."""
+
+    rank: int | None
+    signal: int
+    line: int
+    last_lines: tuple[str, ...]
+
+    def describe(self) -> str:
+        """`rank 0 killed by SIGSEGV (signal 11)`."""
+        who = "a rank" if self.rank is None else f"rank {self.rank}"
+        return f"{who} {killed_by(self.signal)}"
+
+
+class RankSignalReader:
+    """Feed it every line in order (`source`: the line's rank prefix, e.g. `rank1`, or None);
+    `found` is the rank the launcher reports killed by a signal, or None. `keep_last_lines`:
+    whether `found` carries the output lines before the report (summaries do not need them)."""
+
+    def __init__(self, *, keep_last_lines: bool = True) -> None:
+        self._keep = keep_last_lines
+        self._recent: dict[str | None, deque[str]] = {}
+        self._before: dict[str | None, list[str]] | None = None
+        self._in_root = False
+        self._block_rank: int | None = None
+        self._root: tuple[int | None, int, int] | None = None  # (rank, exit code, line)
+        self._other: tuple[int | None, int, int] | None = None  # a signal said elsewhere
+
+    def feed(self, number: int, source: str | None, text: str) -> None:
+        """Look at one line."""
+        if not _REPORT_GATE.search(text) or not _REPORT.search(text):
+            if self._keep and self._before is None and text and not text.isspace():
+                recent = self._recent.get(source)
+                if recent is None:
+                    recent = self._recent[source] = deque(maxlen=4 * LAST_LINES)
+                recent.append(text)
+            return
+        if self._before is None:
+            self._before = {key: list(lines) for key, lines in self._recent.items()}
+        if _TORCHRUN_ROOT in text:
+            self._in_root = True
+        elif match := _TORCHRUN_RANK.match(text):
+            self._block_rank = int(match[1])
+        elif match := _TORCHRUN_EXIT.match(text):
+            if self._in_root and self._root is None:
+                self._root = (self._block_rank, int(match[1]), number)
+        elif self._other is None:
+            for pattern, sign in ((_TORCHRUN_FAILED, 1), (_DEEPSPEED_EXIT, 1), (_SUBPROCESS_DIED, -1)):
+                if match := pattern.search(text):  # as an exit code: minus the signal number
+                    self._other = (None, sign * int(match[1]), number)
+                    break
+
+    @property
+    def found(self) -> RankSignal | None:
+        """The rank killed by a signal: torchrun's root cause when it reported one (None when
+        that rank exited with an error code instead), else the first death by signal seen."""
+        rank, code, line = self._root or self._other or (None, 0, 0)
+        if code >= 0:
+            return None
+        return RankSignal(rank, -code, line, self._last_lines(rank))
+
+    def _last_lines(self, rank: int | None) -> tuple[str, ...]:
+        """The rank's own last lines where its output is prefixed with its rank, else the log's."""
+        before = self._before if self._before is not None else self._recent
+        own = [
+            lines
+            for source, lines in before.items()
+            if source is not None
+            and rank is not None
+            and (m := _RANK_DIGITS.search(source))
+            and int(m[1]) == rank
+        ]
+        lines = own[0] if own else before.get(None, [])
+        rank_output = [line.rstrip() for line in lines if not _LAUNCHER_LOG.search(line)]
+        return tuple(rank_output[-LAST_LINES:])
