@@ -8,7 +8,7 @@ import os
 import subprocess
 import sys
 
-from zerolab.engine.paths import REPO_ROOT
+from zerolab.locations import REPO_ROOT
 
 SCRIPT = "import json, sys\nprint(json.dumps(sys.argv))\n"
 
