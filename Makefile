@@ -26,8 +26,9 @@ lint: dev  ## ruff, shellcheck and hadolint
 test: lint  ## set up .venv, lint, and run every test (engine tests skip, with the reason, without the engine)
 	$(BIN)/pytest
 
-docs: dev  ## regenerate docs/recipe-reference.md from the recipe schema, and docs/estimate.md's tables from the measurements
+docs: dev  ## regenerate the generated docs: recipe-reference.md (schema), summarize.md's columns, estimate.md's tables
 	$(BIN)/python -m zerolab.recipe.reference
+	$(BIN)/python -m zerolab.summarize.columns
 	$(BIN)/python -m zerolab.estimate.calibration
 
 setup: dev  ## the engine: a venv in ~/.cache/zerolab with the pins of zerolab/engine/pins.toml, Megatron-DeepSpeed at the pinned commit, its builds (on CUDA: apex, fused kernels) (ZEROLAB_ENGINE_SRC / ZEROLAB_APEX_SRC=local git dirs to clone from)

@@ -85,7 +85,8 @@ def _setup(recipe: Recipe) -> str:
     return (
         f"{model.name}, {zero_label(recipe)}, tensor {parallel.tensor} x pipeline {parallel.pipeline} "
         f"x data {recipe.data_parallel_size}, micro {recipe.train.micro_batch_size}, "
-        f"{recipe.precision_name}, recompute {recipe.activation_checkpointing.granularity}"
+        f"{recipe.precision_name}, recompute {recipe.activation_checkpointing.granularity}, "
+        f"attention {recipe.model.attention}"
     )
 
 

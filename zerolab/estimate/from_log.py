@@ -86,7 +86,7 @@ def _checkpointing(args: dict[str, Any]) -> dict[str, Any]:
         if args["recompute_granularity"] == "full":
             section |= {
                 "method": args.get("recompute_method") or "uniform",
-                "num_layers": int(args.get("recompute_num_layers") or 1),
+                "num_layers": args.get("recompute_num_layers") or 1,
             }
         return section
     if not args.get("checkpoint_activations"):
@@ -94,7 +94,7 @@ def _checkpointing(args: dict[str, Any]) -> dict[str, Any]:
     section = {
         "granularity": "full",
         "method": "uniform",
-        "num_layers": int(args.get("checkpoint_num_layers") or 1),
+        "num_layers": args.get("checkpoint_num_layers") or 1,
     }
     if args.get("deepspeed_activation_checkpointing"):
         section |= {
@@ -144,12 +144,12 @@ def recipe_from_log(log: ParsedLog) -> tuple[Recipe | None, list[str]]:
             "max_position_embeddings": args.get("max_position_embeddings") or args["seq_length"],
             "vocab_size": args["padded_vocab_size"],
             "make_vocab_size_divisible_by": 1,
-            "attention_dropout": float(args.get("attention_dropout", 0.1)),
-            "hidden_dropout": float(args.get("hidden_dropout", 0.1)),
+            "attention_dropout": args.get("attention_dropout", 0.1),
+            "hidden_dropout": args.get("hidden_dropout", 0.1),
         },
         "parallel": {
-            "tensor": int(args.get("tensor_model_parallel_size") or 1),
-            "pipeline": int(args.get("pipeline_model_parallel_size") or 1),
+            "tensor": args.get("tensor_model_parallel_size") or 1,
+            "pipeline": args.get("pipeline_model_parallel_size") or 1,
         },
         "zero": _zero_section(args, ds, ds_json),
         "activation_checkpointing": _checkpointing(args),
@@ -157,7 +157,7 @@ def recipe_from_log(log: ParsedLog) -> tuple[Recipe | None, list[str]]:
         "train": {
             "micro_batch_size": args["micro_batch_size"],
             "global_batch_size": args["global_batch_size"],
-            "iters": int(args.get("train_iters") or 1),
+            "iters": args.get("train_iters") or 1,
         },
         "hardware": {
             "device": "cpu" if args.get("distributed_backend") == "gloo" else "cuda",

@@ -10,9 +10,8 @@ from zerolab.recipe.schema import Recipe
 
 def attention_kind(recipe: Recipe) -> str:
     """The recipe's attention kind: `megatron` materializes the seq x seq scores, `flash` and `sdpa`
-    do not. `model.attention` is being added on another branch; until it is merged every recipe
-    uses the engine's own attention, `megatron`."""
-    return getattr(recipe.model, "attention", "megatron")
+    do not."""
+    return recipe.model.attention
 
 
 @dataclass(frozen=True)

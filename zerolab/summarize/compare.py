@@ -6,19 +6,7 @@ from typing import Any
 
 from zerolab.errors import UserError
 from zerolab.summarize.collect import Collection
-
-# (row key, what it is, whether higher is better)
-COMPARED_METRICS: tuple[tuple[str, str, bool], ...] = (
-    ("tokens_per_s_per_gpu", "tokens/s per GPU", True),
-    ("ms_per_iter", "ms per iteration", False),
-    ("epoch_time_s", "time per epoch (s)", False),
-    ("tflops_per_gpu", "TFLOP/s per GPU", True),
-    ("mfu_pct", "MFU (%)", True),
-    ("max_allocated_GiB", "max allocated (GiB)", False),
-    ("peak_host_GiB", "peak host memory (GiB)", False),
-    ("last_loss", "last training loss", False),
-    ("val_loss", "validation loss", False),
-)
+from zerolab.summarize.columns import METRICS
 
 
 def comparison(collection: Collection, baseline: str | None) -> dict[str, Any]:
@@ -34,13 +22,17 @@ def comparison(collection: Collection, baseline: str | None) -> dict[str, Any]:
     rows = {summary.row["name"]: summary.row for summary in collection.runs}
     base = rows[base_name]
     metrics = {}
-    for key, label, higher in COMPARED_METRICS:
+    for column in METRICS:
         values = {}
         for name, row in rows.items():
-            value, reference = row[key], base[key]
+            value, reference = row[column.key], base[column.key]
             ratio = value / reference if value is not None and reference else None
             values[name] = {"value": value, "ratio": None if ratio is None else round(ratio, 4)}
-        metrics[key] = {"label": label, "higher_is_better": higher, "values": values}
+        metrics[column.key] = {
+            "label": column.label,
+            "higher_is_better": column.better == "higher",
+            "values": values,
+        }
     return {"baseline": base_name, "runs": names, "metrics": metrics}
 
 
@@ -52,16 +44,16 @@ def rich_comparison(result: dict[str, Any]) -> Any:
     table.add_column("metric")
     for name in result["runs"]:
         table.add_column(name + (" (baseline)" if name == result["baseline"] else ""), justify="right")
-    for metric in result["metrics"].values():
+    for column in METRICS:
+        metric = result["metrics"][column.key]
         cells = []
         for name in result["runs"]:
             entry = metric["values"][name]
             if entry["value"] is None:
                 cells.append("")
             elif entry["ratio"] is None:
-                cells.append(f"{entry['value']:.4g}")
+                cells.append(column.text(entry["value"]))
             else:
-                cells.append(f"{entry['value']:.4g} ({entry['ratio']:.2f}x)")
-        arrow = "higher is better" if metric["higher_is_better"] else "lower is better"
-        table.add_row(f"{metric['label']} [{arrow}]", *cells)
+                cells.append(f"{column.text(entry['value'])} ({entry['ratio']:.2f}x)")
+        table.add_row(f"{column.label} [{column.better_words}]", *cells)
     return table

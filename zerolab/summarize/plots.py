@@ -11,6 +11,7 @@ from typing import Any
 
 from zerolab.files import save_png
 from zerolab.summarize.collect import SETUP_ORDER, Collection
+from zerolab.summarize.columns import COLUMNS
 from zerolab.summarize.summary import RunSummary
 
 DPI = 130
@@ -141,51 +142,28 @@ def write_plots(collection: Collection, out: Path) -> tuple[list[Path], list[str
     def with_metric(key: str) -> list[RunSummary]:
         return [s for s in collection.runs if s.row[key] is not None]
 
-    def bars(name: str, key: str, **kwargs: Any) -> None:
-        runs = with_metric(key)
+    for column in COLUMNS:
+        if column.plot is None:
+            continue
+        plot, runs = column.plot, with_metric(column.key)
         if not runs:
-            skipped.append(f"{name}: no run has {key}")
-            return
-        _bar_chart(runs, lambda row: row[key], path=out / name, **kwargs)
-        written.append(out / name)
-
-    bars(
-        "throughput.png",
-        "tokens_per_s_per_gpu",
-        title="Training throughput per GPU (higher is better)",
-        ylabel="tokens/s per GPU",
-        subtitle=f"bar: median, whisker: 10th-90th percentile of logged intervals; {warmup}",
-        spread=("tokens_per_s_per_gpu_p10", "tokens_per_s_per_gpu_p90"),
-        value_format="{:,.0f}",
-    )
-    epoch_runs = with_metric("epoch_time_s")
-    if epoch_runs:
-        unit, size = _duration_unit([s.row["epoch_time_s"] for s in epoch_runs])
+            skipped.append(f"{plot.file}: no run has {column.key}")
+            continue
+        scale, ylabel = 1.0, column.label
+        if plot.durations:
+            unit, scale = _duration_unit([s.row[column.key] for s in runs])
+            ylabel = f"{column.label} ({unit})"
         _bar_chart(
-            epoch_runs,
-            lambda row: row["epoch_time_s"] / size,
-            title="Time for one epoch of the training data (lower is better)",
-            ylabel=f"time per epoch ({unit})",
-            path=out / "epoch_time.png",
-            subtitle="epoch tokens / (steady-state tokens/s per GPU x GPUs)",
+            runs,
+            lambda row, key=column.key, scale=scale: row[key] / scale,
+            title=f"{plot.title} ({column.better_words})",
+            ylabel=ylabel,
+            path=out / plot.file,
+            subtitle=plot.subtitle.format(warmup=warmup),
+            spread=plot.spread,
+            value_format=plot.bar_text,
         )
-        written.append(out / "epoch_time.png")
-    else:
-        skipped.append("epoch_time.png: no run has epoch_time_s (epoch tokens unknown)")
-    bars(
-        "gpu_memory.png",
-        "max_allocated_GiB",
-        title="Peak accelerator memory allocated per GPU (lower is better)",
-        ylabel="max allocated (GiB)",
-        subtitle="largest of Megatron's memory report and DeepSpeed's MaxMemAllocated / Max_MA, over ranks",
-    )
-    bars(
-        "host_memory.png",
-        "peak_host_GiB",
-        title="Peak host memory (lower is better)",
-        ylabel="peak host memory (GiB)",
-        subtitle="run directories: launcher process tree RSS; plain logs: DeepSpeed's whole-machine CPU used",
-    )
+        written.append(out / plot.file)
     curves = [s for s in collection.runs if len(s.loss_curve[0]) >= 2]
     if curves:
         _loss_chart(curves, out / "loss.png")

@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from zerolab.summarize.columns import ROW_KEYS
 from zerolab.summarize.config import config_columns, setup_label
 from zerolab.summarize.discover import Run
 from zerolab.summarize.failures import cause_text
@@ -279,7 +280,7 @@ def summarize_run(run: Run, log: ParsedLog, facts: RunDirFacts | None, options: 
         [it for it, loss in zip(iterations, log.iterations["loss"], strict=True) if math.isfinite(loss)],
         [loss for loss in log.iterations["loss"] if math.isfinite(loss)],
     )
-    return RunSummary(row, curve, tokens)
+    return RunSummary({key: row[key] for key in ROW_KEYS}, curve, tokens)
 
 
 def _epoch_tokens(cfg: dict[str, Any], log: ParsedLog, options: Options) -> tuple[int | None, str | None]:

@@ -1,0 +1,384 @@
+"""The summary's columns, declared once: each row key with what it means, and for the ones a
+person reads, the label with its unit, how a cell shows it, and whether higher or lower is
+better. summary.json and summary.csv hold the keys in this order; the tables, `zerolab compare`,
+the plots and docs/summarize.md (`python -m zerolab.summarize.columns`) loop over this list.
+Adding a metric is one Column here and its value in summary.py."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from zerolab.locations import REPO_ROOT
+
+Row = dict[str, Any]
+
+
+def number(value: Any, digits: int = 3) -> str:
+    """A value for a table: 3 significant digits (or whole with thousands separators), empty for None."""
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:,.{digits}g}" if abs(value) < 10**digits else f"{value:,.0f}"
+    return str(value)
+
+
+def duration(seconds: float | None) -> str:
+    """`22.6 s`, `4.1 min`, `3.2 h`, `2.5 d`."""
+    if seconds is None:
+        return ""
+    for unit, size in (("d", 86400.0), ("h", 3600.0), ("min", 60.0)):
+        if seconds >= 2 * size:
+            return f"{seconds / size:.1f} {unit}"
+    return f"{seconds:.1f} s"
+
+
+@dataclass(frozen=True)
+class Plot:
+    """A bar chart of a column, one bar per run."""
+
+    file: str
+    title: str
+    subtitle: str
+    spread: tuple[str, str] | None = None
+    """Row keys of the whisker's low and high ends."""
+    bar_text: str = "{:.3g}"
+    durations: bool = False
+    """Values are seconds, drawn in the unit that suits the largest."""
+
+
+@dataclass(frozen=True)
+class Column:
+    """A row key and what it means; `label` (its unit in it) makes it a table column."""
+
+    key: str
+    doc: str
+    label: str | None = None
+    header: str | None = None
+    """The table's header when it says more than the label (default: the label)."""
+    companions: tuple[str, ...] = ()
+    """Further row keys documented with this one (its spread, where it came from)."""
+    show: Callable[[Any], str] | None = None
+    """How a value is written in a table or comparison (default: `number`)."""
+    cell: Callable[[Row], str] | None = None
+    """How the table cell is made from the whole row, when it combines keys."""
+    better: Literal["higher", "lower"] | None = None
+    """A metric: `zerolab compare` divides it by the baseline's."""
+    terminal: bool = True
+    """In the printed table as well as summary.md."""
+    plot: Plot | None = None
+
+    @property
+    def table_header(self) -> str:
+        """The header of this column in the tables."""
+        return self.header or self.label or self.key
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        """The row keys this column documents, its own first."""
+        return (self.key, *self.companions)
+
+    def text(self, value: Any) -> str:
+        """One value as a table or comparison shows it."""
+        return (self.show or (lambda v: number(v, 4)))(value)
+
+    def table_cell(self, row: Row) -> str:
+        """This column's cell for `row`."""
+        return self.cell(row) if self.cell else self.text(row[self.key])
+
+    @property
+    def better_words(self) -> str:
+        """`higher is better` or `lower is better`."""
+        return f"{self.better} is better"
+
+
+def _spread(key: str) -> Callable[[Row], str]:
+    def cell(row: Row) -> str:
+        if row[key] is None:
+            return ""
+        if row[f"{key}_p10"] is None or row[f"{key}_p10"] == row[f"{key}_p90"]:
+            return number(row[key], 4)
+        return f"{number(row[key], 4)} [{number(row[f'{key}_p10'], 4)}-{number(row[f'{key}_p90'], 4)}]"
+
+    return cell
+
+
+def _batch(row: Row) -> str:
+    if row["micro_batch_size"] is None and row["global_batch_size"] is None:
+        return ""
+    return f"{number(row['micro_batch_size'])}/{number(row['global_batch_size'])}"
+
+
+def _loss(row: Row) -> str:
+    if row["first_loss"] is None:
+        return ""
+    return f"{row['first_loss']:.3f} → {row['last_loss']:.3f}"
+
+
+def _val(row: Row) -> str:
+    parts = [f"{row['val_loss']:.3f}" if row["val_loss"] is not None else "", number(row["val_ppl"], 4)]
+    return " / ".join(parts) if any(parts) else ""
+
+
+def _estimate(row: Row) -> str:
+    """`7.89 (+0.8%)`: zerolab estimate's predicted peak and its error against max allocated."""
+    if row["estimated_peak_GiB"] is None:
+        return ""
+    error = row["estimate_error_pct"]
+    return number(row["estimated_peak_GiB"]) + (f" ({error:+.1f}%)" if error is not None else "")
+
+
+def _status(row: Row) -> str:
+    from zerolab.summarize.summary import STATUS_LABELS
+
+    text = STATUS_LABELS[row["status"]]
+    if row["cause"]:
+        text += f": {row['cause']}"
+    if row["anomalies"]:
+        text += " (NaN or overflow seen)"
+    return text
+
+
+def _loss_value(value: Any) -> str:
+    return "" if value is None else f"{value:.3f}"
+
+
+COLUMNS: tuple[Column, ...] = (
+    Column("name", "run name (run.json, or the log file's stem)", label="run"),
+    Column(
+        "setup",
+        "`dp`, `z1`, `z2`, `z3`, `z3_offload`, `z3_offload_param` (prefixed `tpT_ppP_` with model "
+        "parallelism)",
+        label="setup",
+        show=lambda value: value or "",
+    ),
+    Column("path", "the run directory or log file"),
+    Column("model", "the model (e.g. `gpt2-1.5b`)", label="model", show=lambda v: v or "", terminal=False),
+    Column(
+        "num_layers",
+        "the model's shape",
+        companions=("hidden_size", "ffn_hidden_size", "seq_length", "padded_vocab_size"),
+    ),
+    Column("world_size", "ranks", label="GPUs"),
+    Column("tensor_parallel", "tensor- and pipeline-parallel sizes", companions=("pipeline_parallel",)),
+    Column("zero_stage", "ZeRO stage", label="ZeRO", terminal=False),
+    Column(
+        "offload",
+        "optimizer (or weight) offload to the CPU; `offload_param`: the weights too",
+        label="offload",
+        companions=("offload_param",),
+        show=lambda value: {True: "yes", False: "no", None: ""}[value],
+        terminal=False,
+    ),
+    Column(
+        "micro_batch_size",
+        "sequences per micro batch per rank, and per optimizer step",
+        label="micro/global batch",
+        companions=("global_batch_size",),
+        cell=_batch,
+    ),
+    Column("precision", "`fp32`, `bf16` or `fp16`", label="precision", show=lambda v: v or ""),
+    Column(
+        "status",
+        "`completed`, `running_or_cut_off` or `failed`; its kind: `out_of_memory`, `nan_or_overflow`, "
+        "`nccl_timeout`, `gpu_error`, `signal` (a rank killed by a signal), `killed` or `exception`; "
+        "the cause with the line that says it",
+        label="status",
+        companions=("cause_kind", "cause"),
+        cell=_status,
+    ),
+    Column(
+        "anomalies",
+        "NaN/overflow seen without stopping the run: skipped iterations, NaN grad norms, loss not printed",
+    ),
+    Column(
+        "iterations_done",
+        "the last logged iteration, and the run's target",
+        label="iterations",
+        companions=("train_iters",),
+    ),
+    Column(
+        "warmup_until_iteration",
+        "logged intervals up to this iteration are warm-up; how many intervals the steady state uses",
+        companions=("steady_intervals",),
+    ),
+    Column(
+        "tokens_per_s_per_gpu",
+        "steady-state median and 10th/90th percentile; from `tgs`, else samples/s x seq / world size, else "
+        "global batch x seq / iteration time / world size",
+        label="tokens/s per GPU",
+        header="tokens/s per GPU median [p10-p90]",
+        companions=("tokens_per_s_per_gpu_p10", "tokens_per_s_per_gpu_p90", "tokens_per_s_per_gpu_source"),
+        cell=_spread("tokens_per_s_per_gpu"),
+        better="higher",
+        plot=Plot(
+            "throughput.png",
+            "Training throughput per GPU",
+            "bar: median, whisker: 10th-90th percentile of logged intervals; {warmup}",
+            spread=("tokens_per_s_per_gpu_p10", "tokens_per_s_per_gpu_p90"),
+            bar_text="{:,.0f}",
+        ),
+    ),
+    Column("samples_per_s", "steady-state median of samples per second"),
+    Column(
+        "ms_per_iter",
+        "steady-state median (and 10th/90th percentile) time per iteration",
+        label="ms/iteration",
+        companions=("ms_per_iter_p10", "ms_per_iter_p90"),
+        better="lower",
+    ),
+    Column(
+        "epoch_time_s",
+        "time for one epoch at the steady rate; `epoch_tokens`: tokens of one epoch (`--epoch-tokens`, "
+        "run.json, or the log's training samples per epoch x seq length)",
+        label="time per epoch",
+        header="time/epoch",
+        companions=("epoch_tokens", "epoch_tokens_source"),
+        show=duration,
+        better="lower",
+        plot=Plot(
+            "epoch_time.png",
+            "Time for one epoch of the training data",
+            "epoch tokens / (steady-state tokens/s per GPU x GPUs)",
+            durations=True,
+        ),
+    ),
+    Column(
+        "tflops_per_gpu",
+        "from the formula of Megatron-DeepSpeed's `throughput_calculator` when the shapes are known (the "
+        "log's 2-decimal value loses precision on small models), else as the log prints it",
+        label="TFLOP/s per GPU",
+        companions=("tflops_per_gpu_p10", "tflops_per_gpu_p90", "tflops_per_gpu_source"),
+        show=number,
+        better="higher",
+    ),
+    Column(
+        "mfu_pct",
+        "model FLOPs utilization: TFLOPs / the peak dense bf16/fp16 TFLOP/s (`peak_tflops`: "
+        "`--peak-tflops`, or doctor.json's GPU: A10 125, A40 149.7, A100 312, H100 PCIe 756, H100 SXM "
+        "989.4, H200 989.4)",
+        label="MFU %",
+        companions=("peak_tflops", "peak_tflops_source"),
+        show=number,
+        better="higher",
+    ),
+    Column(
+        "max_allocated_GiB",
+        "largest of Megatron's max allocated, DeepSpeed's MaxMemAllocated and see_memory_usage's Max_MA "
+        "(GiB)",
+        label="max allocated GiB",
+        companions=("max_allocated_source",),
+        show=number,
+        better="lower",
+        plot=Plot(
+            "gpu_memory.png",
+            "Peak accelerator memory allocated per GPU",
+            "largest of Megatron's memory report and DeepSpeed's MaxMemAllocated / Max_MA, over ranks",
+        ),
+    ),
+    Column(
+        "estimated_peak_GiB",
+        "`zerolab estimate`'s predicted peak allocated for the run's setup (from the run directory's "
+        "`recipe.yaml`, or a plain log's argument dump) and its error against `max_allocated_GiB`, "
+        "(estimate - measured) / measured in %; empty for CPU runs (their max allocated is resident "
+        "memory) and where the log does not state the settings, with the reason in `notes` "
+        "(docs/estimate.md)",
+        label="estimate GiB (error %)",
+        companions=("estimate_error_pct",),
+        cell=_estimate,
+    ),
+    Column(
+        "peak_host_GiB",
+        "samples.csv's process tree RSS, else see_memory_usage's whole-machine \"CPU Virtual Memory used\"",
+        label="peak host GiB",
+        companions=("peak_host_source",),
+        show=number,
+        better="lower",
+        plot=Plot(
+            "host_memory.png",
+            "Peak host memory",
+            "run directories: launcher process tree RSS; plain logs: DeepSpeed's whole-machine CPU used",
+        ),
+    ),
+    Column(
+        "last_loss",
+        "training loss (lm loss) at the first and last logged interval",
+        label="last training loss",
+        header="loss first → last",
+        companions=("first_loss",),
+        show=_loss_value,
+        cell=_loss,
+        better="lower",
+    ),
+    Column(
+        "val_loss",
+        "the last validation: loss, perplexity and iteration",
+        label="validation loss",
+        header="val loss / PPL",
+        companions=("val_ppl", "val_iteration"),
+        show=_loss_value,
+        cell=_val,
+        better="lower",
+        terminal=False,
+    ),
+    Column(
+        "notes",
+        "what the summary had to assume, unreadable run-directory files, and why a run with measured memory "
+        "has no estimate",
+    ),
+)
+
+TABLE: tuple[Column, ...] = tuple(column for column in COLUMNS if column.label)
+"""summary.md's columns, in order (the printed table leaves out those not `terminal`)."""
+
+METRICS: tuple[Column, ...] = tuple(column for column in COLUMNS if column.better)
+"""What `zerolab compare` divides by the baseline's."""
+
+ROW_KEYS: tuple[str, ...] = tuple(key for column in COLUMNS for key in column.keys)
+"""Every key of a summary row, in the order summary.json and summary.csv hold them."""
+
+DOC_FILE = REPO_ROOT / "docs" / "summarize.md"
+_BEGIN = "<!-- columns: generated from zerolab/summarize/columns.py by `make docs`; do not edit -->"
+_END = "<!-- end of columns -->"
+
+
+def columns_markdown() -> str:
+    """The columns table of docs/summarize.md."""
+    lines = ["| key | shown as | meaning |", "|---|---|---|"]
+    for column in COLUMNS:
+        keys = ", ".join(f"`{key}`" for key in column.keys)
+        shown = column.table_header if column.label else ""
+        if column.better:
+            shown += f" ({column.better_words})"
+        lines.append(f"| {keys} | {shown} | {column.doc} |")
+    return "\n".join(lines) + "\n"
+
+
+def current_doc() -> str:
+    """docs/summarize.md with its columns table as COLUMNS says."""
+    text = DOC_FILE.read_text()
+    head, _, rest = text.partition(_BEGIN)
+    _, _, tail = rest.partition(_END)
+    return f"{head}{_BEGIN}\n{columns_markdown()}{_END}{tail}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Rewrite docs/summarize.md's columns table, or with --check report whether it is stale."""
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--check", action="store_true", help="exit 1 when docs/summarize.md is stale")
+    args = parser.parse_args(argv)
+    text = current_doc()
+    if args.check:
+        stale = DOC_FILE.read_text() != text
+        if stale:
+            print("docs/summarize.md is stale: run `make docs`", file=sys.stderr)
+        return 1 if stale else 0
+    DOC_FILE.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
