@@ -11,6 +11,7 @@ from rich.console import Console
 from zerolab.demo.cli import RECIPES
 from zerolab.demo.progress import RunProgress
 from zerolab.recipe import load_recipe, render
+from zerolab.rundir import Status
 
 
 def test_the_five_setups_differ_only_in_zero():
@@ -35,7 +36,7 @@ def test_progress_follows_iterations_and_loss_from_real_log_lines():
         " iteration       10/      60 | consumed samples:           80 | elapsed time per iteration (ms): "
         "508.5 | learning rate: 9.818E-04 | global batch size:     8 | lm loss: 1.070141E+01 |\n"
     )
-    progress.done({"state": "completed"}, Path("logs/tiny_dp/20261122-074124"))
+    progress.done(Status(state="completed"), Path("logs/tiny_dp/20261122-074124"))
     assert progress.first_loss == 10.70141
     assert "tiny_dp: completed" in console.file.getvalue()
     assert "logs/tiny_dp/20261122-074124" in console.file.getvalue()

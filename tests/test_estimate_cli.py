@@ -11,9 +11,9 @@ import pytest
 
 from zerolab.cli import main
 from zerolab.estimate.gpu import memory_warning
-from zerolab.launch.rundir import RECIPE_FILE
 from zerolab.recipe import load_recipe
 from zerolab.recipe.output import resolved_yaml
+from zerolab.rundir import RECIPE_FILE
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 LOGS = Path(__file__).parent / "fixtures" / "logs"

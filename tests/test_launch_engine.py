@@ -35,23 +35,42 @@ RUN_FILES = {
 
 
 @pytest.fixture(scope="module")
-def z1_run(engine, dataset, tmp_path_factory) -> tuple[int, Path]:
-    """tiny_z1 (micro-batch 2) for 50 iterations with a checkpoint every 25."""
+def z1_launch(engine, dataset, tmp_path_factory) -> tuple[list[str], Path]:
+    """The arguments of tiny_z1 (micro-batch 2) for 50 iterations with a checkpoint every 25."""
     run_dir = tmp_path_factory.mktemp("runs") / "tiny_z1"
-    code = main(
-        [
-            "launch",
-            "cpu/tiny_z1",
-            f"data.path={dataset}",
-            "train.iters=50",
-            "train.log_interval=5",
-            "train.save_interval=25",
-            f"hardware.master_port={free_port()}",
-            "--run-dir",
-            str(run_dir),
-        ]
+    words = [
+        "cpu/tiny_z1",
+        f"data.path={dataset}",
+        "train.iters=50",
+        "train.log_interval=5",
+        "train.save_interval=25",
+        f"hardware.master_port={free_port()}",
+        "--run-dir",
+        str(run_dir),
+    ]
+    return words, run_dir
+
+
+@pytest.fixture(scope="module")
+def z1_run(z1_launch) -> tuple[int, Path]:
+    """tiny_z1 launched."""
+    words, run_dir = z1_launch
+    return main(["launch", *words]), run_dir
+
+
+def test_command_sh_runs_what_the_dry_run_printed(z1_launch, z1_run, capsys):
+    words, run_dir = z1_launch
+    capsys.readouterr()
+    assert main(["launch", *words, "--dry-run"]) == 0
+    printed = capsys.readouterr().out
+    command, _, config = printed.partition("\n\n")
+    command_lines = [line for line in command.splitlines() if not line.startswith("#")]
+    script = (run_dir / "command.sh").read_text()
+    assert script.endswith("\n".join(command_lines) + "\n")
+    assert (
+        f"--deepspeed_config {run_dir}/ds_config.json" in script and f"--save {run_dir}/checkpoints" in script
     )
-    return code, run_dir
+    assert json.loads(config.partition("\n")[2]) == json.loads((run_dir / "ds_config.json").read_text())
 
 
 def status(run_dir: Path) -> dict:
@@ -64,7 +83,7 @@ def summary(run_dir: Path, tmp_path: Path) -> dict:
     return run
 
 
-def test_a_whole_run_on_cpu(z1_run, tmp_path):
+def test_a_whole_run_on_cpu(z1_launch, z1_run, tmp_path):
     code, run_dir = z1_run
     assert code == 0
     assert {path.name for path in run_dir.iterdir()} >= RUN_FILES
@@ -81,6 +100,9 @@ def test_a_whole_run_on_cpu(z1_run, tmp_path):
     assert json.loads((run_dir / "ds_config.json").read_text())["zero_optimization"]["stage"] == 1
     assert str(run_dir / "ds_config.json") in (run_dir / "command.sh").read_text()
     assert json.loads((run_dir / "doctor.json").read_text())["engine"]["matches_pin"] is True
+    assert "zerolab: workaround shm_buffers_unlinked" in log
+    port = next(word.partition("=")[2] for word in z1_launch[0] if word.startswith("hardware.master_port="))
+    assert not list(Path("/dev/shm").glob(f"deepspeed_allreduce_buffer_*_{port}_*"))  # no host memory left behind
     run = summary(run_dir, tmp_path)
     assert run["status"] == "completed"
     assert run["iterations_done"] == 50

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from launch_helpers import standin, still_running
 
+from zerolab.failures import read_ending
 from zerolab.launch.execute import execute
-from zerolab.launch.status import failure_cause
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
@@ -35,11 +35,11 @@ def run(tmp_path: Path, *options: str) -> tuple[dict, Path]:
 
 def test_completed_run_streams_every_rank_and_leaves_nothing_running(tmp_path):
     status, run_dir = run(tmp_path, "--iters", "4")
-    assert status["state"] == "completed"
-    assert status["exit_code"] == 0
-    assert status["cause"] is None
-    assert status["started"] <= status["ended"]
-    assert json.loads((run_dir / "status.json").read_text()) == status
+    assert status.state == "completed"
+    assert status.exit_code == 0
+    assert status.cause is None
+    assert status.started <= status.ended
+    assert json.loads((run_dir / "status.json").read_text()) == status.model_dump()
     log = (run_dir / "train.log").read_text()
     assert sum(line.startswith(" iteration ") for line in log.splitlines()) == 4
     assert "helper of rank 0" in log and "helper of rank 1" in log
@@ -48,35 +48,37 @@ def test_completed_run_streams_every_rank_and_leaves_nothing_running(tmp_path):
 
 def test_exit_code_of_the_training_is_the_exit_code(tmp_path):
     status, _ = run(tmp_path, "--iters", "1", "--exit-code", "3")
-    assert (status["state"], status["exit_code"]) == ("failed", 3)
-    assert status["cause"] == "the training command exited with code 3"
+    assert (status.state, status.exit_code) == ("failed", 3)
+    assert status.cause == "the training command exited with code 3"
 
 
 def test_crashing_rank_fails_the_launch_with_the_rank_error_as_cause(tmp_path):
     status, _ = run(tmp_path, "--iters", "20", "--crash-rank", "1")
-    assert status["state"] == "failed"
-    assert status["exit_code"] == 1
-    assert status["cause"] == "RuntimeError: stand-in rank 1 crashed at iteration 2"
+    assert status.state == "failed"
+    assert status.exit_code == 1
+    assert status.cause == "RuntimeError: stand-in rank 1 crashed at iteration 2"
     assert still_running(tmp_path / "pids") == []
 
 
 def test_a_launcher_killed_by_a_signal_is_the_cause(tmp_path):
     status, _ = run(tmp_path, "--iters", "1000", "--sleep", "0.05", "--launcher-signal", str(signal.SIGKILL))
-    assert (status["state"], status["exit_code"]) == ("failed", -signal.SIGKILL)
+    assert (status.state, status.exit_code) == ("failed", -signal.SIGKILL)
     launcher = Path(sys.executable).name
     assert (
-        status["cause"]
+        status.cause
         == f"the launcher ({launcher}) was killed by SIGKILL (signal 9): likely out of host memory"
     )
     assert still_running(tmp_path / "pids") == []  # its orphaned ranks and helpers were stopped too
 
 
-def test_cause_of_a_real_engine_crash_is_the_first_rank_error():
-    lines = (FIXTURES / "logs" / "cpu-engine" / "try5.log").read_text().splitlines()
-    assert failure_cause(lines) == (
+def test_cause_of_a_real_engine_crash_is_the_first_rank_error(tmp_path):
+    failure = read_ending(FIXTURES / "logs" / "cpu-engine" / "try5.log").failure
+    assert failure is not None and failure.detail == (
         "AssertionError: Mismatch in local rank setting, args.local_rank=0 but env['LOCAL_RANK']=1."
     )
-    assert failure_cause(["all fine", " iteration 1/ 2 | lm loss: 1.0 |"]) is None
+    fine = tmp_path / "fine.log"
+    fine.write_text("all fine\n iteration 1/ 2 | lm loss: 1.0 |\n")
+    assert read_ending(fine).failure is None
 
 
 LAUNCH_IN_CHILD = """
@@ -84,7 +86,7 @@ import os, sys
 from pathlib import Path
 from zerolab.launch.execute import execute
 status = execute(Path(sys.argv[1]), sys.argv[2:], dict(os.environ), Path.cwd())
-sys.exit(status["exit_code"])
+sys.exit(status.exit_code)
 """
 
 
@@ -114,7 +116,7 @@ def test_signal_stops_every_rank_and_records_killed(tmp_path, signal_number, nam
 def test_samples_measure_the_resident_memory_of_the_whole_tree(tmp_path):
     # Two ranks whose helpers (grandchildren of the launcher) each hold 128 MiB.
     status, run_dir = run(tmp_path, "--iters", "25", "--sleep", "0.1", "--hold-mib", "128")
-    assert status["state"] == "completed"
+    assert status.state == "completed"
     with (run_dir / "samples.csv").open() as handle:
         rows = list(csv.DictReader(handle))
     assert list(rows[0])[:3] == ["elapsed_s", "process_tree_rss_MiB", "system_used_MiB"]
@@ -126,3 +128,34 @@ def test_samples_measure_the_resident_memory_of_the_whole_tree(tmp_path):
     peak = max(float(row["process_tree_rss_MiB"]) for row in rows)
     assert 2 * 128 < peak < 2 * 128 + 200  # both helpers' 128 MiB plus five small interpreters
     assert all(float(row["system_used_MiB"]) > 0 for row in rows)
+
+
+def test_an_exception_raised_while_handling_another_is_the_cause(tmp_path):
+    """The engine tries a call, catches its TypeError and falls back; the fallback's error failed
+    the run. Another rank's later errors, and an exception re-raised from its cause, do not count."""
+    log = tmp_path / "train.log"
+    log.write_text(
+        "[rank0]: Traceback (most recent call last):\n"
+        '[rank0]:   File "transformer.py", line 1336, in forward\n'
+        "[rank0]: TypeError: forward() got an unexpected keyword argument 'cpu_offloading'\n"
+        "[rank0]: \n"
+        "[rank0]: During handling of the above exception, another exception occurred:\n"
+        "[rank0]: \n"
+        "[rank0]: Traceback (most recent call last):\n"
+        "[rank0]: ModuleNotFoundError: No module named 'scaled_masked_softmax_cuda'\n"
+        "[rank1]: Traceback (most recent call last):\n"
+        "[rank1]: RuntimeError: rank 1 saw rank 0 go\n"
+    )
+    failure = read_ending(log).failure
+    assert failure is not None
+    assert failure.detail == "ModuleNotFoundError: No module named 'scaled_masked_softmax_cuda'"
+    log.write_text(
+        "Traceback (most recent call last):\n"
+        "ValueError: the root cause\n"
+        "\n"
+        "The above exception was the direct cause of the following exception:\n"
+        "\n"
+        "Traceback (most recent call last):\n"
+        "RuntimeError: a wrapper\n"
+    )
+    assert read_ending(log).failure.detail == "ValueError: the root cause"

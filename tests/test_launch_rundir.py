@@ -8,13 +8,13 @@ import pytest
 
 from zerolab.cli import main
 from zerolab.errors import UserError
-from zerolab.launch.rundir import claim_run_dir, new_run_dir
+from zerolab.rundir import claim, create
 
 
 def test_each_launch_gets_a_new_directory_even_within_one_second(tmp_path):
-    first = new_run_dir(tmp_path, "tiny_z1")
+    first = create(tmp_path, "tiny_z1")
     (first / "train.log").write_text("first run\n")
-    second = new_run_dir(tmp_path, "tiny_z1")
+    second = create(tmp_path, "tiny_z1")
     assert first != second
     assert first.parent == second.parent == tmp_path / "tiny_z1"
     assert all(re.fullmatch(r"\d{8}-\d{6}", d.name) for d in (first, second))
@@ -26,9 +26,9 @@ def test_a_given_run_directory_that_exists_is_refused(tmp_path):
     existing.mkdir()
     (existing / "status.json").write_text("{}")
     with pytest.raises(UserError, match="never overwritten"):
-        claim_run_dir(existing)
+        claim(existing)
     assert (existing / "status.json").read_text() == "{}"
-    assert claim_run_dir(tmp_path / "new" / "run").is_dir()
+    assert claim(tmp_path / "new" / "run").is_dir()
 
 
 def test_dry_run_prints_the_render_and_writes_nothing(tmp_path, capsys, monkeypatch):

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from zerolab.cli import main
-from zerolab.recipe import DS_CONFIG_PLACEHOLDER, check_inputs, load_recipe, render, run_facts
+from zerolab.recipe import check_inputs, load_recipe, render, run_facts
 
 REPO = Path(__file__).resolve().parents[1]
 GOLDEN = REPO / "tests" / "golden" / "recipes"
@@ -79,7 +79,7 @@ def test_one_set_of_numbers(name):
     assert cfg["steps_per_print"] == int(option(argv, "--log-interval"))
     assert cfg["log_level"] == "info"
     assert float(option(argv, "--clip-grad")) == cfg["gradient_clipping"]
-    assert option(argv, "--deepspeed_config") == DS_CONFIG_PLACEHOLDER
+    assert option(argv, "--deepspeed_config") == launch.ds_config_path == f"{launch.run_dir}/ds_config.json"
     assert option(argv, "-m" if argv[0] == "torchrun" else "--module") == "zerolab.engine.megatron_entry"
     assert f"{ENGINE_DIR}/pretrain_gpt.py" in argv
     assert launch.world_size == launch.nodes * launch.procs_per_node
@@ -235,7 +235,7 @@ def test_length_in_epochs_counts_the_prepared_training_split():
         ["train.iters=null", "train.epochs=2", f"data.path={FIXTURE_PREFIX}", "data.split=100,0,0"],
     )
     assert option(render(recipe).argv, "--train-iters") == "62"
-    assert run_facts(recipe)["epoch_tokens"] == 31619
+    assert run_facts(recipe).epoch_tokens == 31619
     assert check_inputs(recipe) == []
 
 
@@ -249,13 +249,13 @@ def test_check_inputs_names_missing_data_and_tokenizer():
 
 
 def test_shell_text_is_the_argv_when_pasted():
-    launch = render(load_recipe("cpu/tiny_z3_offload"))
+    launch = render(load_recipe("cpu/tiny_z3_offload"), run_dir="/runs/x")
     words = shlex.split(launch.shell().replace("\\\n", " "))
     assert words == [f"{k}={v}" for k, v in launch.env.items()] + launch.argv
 
 
 def test_ds_config_path_substitution():
-    launch = render(load_recipe("cpu/tiny_z1")).with_ds_config_path("/runs/x/ds_config.json")
+    launch = render(load_recipe("cpu/tiny_z1"), run_dir="/runs/x")
     assert option(launch.argv, "--deepspeed_config") == "/runs/x/ds_config.json"
 
 
@@ -264,11 +264,11 @@ def test_run_facts_keys_follow_the_run_directory_contract():
     facts = run_facts(load_recipe("gpt2_z3_offload", [f"data.path={unprepared}"]))
     doc = (REPO / "docs" / "run-directory.md").read_text()
     section = doc.split("## run.json")[1].split("##")[0]
-    for key in facts:
+    for key in facts.model_dump():
         assert f"`{key}`" in section
-    assert facts["offload_optimizer"] is True and facts["data_parallel"] == 2
-    assert facts["gradient_accumulation_steps"] == 4 and facts["precision"] == "bf16"
-    assert facts["epoch_tokens"] is None  # not known without the dataset
+    assert facts.offload_optimizer is True and facts.data_parallel == 2
+    assert facts.gradient_accumulation_steps == 4 and facts.precision == "bf16"
+    assert facts.epoch_tokens is None  # not known without the dataset
 
 
 def test_dry_run_and_json_print_and_write_nothing(tmp_path, capsys, monkeypatch):
@@ -349,11 +349,12 @@ def test_headers_say_what_was_overridden(capsys):
 
 def test_run_directory_outputs_are_in_the_render():
     overrides = ["train.save_interval=50", "logging.tensorboard=true", "logging.wandb_project=study"]
-    argv = render(load_recipe("gpt2_z2", overrides)).argv
-    assert option(argv, "--save") == "RUN_DIR/checkpoints" and option(argv, "--save-interval") == "50"
-    assert option(argv, "--tensorboard-dir") == "RUN_DIR/tensorboard"
-    assert option(argv, "--wandb-project") == "study" and option(argv, "--wandb-save-dir") == "RUN_DIR/wandb"
-    argv = render(load_recipe("gpt2_z2", overrides), "/runs/x").argv
+    argv = render(load_recipe("gpt2_z2", overrides)).as_json()["argv"]
+    assert option(argv, "--save") == "${RUN_DIR}/checkpoints" and option(argv, "--save-interval") == "50"
+    assert option(argv, "--tensorboard-dir") == "${RUN_DIR}/tensorboard"
+    assert option(argv, "--wandb-project") == "study"
+    assert option(argv, "--wandb-save-dir") == "${RUN_DIR}/wandb"
+    argv = render(load_recipe("gpt2_z2", overrides), run_dir="/runs/x").argv
     assert option(argv, "--save") == "/runs/x/checkpoints"
 
 

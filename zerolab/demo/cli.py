@@ -46,7 +46,7 @@ def run_demo(args: argparse.Namespace) -> int:
     console.rule("[bold]zerolab demo: 1/3 data")
     if main(["prep", "dolly", "--input", str(REPO_ROOT / SAMPLE), "--out", str(REPO_ROOT / DATA_OUT)]) != 0:
         return 1
-    prepared = [prepare(recipe, list(args.overrides)) for recipe in RECIPES]  # every check before any run
+    prepared = [prepare([recipe, *args.overrides]) for recipe in RECIPES]  # every check before any run
 
     console.rule(f"[bold]zerolab demo: 2/3 training {len(RECIPES)} setups, 2 CPU ranks each")
     run_dirs: list[Path] = []
@@ -56,8 +56,8 @@ def run_demo(args: argparse.Namespace) -> int:
         run_dir, status = launch(recipe, echo=progress.line)
         progress.done(status, run_dir)
         run_dirs.append(run_dir)
-        if status["state"] != "completed":
-            failed.append(f"{recipe.name} ({status['state']}: {status['cause']})")
+        if status.state != "completed":
+            failed.append(f"{recipe.name} ({status.state}: {status.cause})")
 
     console.rule("[bold]zerolab demo: 3/3 summary")
     args.out.mkdir(parents=True, exist_ok=True)

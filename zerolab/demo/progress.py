@@ -34,8 +34,8 @@ class RunProgress:
         elif text.startswith("zerolab: launching"):
             self.status.update(f"{self.label}: starting 2 ranks")
 
-    def done(self, status: dict, run_dir: Path) -> None:
+    def done(self, status: Any, run_dir: Path) -> None:
         self.status.stop()
         seconds = time.monotonic() - self.started
-        mark = "[green]completed[/]" if status["state"] == "completed" else f"[red]{status['state']}[/]"
+        mark = "[green]completed[/]" if status.state == "completed" else f"[red]{status.state}[/]"
         self.console.print(f"{self.label}: {mark} in {seconds:.0f} s -> {display_path(run_dir)}")

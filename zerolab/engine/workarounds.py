@@ -639,6 +639,42 @@ def python_sample_index() -> None:
     sys.meta_path.insert(0, _CheckedHelpers())
 
 
+DS_TORCH_BACKEND = "deepspeed.comm.torch"
+SHM_DIRECTORY = Path("/dev/shm")
+
+
+def allreduce_buffer(rank: int, environ: dict[str, str] | None = None) -> Path:
+    """The shared-memory file DeepSpeed's CPU all-reduce creates for `rank` of the launch whose
+    MASTER_ADDR and MASTER_PORT are in `environ` (its ops/csrc/cpu/comm/shm.cpp names it so)."""
+    environ = os.environ if environ is None else environ
+    address, port = environ.get("MASTER_ADDR", ""), environ.get("MASTER_PORT", "")
+    return SHM_DIRECTORY / f"deepspeed_allreduce_buffer_{os.getuid()}_{address}_{port}_{rank}"
+
+
+def _unlink_once_mapped(module: types.ModuleType) -> None:
+    backend = module.TorchBackend
+    initialize = backend.__init__
+
+    def init_then_unlink(self: Any, *args: Any, **kwargs: Any) -> None:
+        initialize(self, *args, **kwargs)
+        if self.shm_comm_op is None:
+            return
+        import torch.distributed
+
+        torch.distributed.barrier()  # every rank has mapped every buffer: the names can go
+        allreduce_buffer(self.get_rank()).unlink(missing_ok=True)
+
+    init_then_unlink.__wrapped__ = initialize  # type: ignore[attr-defined]
+    backend.__init__ = init_then_unlink
+
+
+# DeepSpeed's CPU backend gives each rank a 64 MiB all-reduce buffer in /dev/shm (host memory) and
+# never unlinks it, so every CPU run used to leave 64 MiB per rank behind until memory ran out.
+def shm_buffers_unlinked() -> None:
+    """Unlink DeepSpeed's CPU all-reduce buffers in /dev/shm once every rank has mapped them."""
+    _patch_after_import(DS_TORCH_BACKEND, _unlink_once_mapped)
+
+
 WORKAROUNDS: tuple[Workaround, ...] = tuple(
     Workaround(name=function.__name__, why=(function.__doc__ or "").strip(), apply=function, wanted=wanted)
     for function, wanted in (
@@ -654,6 +690,7 @@ WORKAROUNDS: tuple[Workaround, ...] = tuple(
         (fused_kernels_buildable_archs, _always),
         (helpers_suffix_from_python, _always),
         (python_sample_index, _always),
+        (shm_buffers_unlinked, _always),
         (sdpa_attention, sdpa_wanted),
         (profile_training_steps, profile_wanted),
     )

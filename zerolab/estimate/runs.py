@@ -7,9 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from zerolab.errors import UserError
+from zerolab.rundir import RECIPE_FILE
 from zerolab.summarize.parse import ParsedLog
-
-RECIPE_FILE = "recipe.yaml"
 
 
 def estimated_peak_gib(run_dir: Path | None, log: ParsedLog) -> tuple[float | None, str | None]:

@@ -6,8 +6,6 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from zerolab.errors import UserError
-
 
 def register(subparsers: Any) -> None:
     """Add `zerolab launch`."""
@@ -43,29 +41,24 @@ def run_launch(args: argparse.Namespace) -> int:
     """Launch (or, with --dry-run, print) a recipe; returns the training's exit code."""
     from zerolab.launch.launcher import launch, prepare
 
-    words = list(args.words)
-    if args.resume is None and not words:
-        raise UserError(
-            "give a RECIPE (a file, or a name under recipes/ such as cpu/tiny_z1) or --resume RUN_DIR"
-        )
-    spec = None if args.resume is not None else words.pop(0)
     if args.dry_run:
-        return dry_run(spec, words, args.resume)
-    prepared = prepare(spec, words, resume=args.resume)
+        return dry_run(list(args.words), args.resume, args.run_dir)
+    prepared = prepare(list(args.words), resume=args.resume)
     _, status = launch(prepared, run_dir=args.run_dir)
-    return int(status["exit_code"])
+    return int(status.exit_code or 0)
 
 
-def dry_run(spec: str | None, overrides: list[str], resume: Path | None) -> int:
-    """Print the render of the recipe (missing inputs as warnings); write nothing."""
-    from zerolab.launch import rundir
-    from zerolab.recipe import load_recipe, render
+def dry_run(words: list[str], resume: Path | None, run_dir: Path | None) -> int:
+    """Print what the launch would run (missing inputs as warnings); write nothing."""
+    from zerolab.recipe import render
     from zerolab.recipe.extras import check_extras
     from zerolab.recipe.output import render_text, warn_missing_inputs
+    from zerolab.recipe.render import RUN_DIR_PLACEHOLDER
+    from zerolab.recipe.selection import select
 
-    recipe = load_recipe(resume / rundir.RECIPE_FILE if resume else spec, overrides)
+    recipe, resumption = select(words, resume)
     warn_missing_inputs(recipe)
-    launch = render(recipe)
+    launch = render(recipe, run_dir=str(run_dir) if run_dir else RUN_DIR_PLACEHOLDER, resume=resumption)
     check_extras(recipe, launch, required=False)
     print(render_text(recipe, launch), end="")
     return 0

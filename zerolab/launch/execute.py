@@ -5,17 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from zerolab import rundir
+from zerolab.failures import read_ending
 from zerolab.launch.process import Outcome, run_training
-from zerolab.launch.status import (
-    COMPLETED,
-    FAILED,
-    KILLED,
-    RUNNING,
-    failure_cause,
-    now_iso,
-    rank_signal,
-    write_status,
-)
+from zerolab.rundir import COMPLETED, FAILED, KILLED, RUNNING, Status, now_iso
 from zerolab.signals import killed_by
 
 
@@ -27,11 +20,11 @@ def execute(
     *,
     echo: Callable[[str], None] | None = None,
     sample_interval_s: float = 1.0,
-) -> dict:
+) -> Status:
     """Run `argv` with status.json `running` meanwhile, then `completed`, `failed` (with the
     cause) or `killed`; returns the final status. Its `exit_code` is the command's."""
     started = now_iso()
-    write_status(run_dir, RUNNING, started=started)
+    rundir.write_status(run_dir, Status(state=RUNNING, started=started))
     outcome: Outcome = run_training(argv, env, cwd, run_dir, echo=echo, sample_interval_s=sample_interval_s)
     last_lines: list[str] = []
     if outcome.stopped_by:
@@ -40,28 +33,30 @@ def execute(
         state, cause = COMPLETED, None
     else:
         state = FAILED
-        cause, last_lines = _failure(outcome, Path(argv[0]).name)
-    return write_status(
-        run_dir,
-        state,
+        cause, last_lines = _failure(run_dir, outcome.exit_code, Path(argv[0]).name)
+    final = Status(
+        state=state,
         started=started,
         exit_code=outcome.exit_code,
         ended=now_iso(),
         cause=cause,
         last_lines=last_lines,
     )
+    return rundir.write_status(run_dir, final)
 
 
-def _failure(outcome: Outcome, launcher: str) -> tuple[str, list[str]]:
-    """Why the command failed, and the output lines before it when a rank was killed by a signal:
-    a rank's death by a signal first (the other ranks' errors follow from it), then the first
-    error a rank printed, then the launcher's own death or exit code."""
-    killed_rank = rank_signal(outcome.tail)
+def _failure(run_dir: Path, exit_code: int, launcher: str) -> tuple[str, list[str]]:
+    """Why the command failed, as zerolab.failures reads train.log, and the output lines before it
+    when a rank was killed by a signal: a rank's death by a signal first (the other ranks' errors
+    follow from it), then what the log says (an error a rank raised: its own line), then the
+    launcher's own death or exit code."""
+    ending = read_ending(run_dir / rundir.LOG_FILE)
+    killed_rank = ending.signals.found
     if killed_rank is not None:
         return killed_rank.describe(), list(killed_rank.last_lines)
-    cause = failure_cause(outcome.tail) or failure_cause(outcome.head)
-    if cause:
-        return cause, []
-    if outcome.exit_code < 0:
-        return f"the launcher ({launcher}) was {killed_by(-outcome.exit_code)}", []
-    return f"the training command exited with code {outcome.exit_code}", []
+    failure = ending.failure
+    if failure is not None:
+        return (failure.detail if failure.kind == "exception" else failure.label), []
+    if exit_code < 0:
+        return f"the launcher ({launcher}) was {killed_by(-exit_code)}", []
+    return f"the training command exited with code {exit_code}", []

@@ -10,15 +10,14 @@ import signal
 import subprocess
 import sys
 import threading
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
 
-from zerolab.launch.rundir import LOG_FILE, SAMPLES_FILE
 from zerolab.launch.sampler import Sampler
+from zerolab.rundir import LOG_FILE, SAMPLES_FILE
 
 GRACE_S = 15.0
 """How long the ranks get to exit after SIGTERM before they are killed."""
@@ -28,13 +27,11 @@ _SIGNAL_NAMES = {signal.SIGINT: "SIGINT (Ctrl-C)", signal.SIGTERM: "SIGTERM"}
 
 @dataclass(frozen=True)
 class Outcome:
-    """How the training command ended: its exit code, the signal that stopped it (if we were
-    asked to stop it), and the head and tail of its output (for the cause of a failure)."""
+    """How the training command ended: its exit code, and the signal that stopped it (if we were
+    asked to stop it)."""
 
     exit_code: int
     stopped_by: str | None
-    head: list[str]
-    tail: list[str]
 
 
 def run_training(
@@ -60,11 +57,7 @@ def run_training(
             start_new_session=True,  # its own process group: signals reach every rank, and only them
         )
         sampler = Sampler(run_dir / SAMPLES_FILE, process.pid, interval_s=sample_interval_s).start()
-        head: list[str] = []
-        tail: deque[str] = deque(maxlen=400)
-        reader = threading.Thread(
-            target=_pump, args=(process, log, echo, head, tail), name="zerolab-log", daemon=True
-        )
+        reader = threading.Thread(target=_pump, args=(process, log, echo), name="zerolab-log", daemon=True)
         reader.start()
         stopper = _Stopper(process)
         with stopper:
@@ -77,8 +70,6 @@ def run_training(
     return Outcome(
         exit_code=exit_code,
         stopped_by=_SIGNAL_NAMES.get(stopper.signal_number) if stopper.signal_number else None,
-        head=head,
-        tail=list(tail),
     )
 
 
@@ -87,16 +78,13 @@ def _to_stdout(line: str) -> None:
     sys.stdout.flush()
 
 
-def _pump(process: subprocess.Popen, log, echo, head: list[str], tail: deque[str]) -> None:
+def _pump(process: subprocess.Popen, log, echo) -> None:
     """Copy the command's output, line by line, to train.log and the terminal."""
     assert process.stdout is not None
     for raw in iter(process.stdout.readline, b""):
         line = raw.decode("utf-8", errors="replace")
         log.write(line)
         echo(line)
-        if len(head) < 2000:
-            head.append(line)
-        tail.append(line)
 
 
 class _Stopper:

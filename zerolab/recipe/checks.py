@@ -410,9 +410,9 @@ def _offload_param_needs_stage3(recipe: Recipe) -> Problem | None:
 
 @check
 def _stage3_knobs_need_stage3(recipe: Recipe) -> Problem | None:
-    from zerolab.recipe.render import STAGE3_KEYS
+    from zerolab.recipe.render import stage_bound
 
-    given = [key for key in STAGE3_KEYS if getattr(recipe.zero, key) is not None]
+    given = [key for key in stage_bound(3) if getattr(recipe.zero, key) is not None]
     if not given or recipe.zero.stage == 3:
         return None
     return Problem(
@@ -526,13 +526,13 @@ def _extra_args_are_options(recipe: Recipe) -> Problem | None:
 
 @check
 def _extra_args_not_rendered(recipe: Recipe) -> Problem | None:
-    from zerolab.recipe.render import RUN_DIR_PLACEHOLDER, megatron_args, run_dir_args
+    from zerolab.recipe.render import render
 
     given = {token.split("=", 1)[0] for token in recipe.extra.megatron_args if token.startswith("--")}
     if not given:
         return None
     try:
-        rendered = [*megatron_args(recipe), *run_dir_args(recipe, RUN_DIR_PLACEHOLDER)]
+        rendered = render(recipe.model_copy(update={"extra": ExtraSection()})).argv
     except UserError:  # the length in epochs needs the data: compare without it
         rendered = []
     clashes = sorted(given & {token for token in rendered if token.startswith("--")})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +26,20 @@ def add_recipe_parser(subparsers: Any, name: str, help_text: str) -> argparse.Ar
 
 def register(subparsers: Any) -> None:
     """Add render, show and diff."""
-    render_parser = add_recipe_parser(
-        subparsers, "render", "print the exact launch command and DeepSpeed config of a recipe"
+    description = "print the exact launch command and DeepSpeed config of a recipe"
+    render_parser = subparsers.add_parser("render", help=description, description=description)
+    render_parser.add_argument(
+        "words",
+        nargs="*",
+        metavar="RECIPE [KEY=VALUE ...]",
+        help="recipe file or name under recipes/ (gpt2_z1, cpu/tiny_z1), then overrides "
+        "(train.micro_batch_size=4, model=gpt2-355m); with --resume, only overrides",
+    )
+    render_parser.add_argument(
+        "--resume",
+        type=Path,
+        metavar="RUN_DIR",
+        help="render the continuation of the run in RUN_DIR from its last checkpoint",
     )
     render_parser.add_argument(
         "--dry-run", action="store_true", help="print only, write nothing (the default without --out)"
@@ -66,32 +79,39 @@ def register(subparsers: Any) -> None:
 
 def run_render(args: argparse.Namespace) -> int:
     """Print (and with --out, write) the render."""
-    from zerolab.recipe import load_recipe, render
+    from zerolab.recipe import render
     from zerolab.recipe.extras import check_extras
     from zerolab.recipe.output import render_text, warn_missing_inputs
+    from zerolab.recipe.render import RUN_DIR_PLACEHOLDER
+    from zerolab.recipe.selection import select
 
     if args.slurm and (args.json or args.out is not None):
         raise UserError("--slurm prints an sbatch script; it does not combine with --json or --out")
-    recipe = load_recipe(args.recipe, args.overrides, scheduler_places_nodes=args.slurm)
-    if args.slurm:
-        return print_sbatch(recipe, args)
-    launch = render(recipe)
+    slurm_only = [option for option in ("image", "partition", "account") if getattr(args, option)]
+    if slurm_only and not args.slurm:
+        raise UserError(f"--{slurm_only[0]} is an option of --slurm; add --slurm, or leave it out")
+    recipe, resume = select(list(args.words), args.resume, scheduler_places_nodes=args.slurm)
     warn_missing_inputs(recipe)
+    if args.slurm:
+        return print_sbatch(recipe, resume, args)
+    out = args.out if args.out is not None and not args.dry_run else None
+    launch = render(recipe, run_dir=str(out.resolve()) if out else RUN_DIR_PLACEHOLDER, resume=resume)
     check_extras(recipe, launch, required=False)
     if args.json:
         print(json.dumps(launch.as_json(), indent=2))
     else:
         print(render_text(recipe, launch), end="")
-    if args.out is not None and not args.dry_run:
-        write_render(launch, args.out)
+    if out is not None:
+        write_render(launch, out)
+    elif args.out is not None:
+        print(f"zerolab: --dry-run: nothing written to {args.out}", file=sys.stderr)
     return 0
 
 
-def print_sbatch(recipe: Any, args: argparse.Namespace) -> int:
+def print_sbatch(recipe: Any, resume: Any, args: argparse.Namespace) -> int:
     """Print the recipe's sbatch script (--slurm)."""
     from zerolab.cluster.slurm import SlurmOptions, sbatch_for_recipe
     from zerolab.engine.paths import engine_python
-    from zerolab.recipe.output import warn_missing_inputs
 
     options = SlurmOptions(
         image=args.image,
@@ -100,25 +120,19 @@ def print_sbatch(recipe: Any, args: argparse.Namespace) -> int:
         time_limit=args.time,
         engine_bin=None if args.image else str(engine_python().parent),
     )
-    warn_missing_inputs(recipe)
-    print(sbatch_for_recipe(recipe, options), end="")
+    print(sbatch_for_recipe(recipe, options, resume=resume), end="")
     return 0
 
 
 def write_render(launch: Any, out: Path) -> None:
-    """ds_config.json and an executable command.sh in a directory that must not exist yet."""
+    """ds_config.json and an executable command.sh (runnable from anywhere) in a new directory."""
+    from zerolab import rundir
+
     if out.exists():
         raise UserError(f"--out {out}: already exists; choose a new directory")
-    out.mkdir(parents=True)
-    config_path = out / "ds_config.json"
-    config_path.write_text(json.dumps(launch.ds_config, indent=2) + "\n")
-    command = out / "command.sh"
-    command.write_text(
-        "#!/usr/bin/env bash\nset -euo pipefail\n"
-        + launch.with_ds_config_path(str(config_path.resolve())).shell()
-        + "\n"
-    )
-    command.chmod(0o755)
+    directory = rundir.claim(out)
+    rundir.write_ds_config(directory, launch.ds_config)
+    rundir.write_command(directory, launch.script())
 
 
 def run_show(args: argparse.Namespace) -> int:

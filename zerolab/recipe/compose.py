@@ -35,18 +35,25 @@ def resolve_recipe_path(spec: str | Path) -> Path:
 
 
 def load_recipe(
-    path: str | Path, overrides: tuple[str, ...] | list[str] = (), *, scheduler_places_nodes: bool = False
+    path: str | Path,
+    overrides: tuple[str, ...] | list[str] = (),
+    *,
+    scheduler_places_nodes: bool = False,
+    name: str | None = None,
+    path_shown: str | None = None,
 ) -> Recipe:
     """Compose, validate and check the recipe at `path` with `overrides` (`key.path=value`).
-    With `scheduler_places_nodes` (an sbatch script), the job supplies node addresses.
+    With `scheduler_places_nodes` (an sbatch script), the job supplies node addresses. The
+    recipe's name is the file's stem and its path the file, unless `name` and `path_shown` say
+    otherwise (a resumed run's recipe.yaml is that run's recipe).
 
     Raises UserError naming the file and key for anything wrong.
     """
     recipe_file = resolve_recipe_path(path)
     merged, sources = compose(recipe_file, overrides)
     recipe = validate(merged, sources)
-    recipe._name = recipe_file.stem
-    recipe._path = display_path(recipe_file)
+    recipe._name = name or recipe_file.stem
+    recipe._path = path_shown or display_path(recipe_file)
     recipe._overrides = tuple(overrides)
     problems = check_recipe(recipe, scheduler_places_nodes=scheduler_places_nodes)
     if problems:

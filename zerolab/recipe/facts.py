@@ -1,47 +1,46 @@
-"""The recipe facts a run directory's run.json holds (docs/run-directory.md)."""
+"""The recipe's facts that a run directory's run.json holds (zerolab.rundir.RunFacts)."""
 
 from __future__ import annotations
-
-from typing import Any
 
 from zerolab.errors import UserError
 from zerolab.recipe.length import train_iters, train_split_tokens
 from zerolab.recipe.schema import Recipe
+from zerolab.rundir import RunFacts
 
 
-def run_facts(recipe: Recipe) -> dict[str, Any]:
-    """run.json's keys; a value that is not known (the epoch size without data) is None."""
+def run_facts(recipe: Recipe) -> RunFacts:
+    """run.json for a run of `recipe`; a value that is not known (the epoch size without data) is None."""
     model, train = recipe.model, recipe.train
     try:
         epoch_tokens: int | None = train_split_tokens(recipe)
     except UserError:
         epoch_tokens = None
-    return {
-        "name": recipe.name,
-        "recipe": recipe.path,
-        "model": model.name,
-        "num_layers": model.num_layers,
-        "hidden_size": model.hidden_size,
-        "num_attention_heads": model.num_attention_heads,
-        "seq_length": model.seq_length,
-        "padded_vocab_size": recipe.padded_vocab_size,
-        "world_size": recipe.world_size,
-        "nodes": recipe.hardware.nodes,
-        "procs_per_node": recipe.hardware.procs_per_node,
-        "tensor_parallel": recipe.parallel.tensor,
-        "pipeline_parallel": recipe.parallel.pipeline,
-        "data_parallel": recipe.data_parallel_size,
-        "zero_stage": recipe.zero.stage,
-        "offload_optimizer": recipe.zero.offload_optimizer,
-        "offload_param": recipe.zero.offload_param,
-        "recompute_granularity": recipe.activation_checkpointing.granularity,
-        "attention": model.attention,
-        "micro_batch_size": train.micro_batch_size,
-        "global_batch_size": train.global_batch_size,
-        "gradient_accumulation_steps": recipe.gradient_accumulation_steps,
-        "precision": recipe.precision_name,
-        "device": recipe.hardware.device,
-        "train_iters": train_iters(recipe),
-        "log_interval": train.log_interval,
-        "epoch_tokens": epoch_tokens,
-    }
+    return RunFacts(
+        name=recipe.name,
+        recipe=recipe.path,
+        model=model.name,
+        num_layers=model.num_layers,
+        hidden_size=model.hidden_size,
+        num_attention_heads=model.num_attention_heads,
+        seq_length=model.seq_length,
+        padded_vocab_size=recipe.padded_vocab_size,
+        world_size=recipe.world_size,
+        nodes=recipe.hardware.nodes,
+        procs_per_node=recipe.hardware.procs_per_node,
+        tensor_parallel=recipe.parallel.tensor,
+        pipeline_parallel=recipe.parallel.pipeline,
+        data_parallel=recipe.data_parallel_size,
+        zero_stage=recipe.zero.stage,
+        offload_optimizer=recipe.zero.offload_optimizer,
+        offload_param=recipe.zero.offload_param,
+        recompute_granularity=recipe.activation_checkpointing.granularity,
+        attention=model.attention,
+        micro_batch_size=train.micro_batch_size,
+        global_batch_size=train.global_batch_size,
+        gradient_accumulation_steps=recipe.gradient_accumulation_steps,
+        precision=recipe.precision_name,
+        device=recipe.hardware.device,
+        train_iters=train_iters(recipe),
+        log_interval=train.log_interval,
+        epoch_tokens=epoch_tokens,
+    )

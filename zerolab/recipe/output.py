@@ -9,7 +9,7 @@ import sys
 from zerolab.errors import UserError
 from zerolab.recipe.inputs import check_inputs
 from zerolab.recipe.length import train_iters
-from zerolab.recipe.render import DS_CONFIG_PLACEHOLDER, RUN_DIR_PLACEHOLDER, Launch
+from zerolab.recipe.render import RUN_DIR_PLACEHOLDER, Launch, as_text
 from zerolab.recipe.schema import Recipe
 from zerolab.recipe.yaml_io import dump_yaml
 
@@ -71,25 +71,21 @@ def description_lines(recipe: Recipe) -> list[str]:
 
 
 def render_text(recipe: Recipe, launch: Launch) -> str:
-    """The dry-run text: a comment header, the shell command, then the ds_config JSON."""
-    header = "".join(commented(line) for line in [*description_lines(recipe), summary_line(recipe)])
-    return (
-        f"{header}"
-        f"# Save the DeepSpeed config below as {DS_CONFIG_PLACEHOLDER}, then run from the repository root"
-        f"{_run_dir_hint(launch)}:\n"
-        f"{launch.shell()}\n\n"
-        f"# {DS_CONFIG_PLACEHOLDER}\n"
-        f"{json.dumps(launch.ds_config, indent=2)}\n"
+    """The dry-run text: a comment header, the command `zerolab launch` runs (what command.sh
+    holds after its preamble), then the ds_config JSON. Every line but the command's is a comment."""
+    config = as_text(launch.ds_config_path)
+    if launch.run_dir == RUN_DIR_PLACEHOLDER:
+        where = [
+            "RUN_DIR: the run directory (zerolab launch creates logs/NAME/TIMESTAMP). To run this by hand, "
+            f"save the DeepSpeed config below as {config},"
+        ]
+    else:
+        where = [f"The DeepSpeed config below goes into {config};"]
+    where.append(
+        "run from the repository root with the engine's bin directory first on PATH (command.sh does):"
     )
-
-
-def _run_dir_hint(launch: Launch) -> str:
-    """Where the render's RUN_DIR placeholder comes from, when the command names it."""
-    if not any(RUN_DIR_PLACEHOLDER in token for token in launch.argv):
-        return ""
-    return (
-        f"\n# ({RUN_DIR_PLACEHOLDER}: the run directory that `zerolab launch` creates, logs/NAME/TIMESTAMP)"
-    )
+    header = "".join(commented(line) for line in [*description_lines(recipe), summary_line(recipe), *where])
+    return f"{header}{launch.shell()}\n\n{commented(config)}{json.dumps(launch.ds_config, indent=2)}\n"
 
 
 def resolved_yaml(recipe: Recipe) -> str:

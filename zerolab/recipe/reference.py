@@ -14,7 +14,7 @@ from pydantic import BaseModel
 
 from zerolab.locations import CONFIGS_DIR, RECIPES_DIR, REPO_ROOT
 from zerolab.recipe import length as length_module
-from zerolab.recipe.render import DS_CONFIG_PLACEHOLDER, RUN_DIR_PLACEHOLDER
+from zerolab.recipe.destinations import destinations
 from zerolab.recipe.schema import SECTIONS, Recipe
 from zerolab.recipe.yaml_io import read_yaml_mapping
 
@@ -61,11 +61,16 @@ them (`allgather_bucket_size` at 1 and 2, the `stage3_*` knobs at 3; setting a s
 another stage is refused). `activation_checkpointing` renders Megatron's
 `--recompute-granularity/-method/-num-layers`, or with `implementation: deepspeed`
 `--checkpoint-activations --deepspeed-activation-checkpointing` and the ds_config
-`activation_checkpointing` block. `--deepspeed_config` points at the placeholder
-`{placeholder}`: `zerolab launch` writes the config into the run directory and substitutes its
-path; `zerolab render --out DIR` writes `DIR/ds_config.json` and `DIR/command.sh`. What the
-engine writes into the run directory (`--save`, `--tensorboard-dir`, `--wandb-save-dir`) is
-shown under `{run_dir}`, the directory that `zerolab launch` creates.
+`activation_checkpointing` block. Everything the run reads from or writes into its run
+directory (`--deepspeed_config`, `--save`, `--tensorboard-dir`, `--wandb-save-dir`) is under
+`${{RUN_DIR}}`: `zerolab launch` creates the directory (logs/NAME/TIMESTAMP, or `--run-dir`) and
+renders with its path, `zerolab launch --dry-run --run-dir DIR` prints exactly that launch, and
+`zerolab render --out DIR` writes `DIR/ds_config.json` and `DIR/command.sh`. `--resume RUN_DIR`
+(launch and render) adds `--load RUN_DIR/checkpoints`, and `--override-opt_param-scheduler` when
+the learning-rate schedule differs from the saved one.
+
+Where each key goes is declared on its schema field (the "goes to" column below, from
+`zerolab/recipe/destinations.py`); the render is generic over the keys that map one to one.
 
 ### Settings the schema does not know
 
@@ -86,8 +91,6 @@ def generate() -> str:
     """The full text of docs/recipe-reference.md."""
     parts = [
         INTRO.format(
-            placeholder=DS_CONFIG_PLACEHOLDER,
-            run_dir=RUN_DIR_PLACEHOLDER,
             length=(length_module.__doc__ or "").strip(),
         )
     ]
@@ -103,15 +106,16 @@ def generate() -> str:
 
 def _section_table(title: str, model: type[BaseModel], prefix: str = "", skip: tuple[str, ...] = ()) -> str:
     lines = [f"## {title}", "", (model.__doc__ or "").strip(), ""]
-    lines += ["| key | type | default | unit | meaning |", "|---|---|---|---|---|"]
+    lines += ["| key | type | default | unit | meaning | goes to |", "|---|---|---|---|---|---|"]
     for name, info in model.model_fields.items():
         if name in skip:
             continue
         extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
         default = info.get_default(call_default_factory=True)
+        goes_to = "; ".join(destination.describe() for destination in destinations(info))
         lines.append(
             f"| `{prefix}{name}` | {_type_name(info.annotation)} | {_default_text(default)} | "
-            f"{extra.get('unit', '')} | {info.description} |"
+            f"{extra.get('unit', '')} | {info.description} | {goes_to} |"
         )
     return "\n".join(lines) + "\n"
 

@@ -1,48 +1,116 @@
-"""Render a checked recipe into the launcher command line, its environment and the
-DeepSpeed config, all from one set of numbers. Needs neither the engine nor the data
-(except for a length given in epochs, which reads the dataset's index)."""
+"""Render a checked recipe into its whole launch: the launcher command line (with what the run
+writes into its run directory, and what it resumes from), the environment and the DeepSpeed
+config, all from one set of numbers. The one place a launch is assembled: `zerolab launch`,
+its dry run, `command.sh`, `zerolab render` (also `--out` and `--slurm`) all print or run what
+this returns. Needs neither the engine nor the data (except for a length given in epochs,
+which reads the dataset's index)."""
 
 from __future__ import annotations
 
+import os
 import shlex
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from zerolab import rundir
 from zerolab.engine.megatron_entry import FLASH_V2
-from zerolab.engine.paths import engine_dir
+from zerolab.engine.paths import engine_bin_dir, engine_dir, torch_extensions_dir
 from zerolab.engine.workarounds import ATTENTION_ENV, SDPA
-from zerolab.launch.rundir import CHECKPOINTS_DIR, TENSORBOARD_DIR, WANDB_DIR
+from zerolab.locations import REPO_ROOT
+from zerolab.recipe.destinations import DeepSpeed, Megatron, one_to_one
 from zerolab.recipe.length import train_iters
-from zerolab.recipe.schema import Recipe
-
-DS_CONFIG_PLACEHOLDER = "ds_config.json"
-"""The --deepspeed_config path in a render; `zerolab launch` writes the file into the run
-directory and substitutes its path (Launch.with_ds_config_path)."""
-
-RUN_DIR_PLACEHOLDER = "RUN_DIR"
-"""The run directory in a render made without one: `zerolab launch` creates it
-(logs/NAME/TIMESTAMP) and renders again with its path."""
-
+from zerolab.recipe.schema import Recipe, ZeroSection
 
 ENTRY_MODULE = "zerolab.engine.megatron_entry"
+
+_MARK = "\x00"
+"""Wraps the name of a shell variable inside a rendered word: only text zerolab itself puts in
+(a job's node rank, the run directory of a render made without one) is ever expanded."""
+
+
+def shell_variable(name: str) -> str:
+    """A placeholder for `${name}`: expanded by the shell that runs the rendered text."""
+    return f"{_MARK}{name}{_MARK}"
+
+
+RUN_DIR_PLACEHOLDER = shell_variable("RUN_DIR")
+"""The run directory of a render made without one: `zerolab launch` creates it
+(logs/NAME/TIMESTAMP); the printed command expands `${RUN_DIR}`."""
+
+
+def shell_word(token: str) -> str:
+    """`token` quoted for a POSIX shell, its placeholders (shell_variable) as "${NAME}"."""
+    pieces = token.split(_MARK)
+    if len(pieces) == 1:
+        return shlex.quote(token)
+    return "".join(
+        f'"${{{piece}}}"' if index % 2 else shlex.quote(piece) for index, piece in enumerate(pieces) if piece
+    )
+
+
+def as_text(token: str) -> str:
+    """`token` with its placeholders written `${NAME}` (for JSON and messages)."""
+    pieces = token.split(_MARK)
+    return "".join(f"${{{piece}}}" if index % 2 else piece for index, piece in enumerate(pieces))
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where this node stands among the run's nodes: its rank, node 0's address and, for the
+    deepspeed launcher, the hostfile (and whether it starts the other nodes' ranks over ssh)."""
+
+    node_rank: str
+    master_addr: str
+    hostfile: str | None
+    ssh: bool = True
+
+    @classmethod
+    def of(cls, recipe: Recipe) -> Placement:
+        """As the recipe's hardware section says."""
+        hw = recipe.hardware
+        return cls(str(hw.node_rank), hw.master_addr, hw.hostfile)
+
+    @classmethod
+    def scheduled(cls, run_dir: str) -> Placement:
+        """In a SLURM job: each node's rank and node 0's address from the job's shell variables,
+        a hostfile of the allocation in the run directory, every node starting its own ranks."""
+        hostfile = f"{run_dir}/{rundir.HOSTFILE}"
+        return cls(shell_variable("SLURM_NODEID"), shell_variable("MASTER_ADDR"), hostfile, ssh=False)
+
+
+@dataclass(frozen=True)
+class Resume:
+    """A launch that continues an earlier run from its last checkpoint."""
+
+    run_dir: Path
+    recipe: Recipe
+    """The earlier run's resolved recipe (its recipe.yaml)."""
 
 
 @dataclass(frozen=True)
 class Launch:
-    """Everything needed to start a run: argv (the full launcher command line), env, ds_config."""
+    """A whole launch: the launcher's argv, the environment it adds, the DeepSpeed config and the
+    run directory it writes into. What `zerolab launch` runs, `command.sh` holds, a dry run prints
+    and a SLURM job starts on each node."""
 
     argv: list[str]
     env: dict[str, str]
     ds_config: dict[str, Any]
+    run_dir: str
     world_size: int
     nodes: int
     procs_per_node: int
-    ds_config_path: str = field(default=DS_CONFIG_PLACEHOLDER, compare=False)
+
+    @property
+    def ds_config_path(self) -> str:
+        """Where the engine reads the DeepSpeed config: in the run directory."""
+        return f"{self.run_dir}/{rundir.DS_CONFIG_FILE}"
 
     def as_json(self) -> dict[str, Any]:
         """The `--json` object: argv, env, ds_config, world_size, nodes, procs_per_node."""
         return {
-            "argv": list(self.argv),
+            "argv": [as_text(token) for token in self.argv],
             "env": dict(self.env),
             "ds_config": self.ds_config,
             "world_size": self.world_size,
@@ -51,7 +119,7 @@ class Launch:
         }
 
     def shell(self) -> str:
-        """Copy-pasteable command text: environment assignments, then the quoted argv, one option a line."""
+        """The command as shell text: environment assignments, then the quoted argv, one option a line."""
         groups: list[list[str]] = []
         for token in self.argv:
             lone_option = bool(groups) and len(groups[-1]) == 1 and groups[-1][0].startswith("-")
@@ -59,51 +127,92 @@ class Launch:
                 groups.append([token])
             else:
                 groups[-1].append(token)
-        lines = [f"{name}={shlex.quote(value)}" for name, value in self.env.items()]
-        lines += [shlex.join(group) for group in groups]
+        lines = [f"{name}={shell_word(value)}" for name, value in self.env.items()]
+        lines += [" ".join(shell_word(token) for token in group) for group in groups]
         return " \\\n  ".join(lines)
 
-    def with_ds_config_path(self, path: str) -> Launch:
-        """The same launch with --deepspeed_config pointing at `path`."""
-        argv = list(self.argv)
-        argv[argv.index("--deepspeed_config") + 1] = path
-        return replace(self, argv=argv, ds_config_path=path)
+    def words(self) -> str:
+        """`env NAME=VALUE ... ARGV...` as one line of shell words, for a job script."""
+        assignments = [f"{name}={value}" for name, value in self.env.items()]
+        return " ".join(shell_word(token) for token in ["env", *assignments, *self.argv])
+
+    @staticmethod
+    def runtime_env() -> dict[str, str]:
+        """What the launcher gets besides the rendered environment: the engine's bin directory first
+        on PATH (torchrun, deepspeed, the engine's python), unbuffered output, and zerolab's own
+        build directory for DeepSpeed's JIT-built ops."""
+        return {
+            "PATH": f"{engine_bin_dir()}{os.pathsep}$PATH",
+            "PYTHONUNBUFFERED": "1",
+            "TORCH_EXTENSIONS_DIR": str(torch_extensions_dir()),
+        }
+
+    def script(self) -> str:
+        """command.sh: this launch, re-runnable from anywhere (it changes to the repository root)."""
+        exports = " ".join(f'{name}="{value}"' for name, value in self.runtime_env().items())
+        return (
+            "#!/usr/bin/env bash\n"
+            "# Re-runs the same launch; its --save (if any) writes into this run's checkpoints/.\n"
+            "set -euo pipefail\n"
+            f"cd {shlex.quote(str(REPO_ROOT))}\n"
+            f"export {exports}\n"
+            f"{self.shell()}\n"
+        )
+
+    def process_env(self, inherited: dict[str, str]) -> dict[str, str]:
+        """The launcher's whole environment: `inherited` (less what the recipe decides), the
+        runtime additions and the rendered environment."""
+        runtime = self.runtime_env() | {"PATH": f"{engine_bin_dir()}{os.pathsep}{inherited.get('PATH', '')}"}
+        kept = {name: value for name, value in inherited.items() if name != ATTENTION_ENV}
+        return kept | runtime | self.env
 
 
-def render(recipe: Recipe, run_dir: str = RUN_DIR_PLACEHOLDER) -> Launch:
-    """The Launch for a loaded (composed, validated, checked) recipe whose outputs (checkpoints,
-    TensorBoard, W&B) go under `run_dir`."""
+def render(
+    recipe: Recipe,
+    *,
+    run_dir: str = RUN_DIR_PLACEHOLDER,
+    resume: Resume | None = None,
+    placement: Placement | None = None,
+    engine: str | None = None,
+) -> Launch:
+    """The whole launch of a loaded (composed, validated, checked) recipe writing into `run_dir`,
+    continuing `resume`, placed on its nodes by `placement` (default: the recipe's hardware
+    section), with the engine checkout at `engine` (default: this machine's)."""
     hw = recipe.hardware
     return Launch(
         argv=[
-            *launcher_args(recipe),
-            str(engine_dir() / "pretrain_gpt.py"),
-            *megatron_args(recipe),
+            *launcher_args(recipe, placement or Placement.of(recipe)),
+            f"{engine or engine_dir()}/pretrain_gpt.py",
+            *megatron_args(recipe, f"{run_dir}/{rundir.DS_CONFIG_FILE}"),
             *run_dir_args(recipe, run_dir),
+            *(resume_args(recipe, resume) if resume else []),
             *recipe.extra.megatron_args,
         ],
         env=launch_env(recipe),
         ds_config=ds_config(recipe),
+        run_dir=run_dir,
         world_size=recipe.world_size,
         nodes=hw.nodes,
         procs_per_node=hw.procs_per_node,
     )
 
 
-def launcher_args(recipe: Recipe) -> list[str]:
+def launcher_args(recipe: Recipe, placement: Placement) -> list[str]:
     """torchrun or deepspeed, up to and including the entry module."""
     hw = recipe.hardware
     if hw.launcher == "torchrun":
         argv = ["torchrun", "--nnodes", str(hw.nodes), "--nproc-per-node", str(hw.procs_per_node)]
         if hw.nodes > 1:
-            argv += ["--node-rank", str(hw.node_rank), "--master-addr", hw.master_addr]
+            argv += ["--node-rank", placement.node_rank, "--master-addr", placement.master_addr]
         return [*argv, "--master-port", str(hw.master_port), "-m", ENTRY_MODULE]
     argv = ["deepspeed"]
-    if hw.hostfile is not None:
-        argv += ["--hostfile", hw.hostfile]
+    if placement.hostfile is not None:
+        argv += ["--hostfile", placement.hostfile]
+    if not placement.ssh:
+        argv += ["--no_ssh", "--node_rank", placement.node_rank]
     argv += ["--num_nodes", str(hw.nodes), "--num_gpus", str(hw.procs_per_node)]
     if hw.nodes > 1:
-        argv += ["--master_addr", hw.master_addr]
+        argv += ["--master_addr", placement.master_addr]
     return [*argv, "--master_port", str(hw.master_port), "--module", ENTRY_MODULE]
 
 
@@ -123,59 +232,23 @@ def launch_env(recipe: Recipe) -> dict[str, str]:
     return env | attention_env(recipe)
 
 
-def megatron_args(recipe: Recipe) -> list[str]:
-    """The pretrain_gpt.py arguments."""
-    model, train, data, hw = recipe.model, recipe.train, recipe.data, recipe.hardware
+def megatron_args(recipe: Recipe, ds_config_path: str) -> list[str]:
+    """The pretrain_gpt.py arguments: each section's one-to-one fields as the schema declares them
+    (zerolab.recipe.destinations), in field order, and what is derived from several fields."""
+    hw = recipe.hardware
     args = [
-        "--num-layers", str(model.num_layers),
-        "--hidden-size", str(model.hidden_size),
-        "--num-attention-heads", str(model.num_attention_heads),
-        "--seq-length", str(model.seq_length),
-        "--max-position-embeddings", str(model.max_position_embeddings),
-        "--make-vocab-size-divisible-by", str(model.make_vocab_size_divisible_by),
-        "--attention-dropout", _num(model.attention_dropout),
-        "--hidden-dropout", _num(model.hidden_dropout),
-        "--init-method-std", _num(model.init_method_std),
-        "--tensor-model-parallel-size", str(recipe.parallel.tensor),
-        "--pipeline-model-parallel-size", str(recipe.parallel.pipeline),
-        "--micro-batch-size", str(train.micro_batch_size),
-        "--global-batch-size", str(train.global_batch_size),
-        "--train-iters", str(train_iters(recipe)),
-        "--lr", _num(train.lr),
-        "--min-lr", _num(train.min_lr),
-        "--lr-decay-style", train.lr_decay_style,
-        "--lr-warmup-iters", str(train.lr_warmup_iters),
-        "--weight-decay", _num(train.weight_decay),
-        "--adam-beta1", _num(train.adam_beta1),
-        "--adam-beta2", _num(train.adam_beta2),
-        "--clip-grad", _num(train.clip_grad),
-        "--seed", str(train.seed),
-        "--log-interval", str(train.log_interval),
-        "--eval-interval", str(train.eval_interval),
-        "--eval-iters", str(train.eval_iters),
-        "--data-path", data.path,
-        "--split", data.split,
-        "--tokenizer-type", data.tokenizer_type,
-        "--vocab-file", data.vocab_file,
-        "--merge-file", data.merge_file,
-        "--num-workers", str(data.num_workers),
+        *section_args(recipe, "model"),
+        *section_args(recipe, "parallel"),
+        *section_args(recipe, "train", at={"iters": ["--train-iters", str(train_iters(recipe))]}),
+        *section_args(recipe, "data"),
         "--distributed-backend", "gloo" if hw.device == "cpu" else "nccl",
     ]  # fmt: skip
     if hw.device == "cpu":  # CUDA kernels the engine would otherwise pick (softmax: in bf16/fp16)
         args += ["--no-gradient-accumulation-fusion", "--no-masked-softmax-fusion"]
     args += attention_args(recipe)
     args += activation_checkpointing_args(recipe)
-    if recipe.precision.bf16:
-        args.append("--bf16")
-    if recipe.precision.fp16:
-        args.append("--fp16")
-    args += [
-        "--deepspeed",
-        "--deepspeed_config",
-        DS_CONFIG_PLACEHOLDER,
-        "--zero-stage",
-        str(recipe.zero.stage),
-    ]
+    args += section_args(recipe, "precision")
+    args += ["--deepspeed", "--deepspeed_config", ds_config_path, *section_args(recipe, "zero")]
     if recipe.parallel.pipeline == 1:
         args.append("--no-pipeline-parallel")
     if recipe.zero.offload_optimizer:
@@ -185,6 +258,27 @@ def megatron_args(recipe: Recipe) -> list[str]:
         if recipe.zero.pin_memory:
             args.append("--use-pin-memory")
     return args
+
+
+def section_args(recipe: Recipe, section: str, at: dict[str, list[str]] | None = None) -> list[str]:
+    """The Megatron arguments of one section's one-to-one fields, in field order, with `at[name]`
+    placed where field `name` stands (a value derived from it)."""
+    values = getattr(recipe, section)
+    args: list[str] = []
+    for name, info in type(values).model_fields.items():
+        for destination in one_to_one(info, Megatron):
+            args += _flag(destination.flag, getattr(values, name))
+        args += (at or {}).get(name, [])
+    return args
+
+
+def _flag(flag: str, value: Any) -> list[str]:
+    """A flag and its value as argv tokens: a true bool is a bare switch, None and False nothing."""
+    if value is None or value is False:
+        return []
+    if value is True:
+        return [flag]
+    return [flag, _num(value) if isinstance(value, float) else str(value)]
 
 
 def attention_args(recipe: Recipe) -> list[str]:
@@ -239,14 +333,14 @@ def run_dir_args(recipe: Recipe, run_dir: str) -> list[str]:
     if recipe.train.save_interval is not None:
         args += [
             "--save",
-            f"{run_dir}/{CHECKPOINTS_DIR}",
+            f"{run_dir}/{rundir.CHECKPOINTS_DIR}",
             "--save-interval",
             str(recipe.train.save_interval),
         ]
     logging = recipe.logging
     if logging.tensorboard:
         args += [
-            "--tensorboard-dir", f"{run_dir}/{TENSORBOARD_DIR}",
+            "--tensorboard-dir", f"{run_dir}/{rundir.TENSORBOARD_DIR}",
             "--tensorboard-log-interval", str(recipe.train.log_interval),
             "--log-timers-to-tensorboard",
             "--log-validation-ppl-to-tensorboard",
@@ -255,40 +349,52 @@ def run_dir_args(recipe: Recipe, run_dir: str) -> list[str]:
         args += [
             "--wandb-project", logging.wandb_project,
             "--wandb-exp-name", logging.wandb_name or recipe.name,
-            "--wandb-save-dir", f"{run_dir}/{WANDB_DIR}",
+            "--wandb-save-dir", f"{run_dir}/{rundir.WANDB_DIR}",
         ]  # fmt: skip
     return args
 
 
+def resume_args(recipe: Recipe, resume: Resume) -> list[str]:
+    """`--load` of the earlier run's checkpoints, and `--override-opt_param-scheduler` when the
+    learning-rate schedule differs from the one saved (more iterations, another rate): Megatron
+    checks the schedule against the checkpoint's when it resumes."""
+    args = ["--load", str(resume.run_dir / rundir.CHECKPOINTS_DIR)]
+    if schedule(resume.recipe) != schedule(recipe):
+        args.append("--override-opt_param-scheduler")
+    return args
+
+
+def schedule(recipe: Recipe) -> tuple[Any, ...]:
+    """What Megatron's scheduler checks against a checkpoint: iterations, rates, warm-up, decay."""
+    train = recipe.train
+    return (
+        train_iters(recipe),
+        train.lr,
+        train.min_lr,
+        train.lr_warmup_iters,
+        train.lr_decay_style,
+        train.weight_decay,
+    )
+
+
 def ds_config(recipe: Recipe) -> dict[str, Any]:
-    """The DeepSpeed config, from the same numbers as the Megatron arguments."""
-    zero, precision, train = recipe.zero, recipe.precision, recipe.train
-    zero_block: dict[str, Any] = {"stage": zero.stage}
-    if zero.stage >= 1:
-        zero_block |= {
-            "overlap_comm": zero.overlap_comm,
-            "contiguous_gradients": zero.contiguous_gradients,
-            "reduce_bucket_size": zero.reduce_bucket_size,
-        }
-    if zero.stage in (1, 2):
-        zero_block["allgather_bucket_size"] = zero.allgather_bucket_size
-    for key, name in STAGE3_KEYS.items():
-        if getattr(zero, key) is not None:
-            zero_block[name] = getattr(zero, key)
-    if zero.offload_optimizer:
-        zero_block["offload_optimizer"] = {"device": "cpu", "pin_memory": zero.pin_memory}
-    if zero.offload_param:
-        zero_block["offload_param"] = {"device": "cpu", "pin_memory": zero.pin_memory}
-    config: dict[str, Any] = {
-        "train_batch_size": train.global_batch_size,
-        "train_micro_batch_size_per_gpu": train.micro_batch_size,
+    """The DeepSpeed config, from the same numbers as the Megatron arguments: the one-to-one
+    fields where the schema declares them (at the ZeRO stages that read them), and the blocks
+    derived from several fields."""
+    zero, precision = recipe.zero, recipe.precision
+    config: dict[str, Any] = {}
+    _set_declared(config, recipe, "train")
+    config |= {
         "gradient_accumulation_steps": recipe.gradient_accumulation_steps,
-        "gradient_clipping": train.clip_grad,
-        "steps_per_print": train.log_interval,
         "log_level": "info",
         "wall_clock_breakdown": False,
-        "zero_optimization": zero_block,
     }
+    _set_declared(config, recipe, "zero")
+    offloaded = {"device": "cpu", "pin_memory": zero.pin_memory}
+    if zero.offload_optimizer:
+        config["zero_optimization"]["offload_optimizer"] = dict(offloaded)
+    if zero.offload_param:
+        config["zero_optimization"]["offload_param"] = dict(offloaded)
     if precision.bf16:
         config["bf16"] = {"enabled": True}
     ckpt = recipe.activation_checkpointing
@@ -310,13 +416,29 @@ def ds_config(recipe: Recipe) -> dict[str, Any]:
     return merge_new_keys(config, recipe.extra.ds_config)
 
 
-STAGE3_KEYS = {
-    "prefetch_bucket_size": "stage3_prefetch_bucket_size",
-    "param_persistence_threshold": "stage3_param_persistence_threshold",
-    "max_live_parameters": "stage3_max_live_parameters",
-    "max_reuse_distance": "stage3_max_reuse_distance",
-}
-"""zero section keys read at stage 3 only, and their ds_config names."""
+def _set_declared(config: dict[str, Any], recipe: Recipe, section: str) -> None:
+    """Set the ds_config keys that `section`'s one-to-one fields declare, in field order: a
+    stage-bound key only at the ZeRO stages that read it, an unset (None) value not at all."""
+    values = getattr(recipe, section)
+    for name, info in type(values).model_fields.items():
+        value = getattr(values, name)
+        for destination in one_to_one(info, DeepSpeed):
+            if value is None or (destination.stages and recipe.zero.stage not in destination.stages):
+                continue
+            *parents, leaf = destination.key.split(".")
+            node = config
+            for parent in parents:
+                node = node.setdefault(parent, {})
+            node[leaf] = value
+
+
+def stage_bound(stage: int) -> list[str]:
+    """The zero section's fields whose ds_config key only ZeRO stage `stage` reads."""
+    return [
+        name
+        for name, info in ZeroSection.model_fields.items()
+        if any(destination.stages == (stage,) for destination in one_to_one(info, DeepSpeed))
+    ]
 
 
 def merge_new_keys(config: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:

@@ -7,13 +7,21 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
+from zerolab.recipe.destinations import DeepSpeed, Destination, Env, Launcher, Megatron, Zerolab
 
-def field(default: Any, doc: str, unit: str | None = None, **constraints: Any) -> Any:
-    """A schema field with its one-line doc and, where it has one, its unit."""
+
+def field(
+    default: Any, doc: str, unit: str | None = None, *, to: tuple[Destination, ...] = (), **constraints: Any
+) -> Any:
+    """A schema field with its one-line doc, its unit where it has one, and where it goes (`to`:
+    zerolab.recipe.destinations)."""
     extra = {"unit": unit} if unit else None
     if isinstance(default, type):
-        return Field(default_factory=default, description=doc, json_schema_extra=extra)
-    return Field(default, description=doc, json_schema_extra=extra, **constraints)
+        info = Field(default_factory=default, description=doc, json_schema_extra=extra)
+    else:
+        info = Field(default, description=doc, json_schema_extra=extra, **constraints)
+    info.metadata.extend(to)
+    return info
 
 
 class Section(BaseModel):
@@ -25,21 +33,50 @@ class Section(BaseModel):
 class ModelSection(Section):
     """The GPT-2 shape (configs/model/)."""
 
-    name: str = field("gpt2-124m", "name of the model shape, as reported in run.json")
-    num_layers: int = field(12, "transformer layers", "layers", gt=0)
-    hidden_size: int = field(768, "hidden size", "elements", gt=0)
-    num_attention_heads: int = field(12, "attention heads; must divide hidden_size", "heads", gt=0)
-    seq_length: int = field(1024, "training sequence length", "tokens", gt=0)
+    name: str = field(
+        "gpt2-124m", "name of the model shape, as reported in run.json", to=(Zerolab("run.json, summaries"),)
+    )
+    num_layers: int = field(12, "transformer layers", "layers", gt=0, to=(Megatron("--num-layers"),))
+    hidden_size: int = field(768, "hidden size", "elements", gt=0, to=(Megatron("--hidden-size"),))
+    num_attention_heads: int = field(
+        12, "attention heads; must divide hidden_size", "heads", gt=0, to=(Megatron("--num-attention-heads"),)
+    )
+    seq_length: int = field(1024, "training sequence length", "tokens", gt=0, to=(Megatron("--seq-length"),))
     max_position_embeddings: int = field(
-        1024, "learned position embeddings; at least seq_length", "positions", gt=0
+        1024,
+        "learned position embeddings; at least seq_length",
+        "positions",
+        gt=0,
+        to=(Megatron("--max-position-embeddings"),),
     )
-    vocab_size: int = field(50257, "tokenizer vocabulary before padding (GPT-2 BPE: 50257)", "tokens", gt=0)
+    vocab_size: int = field(
+        50257,
+        "tokenizer vocabulary before padding (GPT-2 BPE: 50257)",
+        "tokens",
+        gt=0,
+        to=(Zerolab("padded vocabulary for FLOPs, MFU and estimates; the tokenizer sets the engine's"),),
+    )
     make_vocab_size_divisible_by: int = field(
-        128, "Megatron pads the vocabulary to a multiple of this x tensor parallel size", "tokens", gt=0
+        128,
+        "Megatron pads the vocabulary to a multiple of this x tensor parallel size",
+        "tokens",
+        gt=0,
+        to=(Megatron("--make-vocab-size-divisible-by"),),
     )
-    attention_dropout: float = field(0.1, "dropout on attention probabilities", "probability", ge=0, lt=1)
-    hidden_dropout: float = field(0.1, "dropout on hidden states", "probability", ge=0, lt=1)
-    init_method_std: float = field(0.02, "standard deviation of the weight initialisation", gt=0)
+    attention_dropout: float = field(
+        0.1,
+        "dropout on attention probabilities",
+        "probability",
+        ge=0,
+        lt=1,
+        to=(Megatron("--attention-dropout"),),
+    )
+    hidden_dropout: float = field(
+        0.1, "dropout on hidden states", "probability", ge=0, lt=1, to=(Megatron("--hidden-dropout"),)
+    )
+    init_method_std: float = field(
+        0.02, "standard deviation of the weight initialisation", gt=0, to=(Megatron("--init-method-std"),)
+    )
     attention: Literal["megatron", "sdpa", "flash"] = field(
         "megatron",
         "how attention is computed, the same function each way. megatron: the engine's CoreAttention "
@@ -48,32 +85,78 @@ class ModelSection(Section):
         "precision), zerolab's patch sdpa_attention, enabled at launch by ZEROLAB_ATTENTION=sdpa; "
         "flash: the engine's FlashAttention-2 path (--use-flash-attn-v2): CUDA, bf16 or fp16, and the "
         "flash_attn package in the engine's environment",
+        to=(
+            Megatron("--use-flash-attn-v2", "flash"),
+            Env("ZEROLAB_ATTENTION", "sdpa"),
+        ),
     )
 
 
 class ParallelSection(Section):
     """Model parallelism; data parallelism is what is left of the world size."""
 
-    tensor: int = field(1, "tensor-parallel size (Megatron --tensor-model-parallel-size)", "ranks", gt=0)
+    tensor: int = field(
+        1,
+        "tensor-parallel size (Megatron --tensor-model-parallel-size)",
+        "ranks",
+        gt=0,
+        to=(Megatron("--tensor-model-parallel-size"),),
+    )
     pipeline: int = field(
-        1, "pipeline-parallel size (Megatron --pipeline-model-parallel-size)", "ranks", gt=0
+        1,
+        "pipeline-parallel size (Megatron --pipeline-model-parallel-size)",
+        "ranks",
+        gt=0,
+        to=(
+            Megatron("--pipeline-model-parallel-size"),
+            Megatron("--no-pipeline-parallel", "when 1"),
+        ),
     )
 
 
 class ZeroSection(Section):
     """The ZeRO setup (configs/zero/), rendered into the ds_config and --zero-stage."""
 
-    stage: Literal[0, 1, 2, 3] = field(0, "ZeRO stage: 0 off, 1 optimizer states, 2 + gradients, 3 + weights")
+    stage: Literal[0, 1, 2, 3] = field(
+        0,
+        "ZeRO stage: 0 off, 1 optimizer states, 2 + gradients, 3 + weights",
+        to=(
+            Megatron("--zero-stage"),
+            DeepSpeed("zero_optimization.stage"),
+        ),
+    )
     offload_optimizer: bool = field(
-        False, "keep optimizer states and step on the CPU (DeepSpeed CPU Adam); needs stage >= 1"
+        False,
+        "keep optimizer states and step on the CPU (DeepSpeed CPU Adam); needs stage >= 1",
+        to=(
+            DeepSpeed("zero_optimization.offload_optimizer", rule="device cpu"),
+            Megatron("--cpu-optimizer", "when true"),
+        ),
     )
     pin_memory: bool = field(
-        True, "page-locked host memory for what is offloaded (optimizer states, weights)"
+        True,
+        "page-locked host memory for what is offloaded (optimizer states, weights)",
+        to=(
+            DeepSpeed("zero_optimization.offload_*.pin_memory", rule="with an offload"),
+            Megatron("--use-pin-memory", "with offload_param"),
+        ),
     )
-    overlap_comm: bool = field(True, "overlap gradient reduction with the backward pass")
-    contiguous_gradients: bool = field(True, "copy gradients into one contiguous buffer as they are made")
+    overlap_comm: bool = field(
+        True,
+        "overlap gradient reduction with the backward pass",
+        to=(DeepSpeed("zero_optimization.overlap_comm", stages=(1, 2, 3)),),
+    )
+    contiguous_gradients: bool = field(
+        True,
+        "copy gradients into one contiguous buffer as they are made",
+        to=(DeepSpeed("zero_optimization.contiguous_gradients", stages=(1, 2, 3)),),
+    )
     reduce_bucket_size: int = field(
-        500_000_000, "elements reduced at a time (stages 2 and 3)", "elements", gt=0
+        500_000_000,
+        "elements reduced at a time (stages 2 and 3)",
+        "elements",
+        gt=0,
+        to=(DeepSpeed("zero_optimization.reduce_bucket_size", stages=(1, 2, 3)),),
     )
     allgather_bucket_size: int = field(
         500_000_000,
@@ -81,11 +164,16 @@ class ZeroSection(Section):
         "prefetch_bucket_size)",
         "elements",
         gt=0,
+        to=(DeepSpeed("zero_optimization.allgather_bucket_size", stages=(1, 2)),),
     )
     offload_param: bool = field(
         False,
         "stage 3 only: keep the partitioned weights on the CPU too (ds_config offload_param, Megatron "
         "--remote-device cpu), fetched to the device layer by layer",
+        to=(
+            DeepSpeed("zero_optimization.offload_param", rule="device cpu"),
+            Megatron("--remote-device", "cpu when true"),
+        ),
     )
     prefetch_bucket_size: int | None = field(
         None,
@@ -93,6 +181,7 @@ class ZeroSection(Section):
         "null leaves DeepSpeed's default (5e7)",
         "elements",
         gt=0,
+        to=(DeepSpeed("zero_optimization.stage3_prefetch_bucket_size", stages=(3,)),),
     )
     param_persistence_threshold: int | None = field(
         None,
@@ -100,6 +189,7 @@ class ZeroSection(Section):
         "(stage3_param_persistence_threshold); null leaves DeepSpeed's default (1e5)",
         "elements",
         ge=0,
+        to=(DeepSpeed("zero_optimization.stage3_param_persistence_threshold", stages=(3,)),),
     )
     max_live_parameters: int | None = field(
         None,
@@ -107,6 +197,7 @@ class ZeroSection(Section):
         "(stage3_max_live_parameters); null leaves DeepSpeed's default (1e9)",
         "elements",
         gt=0,
+        to=(DeepSpeed("zero_optimization.stage3_max_live_parameters", stages=(3,)),),
     )
     max_reuse_distance: int | None = field(
         None,
@@ -114,6 +205,7 @@ class ZeroSection(Section):
         "(stage3_max_reuse_distance); null leaves DeepSpeed's default (1e9)",
         "elements",
         ge=0,
+        to=(DeepSpeed("zero_optimization.stage3_max_reuse_distance", stages=(3,)),),
     )
 
 
@@ -126,12 +218,17 @@ class ActivationCheckpointingSection(Section):
         "none: keep every activation; full: recompute whole transformer layers (Megatron "
         "--recompute-granularity full); selective: recompute only the attention core, the cheap part "
         "with the large seq x seq activations (--recompute-granularity selective)",
+        to=(
+            Megatron("--recompute-granularity", "megatron implementation"),
+            Megatron("--checkpoint-activations", "deepspeed implementation"),
+        ),
     )
     method: Literal["uniform", "block"] | None = field(
         None,
         "full only. uniform: checkpoint the input of every chunk of num_layers layers; block: "
         "recompute only the first num_layers layers of each pipeline stage (--recompute-method); "
         "null means uniform",
+        to=(Megatron("--recompute-method", "full"),),
     )
     num_layers: int | None = field(
         None,
@@ -140,26 +237,46 @@ class ActivationCheckpointingSection(Section):
         "null means 1",
         "layers",
         gt=0,
+        to=(
+            Megatron("--recompute-num-layers", "megatron"),
+            Megatron("--checkpoint-num-layers", "deepspeed"),
+        ),
     )
     implementation: Literal["megatron", "deepspeed"] = field(
         "megatron",
         "full, uniform only: megatron recomputes with Megatron's own checkpointing; deepspeed with "
         "DeepSpeed's (--checkpoint-activations --deepspeed-activation-checkpointing and the ds_config "
         "activation_checkpointing block), which adds the three options below",
+        to=(
+            Megatron("--deepspeed-activation-checkpointing", "deepspeed"),
+            DeepSpeed("activation_checkpointing", rule="deepspeed"),
+        ),
     )
     partition_activations: bool = field(
         False,
         "deepspeed implementation: split each checkpoint across the tensor-parallel ranks "
         "(--partition-activations)",
+        to=(
+            Megatron("--partition-activations", "deepspeed"),
+            DeepSpeed("activation_checkpointing.partition_activations", rule="deepspeed"),
+        ),
     )
     contiguous_memory: bool = field(
         False,
         "deepspeed implementation, with partition_activations: keep the checkpoints in one "
         "preallocated buffer (--contigious-checkpointing)",
+        to=(
+            Megatron("--contigious-checkpointing", "deepspeed"),
+            DeepSpeed("activation_checkpointing.contiguous_memory_optimization", rule="deepspeed"),
+        ),
     )
     cpu_checkpointing: bool = field(
         False,
         "deepspeed implementation: keep the checkpoints in host memory (--checkpoint-in-cpu)",
+        to=(
+            Megatron("--checkpoint-in-cpu", "deepspeed"),
+            DeepSpeed("activation_checkpointing.cpu_checkpointing", rule="deepspeed"),
+        ),
     )
 
 
@@ -171,13 +288,22 @@ class LoggingSection(Section):
         False,
         "write TensorBoard events to RUN_DIR/tensorboard (Megatron --tensorboard-dir, with timers and "
         "validation perplexity), every train.log_interval iterations",
+        to=(Megatron("--tensorboard-dir", "RUN_DIR/tensorboard when true"),),
     )
     wandb_project: str | None = field(
-        None, "log to this Weights & Biases project (Megatron --wandb-project); null: no W&B"
+        None,
+        "log to this Weights & Biases project (Megatron --wandb-project); null: no W&B",
+        to=(Megatron("--wandb-project", "with --wandb-save-dir RUN_DIR/wandb"),),
     )
-    wandb_name: str | None = field(None, "the W&B run name (--wandb-exp-name); null: the run's name")
+    wandb_name: str | None = field(
+        None,
+        "the W&B run name (--wandb-exp-name); null: the run's name",
+        to=(Megatron("--wandb-exp-name", "the run's name when null"),),
+    )
     wandb_mode: Literal["online", "offline"] = field(
-        "online", "W&B's WANDB_MODE: offline keeps the run in RUN_DIR/wandb, to `wandb sync` later"
+        "online",
+        "W&B's WANDB_MODE: offline keeps the run in RUN_DIR/wandb, to `wandb sync` later",
+        to=(Env("WANDB_MODE", "with a W&B project"),),
     )
 
 
@@ -187,126 +313,276 @@ class ExtraSection(Section):
     up, has Megatron's parser and DeepSpeed's config classes check the result before launch."""
 
     megatron_args: list[str] = field(
-        list, "extra pretrain_gpt.py arguments, appended as given, e.g. [--use-rotary-position-embeddings]"
+        list,
+        "extra pretrain_gpt.py arguments, appended as given, e.g. [--use-rotary-position-embeddings]",
+        to=(Megatron("...", "appended as given"),),
     )
     ds_config: dict[str, Any] = field(
-        dict, "extra DeepSpeed config keys, merged into the rendered ds_config (new keys only)"
+        dict,
+        "extra DeepSpeed config keys, merged into the rendered ds_config (new keys only)",
+        to=(DeepSpeed("...", rule="merged, new keys only"),),
     )
 
 
 class PrecisionSection(Section):
     """Training number format (configs/precision/); both false is fp32."""
 
-    bf16: bool = field(False, "train in bfloat16 (Megatron --bf16, ds_config bf16.enabled)")
-    fp16: bool = field(False, "train in float16 with dynamic loss scaling (GPU only)")
-    initial_scale_power: int = field(16, "fp16 only: the first loss scale is 2**this", "log2", ge=0)
-    loss_scale_window: int = field(
-        1000, "fp16 only: steps without overflow before raising the scale", "steps", gt=0
+    bf16: bool = field(
+        False,
+        "train in bfloat16 (Megatron --bf16, ds_config bf16.enabled)",
+        to=(
+            Megatron("--bf16"),
+            DeepSpeed("bf16.enabled", rule="when true"),
+        ),
     )
-    hysteresis: int = field(2, "fp16 only: overflows tolerated before lowering the scale", "steps", gt=0)
-    min_loss_scale: float = field(1.0, "fp16 only: the loss scale never drops below this", gt=0)
+    fp16: bool = field(
+        False,
+        "train in float16 with dynamic loss scaling (GPU only)",
+        to=(
+            Megatron("--fp16"),
+            DeepSpeed("fp16.enabled", rule="when true, with loss_scale 0: dynamic"),
+        ),
+    )
+    initial_scale_power: int = field(
+        16,
+        "fp16 only: the first loss scale is 2**this",
+        "log2",
+        ge=0,
+        to=(DeepSpeed("fp16.initial_scale_power", rule="with fp16"),),
+    )
+    loss_scale_window: int = field(
+        1000,
+        "fp16 only: steps without overflow before raising the scale",
+        "steps",
+        gt=0,
+        to=(DeepSpeed("fp16.loss_scale_window", rule="with fp16"),),
+    )
+    hysteresis: int = field(
+        2,
+        "fp16 only: overflows tolerated before lowering the scale",
+        "steps",
+        gt=0,
+        to=(DeepSpeed("fp16.hysteresis", rule="with fp16"),),
+    )
+    min_loss_scale: float = field(
+        1.0,
+        "fp16 only: the loss scale never drops below this",
+        gt=0,
+        to=(DeepSpeed("fp16.min_loss_scale", rule="with fp16"),),
+    )
 
 
 class DataSection(Section):
     """The prepared dataset and tokenizer (configs/data/); paths are relative to the repository root."""
 
-    name: str = field("dolly", "name of the dataset, as reported in summaries")
+    name: str = field("dolly", "name of the dataset, as reported in summaries", to=(Zerolab("summaries"),))
     path: str = field(
-        "data/dolly_text_document", "Megatron data prefix: PREFIX.bin and PREFIX.idx", "path prefix"
+        "data/dolly_text_document",
+        "Megatron data prefix: PREFIX.bin and PREFIX.idx",
+        "path prefix",
+        to=(Megatron("--data-path"),),
     )
     prepare_command: str = field(
-        "zerolab prep dolly --out data/dolly", "the command that writes the dataset, shown when it is missing"
+        "zerolab prep dolly --out data/dolly",
+        "the command that writes the dataset, shown when it is missing",
+        to=(Zerolab("the hint when the data is missing"),),
     )
     split: str = field(
         "98,2,0",
         "train,validation,test weights over documents (Megatron --split)",
         pattern=r"^\d+(,\d+){0,2}$",
+        to=(Megatron("--split"),),
     )
-    tokenizer_type: Literal["GPT2BPETokenizer"] = field("GPT2BPETokenizer", "Megatron tokenizer class")
-    vocab_file: str = field("zerolab/assets/gpt2/vocab.json", "GPT-2 BPE vocabulary", "path")
-    merge_file: str = field("zerolab/assets/gpt2/merges.txt", "GPT-2 BPE merges", "path")
-    num_workers: int = field(2, "data-loader worker processes per rank", "processes", ge=0)
+    tokenizer_type: Literal["GPT2BPETokenizer"] = field(
+        "GPT2BPETokenizer", "Megatron tokenizer class", to=(Megatron("--tokenizer-type"),)
+    )
+    vocab_file: str = field(
+        "zerolab/assets/gpt2/vocab.json", "GPT-2 BPE vocabulary", "path", to=(Megatron("--vocab-file"),)
+    )
+    merge_file: str = field(
+        "zerolab/assets/gpt2/merges.txt", "GPT-2 BPE merges", "path", to=(Megatron("--merge-file"),)
+    )
+    num_workers: int = field(
+        2, "data-loader worker processes per rank", "processes", ge=0, to=(Megatron("--num-workers"),)
+    )
 
 
 class TrainSection(Section):
     """Batch, length, optimizer and logging. Give exactly one of iters, tokens and epochs."""
 
-    micro_batch_size: int = field(4, "sequences per rank per forward pass", "sequences", gt=0)
+    micro_batch_size: int = field(
+        4,
+        "sequences per rank per forward pass",
+        "sequences",
+        gt=0,
+        to=(
+            Megatron("--micro-batch-size"),
+            DeepSpeed("train_micro_batch_size_per_gpu"),
+        ),
+    )
     global_batch_size: int = field(
-        32, "sequences per optimizer step = micro x grad-accum x data parallel", "sequences", gt=0
+        32,
+        "sequences per optimizer step = micro x grad-accum x data parallel",
+        "sequences",
+        gt=0,
+        to=(
+            Megatron("--global-batch-size"),
+            DeepSpeed("train_batch_size"),
+        ),
     )
     gradient_accumulation_steps: int | None = field(
         None,
         "micro batches per step per rank; null derives it from the two batch sizes",
         "micro batches",
         gt=0,
+        to=(DeepSpeed("gradient_accumulation_steps", rule="derived from the batch sizes when null"),),
     )
-    iters: int | None = field(None, "training length as optimizer steps", "iterations", gt=0)
+    iters: int | None = field(
+        None,
+        "training length as optimizer steps",
+        "iterations",
+        gt=0,
+        to=(Megatron("--train-iters", "iters, tokens or epochs, in iterations"),),
+    )
     tokens: int | None = field(
         None,
         "training length as tokens; rounded up to whole iterations of global x seq tokens",
         "tokens",
         gt=0,
+        to=(Megatron("--train-iters", "in iterations"),),
     )
     epochs: float | None = field(
         None,
         "training length as passes over the training split of the prepared dataset (needs the data)",
         "epochs",
         gt=0,
+        to=(Megatron("--train-iters", "in iterations"),),
     )
-    lr: float = field(1.5e-4, "peak learning rate", "1/step", gt=0)
-    min_lr: float = field(1.0e-5, "learning rate at the end of the decay", "1/step", ge=0)
+    lr: float = field(1.5e-4, "peak learning rate", "1/step", gt=0, to=(Megatron("--lr"),))
+    min_lr: float = field(
+        1.0e-5, "learning rate at the end of the decay", "1/step", ge=0, to=(Megatron("--min-lr"),)
+    )
     lr_decay_style: Literal["cosine", "linear", "constant"] = field(
-        "cosine", "learning-rate decay after warm-up"
+        "cosine", "learning-rate decay after warm-up", to=(Megatron("--lr-decay-style"),)
     )
-    lr_warmup_iters: int = field(0, "linear learning-rate warm-up", "iterations", ge=0)
-    weight_decay: float = field(0.1, "AdamW weight decay", ge=0)
-    adam_beta1: float = field(0.9, "Adam beta1", gt=0, lt=1)
-    adam_beta2: float = field(0.95, "Adam beta2", gt=0, lt=1)
+    lr_warmup_iters: int = field(
+        0, "linear learning-rate warm-up", "iterations", ge=0, to=(Megatron("--lr-warmup-iters"),)
+    )
+    weight_decay: float = field(0.1, "AdamW weight decay", ge=0, to=(Megatron("--weight-decay"),))
+    adam_beta1: float = field(0.9, "Adam beta1", gt=0, lt=1, to=(Megatron("--adam-beta1"),))
+    adam_beta2: float = field(0.95, "Adam beta2", gt=0, lt=1, to=(Megatron("--adam-beta2"),))
     clip_grad: float = field(
-        1.0, "gradient-norm clipping (Megatron --clip-grad, ds_config gradient_clipping)", ge=0
+        1.0,
+        "gradient-norm clipping (Megatron --clip-grad, ds_config gradient_clipping)",
+        ge=0,
+        to=(
+            Megatron("--clip-grad"),
+            DeepSpeed("gradient_clipping"),
+        ),
     )
-    seed: int = field(1234, "random seed", ge=0)
+    seed: int = field(1234, "random seed", ge=0, to=(Megatron("--seed"),))
     log_interval: int = field(
-        10, "iterations between log lines (also the ds_config steps_per_print)", "iterations", gt=0
+        10,
+        "iterations between log lines (also the ds_config steps_per_print)",
+        "iterations",
+        gt=0,
+        to=(
+            Megatron("--log-interval"),
+            DeepSpeed("steps_per_print"),
+        ),
     )
-    eval_interval: int = field(1000, "iterations between validation runs", "iterations", gt=0)
-    eval_iters: int = field(10, "validation iterations per validation run", "iterations", ge=0)
+    eval_interval: int = field(
+        1000, "iterations between validation runs", "iterations", gt=0, to=(Megatron("--eval-interval"),)
+    )
+    eval_iters: int = field(
+        10, "validation iterations per validation run", "iterations", ge=0, to=(Megatron("--eval-iters"),)
+    )
     save_interval: int | None = field(
         None,
         "iterations between checkpoints, saved in the run directory's checkpoints/ (and at the end); "
         "null saves none. `zerolab launch --resume RUN_DIR` continues from the last one",
         "iterations",
         gt=0,
+        to=(Megatron("--save-interval", "with --save RUN_DIR/checkpoints"),),
     )
 
 
 class HardwareSection(Section):
     """Where it runs and how it is launched (configs/hardware/)."""
 
-    device: Literal["cpu", "cuda"] = field("cuda", "cuda (NCCL) or cpu (DS_ACCELERATOR=cpu, gloo)")
-    launcher: Literal["torchrun", "deepspeed"] = field("torchrun", "the program that starts the ranks")
-    nodes: int = field(1, "machines", "nodes", gt=0)
-    procs_per_node: int = field(2, "ranks per machine (one per GPU on cuda)", "processes", gt=0)
-    world_size: int | None = field(
-        None, "total ranks; when given it must equal nodes x procs_per_node", "processes", gt=0
+    device: Literal["cpu", "cuda"] = field(
+        "cuda",
+        "cuda (NCCL) or cpu (DS_ACCELERATOR=cpu, gloo)",
+        to=(
+            Env("DS_ACCELERATOR", "cpu"),
+            Megatron("--distributed-backend", "gloo on cpu, nccl on cuda"),
+        ),
     )
-    node_rank: int = field(0, "this machine's rank (torchrun, multi-node)", ge=0)
-    master_addr: str = field("127.0.0.1", "address of node 0 (multi-node)", "host")
-    master_port: int = field(29500, "rendezvous port on node 0", "port", gt=0, lt=65536)
+    launcher: Literal["torchrun", "deepspeed"] = field(
+        "torchrun", "the program that starts the ranks", to=(Launcher("torchrun or deepspeed"),)
+    )
+    nodes: int = field(1, "machines", "nodes", gt=0, to=(Launcher("--nnodes / --num_nodes"),))
+    procs_per_node: int = field(
+        2,
+        "ranks per machine (one per GPU on cuda)",
+        "processes",
+        gt=0,
+        to=(
+            Launcher("--nproc-per-node / --num_gpus"),
+            Env("LOCAL_SIZE", "cpu, torchrun"),
+        ),
+    )
+    world_size: int | None = field(
+        None,
+        "total ranks; when given it must equal nodes x procs_per_node",
+        "processes",
+        gt=0,
+        to=(Zerolab("checked against nodes x procs_per_node"),),
+    )
+    node_rank: int = field(
+        0,
+        "this machine's rank (torchrun, multi-node)",
+        ge=0,
+        to=(Launcher("--node-rank (torchrun, several nodes)"),),
+    )
+    master_addr: str = field(
+        "127.0.0.1",
+        "address of node 0 (multi-node)",
+        "host",
+        to=(Launcher("--master-addr / --master_addr (several nodes)"),),
+    )
+    master_port: int = field(
+        29500,
+        "rendezvous port on node 0",
+        "port",
+        gt=0,
+        lt=65536,
+        to=(Launcher("--master-port / --master_port"),),
+    )
     hostfile: str | None = field(
-        None, "DeepSpeed hostfile listing the nodes (deepspeed launcher, multi-node)", "path"
+        None,
+        "DeepSpeed hostfile listing the nodes (deepspeed launcher, multi-node)",
+        "path",
+        to=(Launcher("--hostfile (deepspeed)"),),
     )
     omp_num_threads: int | None = field(
-        None, "OMP_NUM_THREADS for every rank; null leaves the launcher's default", "threads", gt=0
+        None,
+        "OMP_NUM_THREADS for every rank; null leaves the launcher's default",
+        "threads",
+        gt=0,
+        to=(Env("OMP_NUM_THREADS"),),
     )
 
 
 class Recipe(Section):
     """A resolved recipe: building blocks from `base`, then the file's keys, then overrides."""
 
-    base: list[str] = field(list, "building blocks under configs/, merged in order (e.g. model/gpt2-1.5b)")
-    description: str = field("", "one line on what this recipe is for")
+    base: list[str] = field(
+        list,
+        "building blocks under configs/, merged in order (e.g. model/gpt2-1.5b)",
+        to=(Zerolab("composition"),),
+    )
+    description: str = field("", "one line on what this recipe is for", to=(Zerolab("render's header"),))
     model: ModelSection = field(ModelSection, "model shape")
     parallel: ParallelSection = field(ParallelSection, "tensor and pipeline parallelism")
     zero: ZeroSection = field(ZeroSection, "ZeRO setup")

@@ -7,10 +7,10 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from zerolab import rundir
 from zerolab.errors import UserError
 
 LOG_SUFFIXES = (".log", ".out", ".err", ".txt")
-RUN_MARKERS = ("run.json", "train.log", "status.json")
 
 
 @dataclass(frozen=True)
@@ -26,13 +26,8 @@ class Run:
         return self.run_dir or self.log  # type: ignore[return-value]
 
 
-def is_run_dir(path: Path) -> bool:
-    """Whether `path` is a launcher's run directory."""
-    return any((path / marker).is_file() for marker in RUN_MARKERS)
-
-
 def _run_in(directory: Path) -> Run:
-    log = directory / "train.log"
+    log = directory / rundir.LOG_FILE
     return Run(log if log.is_file() else None, directory)
 
 
@@ -45,8 +40,8 @@ def discover(paths: list[Path]) -> list[Run]:
                 f"{given}: no such file or directory (give run directories, log files or folders)"
             )
         if given.is_file():
-            runs.append(_run_in(given.parent) if given.name in RUN_MARKERS else Run(given))
-        elif is_run_dir(given):
+            runs.append(_run_in(given.parent) if given.name in rundir.MARKERS else Run(given))
+        elif rundir.is_run_dir(given):
             runs.append(_run_in(given))
         else:
             runs.extend(_walk(given))
@@ -66,7 +61,7 @@ def _walk(top: Path) -> list[Run]:
     for root, dirs, files in os.walk(top, onerror=None):
         here = Path(root)
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        if here != top and is_run_dir(here):
+        if here != top and rundir.is_run_dir(here):
             found.append(_run_in(here))
             dirs[:] = []
             continue

@@ -9,9 +9,9 @@ from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from zerolab.failures import EndingDetector
 from zerolab.summarize import deepspeed, megatron
 from zerolab.summarize.config_dump import ConfigCollector
-from zerolab.summarize.failures import EndingDetector
 from zerolab.summarize.lines import Line, read_lines
 
 NAN = math.nan

@@ -1,5 +1,5 @@
-"""Reading the launcher's files in a run directory: run.json (config facts),
-status.json (how it ended), samples.csv (host memory) and doctor.json (devices)."""
+"""What a summary takes from a run directory: run.json (config facts) and status.json (how it
+ended), read through zerolab.rundir, samples.csv (host memory) and doctor.json (devices)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from zerolab import rundir
 from zerolab.summarize.flops import peak_tflops
 
 
@@ -23,20 +24,6 @@ class RunDirFacts:
     device_name: str | None = None
     device_peak_tflops: float | None = None
     problems: list[str] = field(default_factory=list)
-
-
-def _read_json(path: Path, problems: list[str]) -> dict[str, Any]:
-    if not path.is_file():
-        return {}
-    try:
-        value = json.loads(path.read_text(encoding="utf-8", errors="replace"))
-    except (OSError, ValueError) as error:
-        problems.append(f"{path.name}: not readable JSON ({error})")
-        return {}
-    if not isinstance(value, dict):
-        problems.append(f"{path.name}: not a JSON object")
-        return {}
-    return value
 
 
 def peak_rss_MiB(path: Path, problems: list[str]) -> float | None:
@@ -67,15 +54,29 @@ def _device_names(value: Any) -> list[str]:
     return []
 
 
+def _read_doctor(path: Path, problems: list[str]) -> Any:
+    """doctor.json as it was written (any JSON), or None when absent or unreadable."""
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8", errors="replace"))
+    except (OSError, ValueError) as error:
+        problems.append(f"{path.name}: not readable JSON ({error})")
+        return None
+
+
 def read_run_dir(directory: Path) -> RunDirFacts:
     """The facts of one run directory; missing files leave their fields empty."""
     facts = RunDirFacts()
-    facts.run = _read_json(directory / "run.json", facts.problems)
-    facts.status = _read_json(directory / "status.json", facts.problems)
-    samples = directory / "samples.csv"
+    run, problems = rundir.read_facts(directory)
+    facts.run = run.model_dump(exclude_none=True) if run else {}
+    status, status_problems = rundir.read_status(directory)
+    facts.status = status.model_dump() if status else {}
+    facts.problems = problems + status_problems
+    samples = directory / rundir.SAMPLES_FILE
     if samples.is_file():
         facts.peak_host_rss_MiB = peak_rss_MiB(samples, facts.problems)
-    doctor = _read_json(directory / "doctor.json", facts.problems)
+    doctor = _read_doctor(directory / rundir.DOCTOR_FILE, facts.problems)
     for name in _device_names(doctor):
         peak = peak_tflops(name)
         if peak is not None:

@@ -1,11 +1,14 @@
 """How a run ended, from its log: failure signatures (FORMATS.md section 10, and the
-CPU engine's own), a rank killed by a signal (zerolab.signals), completion markers, and
-NaN/overflow anomalies that do not stop a run."""
+CPU engine's own), a rank killed by a signal (zerolab.signals), the first error a rank raised,
+completion markers, and NaN/overflow anomalies that do not stop a run. The one reader of a
+run's cause: `zerolab launch` (status.json) and `zerolab summarize` (the cause column) both
+use it."""
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 from zerolab.signals import REPORT_MARKERS, RankSignalReader
 
@@ -63,6 +66,7 @@ _SIGNATURES: tuple[tuple[str, str, re.Pattern[str]], ...] = (
 _ERROR_LINE = re.compile(r"^\s*(?:[\w.]+\.)?(\w*(?:Error|Exception))(?::\s*(.*))?$")
 _COMPLETION = ("[after training is done]", "exits successfully", "{'train_runtime'")
 _NAN_WARNINGS = ("Bad grad_norm", "grad_norm=nan")
+_HANDLED = "During handling of the above exception, another exception occurred"
 _WORTH_A_LOOK = re.compile(
     "|".join(
         re.escape(text)
@@ -72,12 +76,23 @@ _WORTH_A_LOOK = re.compile(
             *_NAN_WARNINGS,
             *REPORT_MARKERS,
             "Traceback",
+            _HANDLED,
             "Error",
             "Exception",
         )
     )
 )
 """One search per line: lines with none of these texts cannot change the outcome."""
+
+
+def read_ending(path: Path) -> EndingDetector:
+    """How the run whose log is at `path` ended, with the last lines a killed rank printed."""
+    from zerolab.summarize.lines import read_lines
+
+    detector = EndingDetector(keep_last_lines=True)
+    for line in read_lines(path):
+        detector.feed(line.number, line.text, line.source)
+    return detector
 
 
 @dataclass(frozen=True)
@@ -97,32 +112,33 @@ class Failure:
 class EndingDetector:
     """Feed it every line; `failure`, `completed` and `nan_warnings` say how the run ended."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, keep_last_lines: bool = False) -> None:
         self.found: dict[str, Failure] = {}
         self._rank: dict[str, int] = {}  # index in _SIGNATURES of the signature behind found[kind]
         self.completed = False
         self._after_traceback = False
+        self._handled: str | None = None  # the source whose recorded exception was then handled
+        self._exception_source: str | None = None
         self.nan_warnings = 0
-        self.signals = RankSignalReader(keep_last_lines=False)
+        self._every_line = keep_last_lines
+        self.signals = RankSignalReader(keep_last_lines=keep_last_lines)
 
     def feed(self, number: int, text: str, source: str | None = None) -> None:
         """Look at one line (`source`: its rank prefix, if any)."""
+        if self._every_line:  # the lines before a killed rank's report are kept
+            self.signals.feed(number, source, text)
         if not _WORTH_A_LOOK.search(text):
             return
-        self.signals.feed(number, source, text)
+        if not self._every_line:
+            self.signals.feed(number, source, text)
         if any(marker in text for marker in _COMPLETION):
             self.completed = True
-        if "Traceback (most recent call last)" in text:
+        if _HANDLED in text and "exception" in self.found and source == self._exception_source:
+            self._handled = source  # the exception was caught, and raising another one failed the run
+        elif "Traceback (most recent call last)" in text:
             self._after_traceback = True
-        elif (
-            self._after_traceback
-            and "exception" not in self.found
-            and ("Error" in text or "Exception" in text)
-        ):
-            match = _ERROR_LINE.match(text)
-            if match and match.group(1) != "ChildFailedError":
-                detail = f"{match.group(1)}: {match.group(2) or ''}".strip().rstrip(":")
-                self.found["exception"] = Failure("exception", number, detail[:200])
+        elif self._after_traceback and ("Error" in text or "Exception" in text):
+            self._exception(number, text, source)
         if any(warning in text for warning in _NAN_WARNINGS):
             self.nan_warnings += 1
         for rank, (kind, gate, pattern) in enumerate(_SIGNATURES):
@@ -131,6 +147,17 @@ class EndingDetector:
                 if match:
                     self.found[kind] = Failure(kind, number, match.group(0).strip()[:200])
                     self._rank[kind] = rank
+
+    def _exception(self, number: int, text: str, source: str | None) -> None:
+        """The first error a rank raised, or, when that one was handled, the one its handling raised."""
+        replaces = self._handled is not None and source == self._handled
+        if "exception" in self.found and not replaces:
+            return
+        match = _ERROR_LINE.match(text)
+        if match and match.group(1) != "ChildFailedError":
+            detail = f"{match.group(1)}: {match.group(2) or ''}".strip().rstrip(":")
+            self.found["exception"] = Failure("exception", number, detail[:200])
+            self._exception_source, self._handled = source, None
 
     @property
     def failure(self) -> Failure | None:

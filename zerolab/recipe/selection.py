@@ -1,0 +1,43 @@
+"""What a command renders or launches: a recipe with its overrides, or the run to continue
+(`--resume RUN_DIR`: its resolved recipe with the overrides on top, under the run's name)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from zerolab import rundir
+from zerolab.errors import UserError
+from zerolab.recipe.compose import load_recipe
+from zerolab.recipe.render import Resume
+from zerolab.recipe.schema import Recipe
+
+GIVE_A_RECIPE = "give a RECIPE (a file, or a name under recipes/ such as cpu/tiny_z1) or --resume RUN_DIR"
+
+
+def select(
+    words: list[str], resume: Path | None, *, scheduler_places_nodes: bool = False
+) -> tuple[Recipe, Resume | None]:
+    """The recipe of `words` (RECIPE then KEY=VALUE overrides), or with `resume` the recipe of that
+    run with `words` as overrides and what it resumes from."""
+    if resume is None:
+        if not words:
+            raise UserError(GIVE_A_RECIPE)
+        return load_recipe(words[0], words[1:], scheduler_places_nodes=scheduler_places_nodes), None
+    recipe_file = resume / rundir.RECIPE_FILE
+    if not recipe_file.is_file():
+        raise UserError(f"--resume {resume}: not a run directory (no {rundir.RECIPE_FILE})")
+    if rundir.last_checkpoint(resume) is None:
+        raise UserError(
+            f"{resume}: no checkpoint to resume from ({rundir.CHECKPOINTS_DIR}/{rundir.LATEST_CHECKPOINT} "
+            "is missing); launch with train.save_interval=N to save checkpoints"
+        )
+    name = rundir.run_name(resume)
+    facts, _ = rundir.read_facts(resume)
+    path = facts.recipe if facts else None  # the recipe file the run was launched from
+    previous = load_recipe(
+        recipe_file, name=name, path_shown=path, scheduler_places_nodes=scheduler_places_nodes
+    )
+    recipe = load_recipe(
+        recipe_file, words, name=name, path_shown=path, scheduler_places_nodes=scheduler_places_nodes
+    )
+    return recipe, Resume(resume, previous)

@@ -1,0 +1,228 @@
+"""The run directory, `logs/NAME/YYYYmmdd-HHMMSS/` (docs/run-directory.md): its file names, the
+typed contents of run.json (RunFacts) and status.json (Status), and the one place they are
+created, written and read: by `zerolab launch`, by the sbatch job (which writes status.json
+with the lines `status_shell` gives it) and by `zerolab summarize`. A run directory is never
+overwritten; its small files are written whole."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from zerolab.errors import UserError
+from zerolab.files import write_atomic, write_json_atomic
+
+RECIPE_FILE = "recipe.yaml"
+DS_CONFIG_FILE = "ds_config.json"
+COMMAND_FILE = "command.sh"
+DOCTOR_FILE = "doctor.json"
+RUN_FILE = "run.json"
+LOG_FILE = "train.log"
+SAMPLES_FILE = "samples.csv"
+STATUS_FILE = "status.json"
+HOSTFILE = "hostfile"
+CHECKPOINTS_DIR = "checkpoints"
+TENSORBOARD_DIR = "tensorboard"
+WANDB_DIR = "wandb"
+MARKERS = (RUN_FILE, LOG_FILE, STATUS_FILE)
+"""A directory holding any of these is a run directory."""
+LATEST_CHECKPOINT = "latest_checkpointed_iteration.txt"
+"""Megatron's record, in the checkpoints directory, of the last complete save."""
+
+STAMP_FORMAT = "%Y%m%d-%H%M%S"
+
+RUNNING, COMPLETED, FAILED, KILLED = "running", "completed", "failed", "killed"
+
+
+class RunFacts(BaseModel):
+    """run.json: the facts of the run a summary needs; a value that is not known is null."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    name: str | None = None
+    recipe: str | None = None
+    model: str | None = None
+    num_layers: int | None = None
+    hidden_size: int | None = None
+    num_attention_heads: int | None = None
+    seq_length: int | None = None
+    padded_vocab_size: int | None = None
+    world_size: int | None = None
+    nodes: int | None = None
+    procs_per_node: int | None = None
+    tensor_parallel: int | None = None
+    pipeline_parallel: int | None = None
+    data_parallel: int | None = None
+    zero_stage: int | None = None
+    offload_optimizer: bool | None = None
+    offload_param: bool | None = None
+    recompute_granularity: str | None = None
+    attention: str | None = None
+    micro_batch_size: int | None = None
+    global_batch_size: int | None = None
+    gradient_accumulation_steps: int | None = None
+    precision: str | None = None
+    device: str | None = None
+    train_iters: int | None = None
+    log_interval: int | None = None
+    epoch_tokens: int | None = None
+
+
+class Status(BaseModel):
+    """status.json: how the run is going or ended."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    state: Literal["running", "completed", "failed", "killed"]
+    exit_code: int | None = None
+    started: str | None = None
+    ended: str | None = None
+    cause: str | None = None
+    """One line, when failed or killed: a rank killed by a signal, the first error, or the exit code."""
+    last_lines: list[str] = []
+    """When a rank was killed by a signal: the last lines it printed before it."""
+
+
+def now_iso() -> str:
+    """The current time, UTC, ISO 8601 to the second."""
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def is_run_dir(path: Path) -> bool:
+    """Whether `path` is a run directory."""
+    return any((path / marker).is_file() for marker in MARKERS)
+
+
+def create(logs_root: Path, name: str) -> Path:
+    """Create `logs_root/name/<local time, to the second>/`; if that second's directory exists
+    (two launches within one second), wait for the next second rather than reuse it."""
+    parent = logs_root / name
+    parent.mkdir(parents=True, exist_ok=True)
+    for _ in range(5):
+        candidate = parent / datetime.now().strftime(STAMP_FORMAT)
+        try:
+            candidate.mkdir()
+        except FileExistsError:
+            time.sleep(1.0 - (time.time() % 1.0) + 0.01)
+            continue
+        return candidate
+    raise UserError(f"{parent}: could not create a new run directory (one exists for every recent second)")
+
+
+def claim(path: Path) -> Path:
+    """Create the run directory `path` given by the user; an existing one is refused, never reused."""
+    if path.exists():
+        raise UserError(f"{path} already exists: a run directory is never overwritten; choose a new path")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.mkdir()
+    return path
+
+
+def write_recipe(run_dir: Path, text: str) -> None:
+    """recipe.yaml: the fully resolved recipe."""
+    write_atomic(run_dir / RECIPE_FILE, text)
+
+
+def write_ds_config(run_dir: Path, config: dict[str, Any]) -> None:
+    """ds_config.json: the DeepSpeed config the engine reads."""
+    write_json_atomic(run_dir / DS_CONFIG_FILE, config)
+
+
+def write_command(run_dir: Path, script: str) -> None:
+    """command.sh, executable."""
+    write_atomic(run_dir / COMMAND_FILE, script, mode=0o755)
+
+
+def write_doctor(run_dir: Path, report: dict[str, Any]) -> None:
+    """doctor.json: `zerolab doctor --json` at launch."""
+    write_json_atomic(run_dir / DOCTOR_FILE, report)
+
+
+def write_facts(run_dir: Path, facts: RunFacts) -> None:
+    """run.json."""
+    write_json_atomic(run_dir / RUN_FILE, facts_json(facts))
+
+
+def facts_json(facts: RunFacts) -> dict[str, Any]:
+    """run.json's object (what a job script embeds)."""
+    return facts.model_dump(mode="json")
+
+
+def write_status(run_dir: Path, status: Status) -> Status:
+    """status.json; returns what was written."""
+    write_json_atomic(run_dir / STATUS_FILE, status.model_dump(mode="json"))
+    return status
+
+
+def read_facts(run_dir: Path) -> tuple[RunFacts | None, list[str]]:
+    """run.json (None when absent or unreadable) and what could not be read in it."""
+    return _read_model(run_dir / RUN_FILE, RunFacts)
+
+
+def read_status(run_dir: Path) -> tuple[Status | None, list[str]]:
+    """status.json (None when absent or unreadable) and what could not be read in it."""
+    return _read_model(run_dir / STATUS_FILE, Status)
+
+
+def run_name(run_dir: Path) -> str:
+    """The run's name from its run.json; UserError when it has none."""
+    facts, problems = read_facts(run_dir)
+    if facts is None or not facts.name:
+        why = "; ".join(problems) or f"{RUN_FILE} has no name"
+        raise UserError(f"{run_dir}: not a run directory zerolab can resume ({why})")
+    return facts.name
+
+
+def last_checkpoint(run_dir: Path) -> int | None:
+    """The iteration of the last checkpoint saved in `run_dir`, or None when it has none."""
+    try:
+        return int((run_dir / CHECKPOINTS_DIR / LATEST_CHECKPOINT).read_text().strip())
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+def status_shell(run_dir: str, state: str, exit_code: str, started: str, ended: str) -> str:
+    """A shell command that writes status.json as `write_status` would (every Status field; a test
+    reads it back), for a job script: the arguments are shell words (expansions such as
+    "${exit_code}"); `exit_code` expands to a number."""
+    template = (
+        '{"state": "%s", "exit_code": %d, "started": "%s", "ended": "%s", "cause": null, "last_lines": []}'
+    )
+    return (
+        f"printf '{template}\\n' {state} {exit_code} {started} {ended} > {run_dir}/{shlex.quote(STATUS_FILE)}"
+    )
+
+
+ModelT = TypeVar("ModelT", bound=BaseModel)
+
+
+def _read_model(path: Path, model: type[ModelT]) -> tuple[ModelT | None, list[str]]:
+    """The model read from a JSON file, leaving out (and naming) the values it cannot take."""
+    if not path.is_file():
+        return None, []
+    try:
+        data = json.loads(path.read_text(encoding="utf-8", errors="replace"))
+    except (OSError, ValueError) as error:
+        return None, [f"{path.name}: not readable JSON ({error})"]
+    if not isinstance(data, dict):
+        return None, [f"{path.name}: not a JSON object"]
+    problems: list[str] = []
+    while True:
+        try:
+            return model.model_validate(data), problems
+        except ValidationError as error:
+            bad = {str(item["loc"][0]) for item in error.errors() if item["loc"] and item["loc"][0] in data}
+            problems += [
+                f"{path.name}: `{'.'.join(str(part) for part in item['loc'])}`: {item['msg']}"
+                + (" (left out)" if item["loc"] and item["loc"][0] in data else "")
+                for item in error.errors()
+            ]
+            if not bad:
+                return None, problems
+            data = {key: value for key, value in data.items() if key not in bad}
