@@ -127,3 +127,27 @@ def test_peak_memory_stays_bounded(tmp_path):
         subprocess.run([sys.executable, "-c", probe, *command], capture_output=True, text=True).stdout
     )
     assert peak_kib < 300 * 1024
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        (b'{"text": "unterminated', "malformed JSON (Unterminated string starting at column 10)"),
+        (b'{"text": "a\x01"}', "malformed JSON (Invalid control character at column 12)"),
+        (b'{"text": 1,}', "malformed JSON (Expecting property name enclosed in double quotes at column 12)"),
+    ],
+)
+def test_a_json_error_reads_as_a_sentence(tmp_path, capsys, line, message):
+    path = corpus_with(tmp_path, line)
+    assert prep("jsonl", str(path), "--out", str(tmp_path / "out")) == 2
+    error = capsys.readouterr().err
+    assert f"{path}:3: {message}" in error
+    assert " at at " not in error
+
+
+def test_a_malformed_json_array_names_its_line_and_column(tmp_path, capsys):
+    path = tmp_path / "dolly.json"
+    path.write_text('[\n  {"instruction": "a", "context": "", "response": "b"},\n  {"instruction": "c"\n]\n')
+    assert prep("dolly", "--input", str(path), "--out", str(tmp_path / "out")) == 2
+    error = capsys.readouterr().err
+    assert f"{path}: not a JSON array of records (Expecting ',' delimiter at line 4, column 1)" in error
