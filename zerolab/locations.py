@@ -7,6 +7,8 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 """The zerolab checkout this package runs from."""
+CHECKOUT: Path | None = REPO_ROOT if (REPO_ROOT / "pyproject.toml").is_file() else None
+"""The repository this package runs from, or None for an installed package."""
 CONFIGS_DIR = REPO_ROOT / "configs"
 RECIPES_DIR = REPO_ROOT / "recipes"
 
