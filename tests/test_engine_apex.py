@@ -13,8 +13,8 @@ from pathlib import Path
 
 from zerolab.engine import fused_kernels
 from zerolab.engine.apex import EXTENSIONS
-from zerolab.engine.paths import REPO_ROOT
 from zerolab.engine.pins import load_pins
+from zerolab.locations import REPO_ROOT
 
 COMPILED_IMPORT = re.compile(r"^\s*import (\w+_cuda|amp_C)\b|import_module\(\"(\w+_cuda)\"\)", re.MULTILINE)
 
