@@ -4,6 +4,7 @@ everything docs/run-directory.md lists, run the training and record how it ended
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import time
 from collections.abc import Callable
@@ -18,9 +19,10 @@ from zerolab.launch import rundir
 from zerolab.launch.checkpoints import resume_args
 from zerolab.launch.execute import execute
 from zerolab.launch.status import now_iso
-from zerolab.locations import REPO_ROOT, display_path
+from zerolab.locations import CHECKOUT, display_path
 
-DEFAULT_LOGS = REPO_ROOT / "logs"
+DEFAULT_LOGS = Path("logs")
+"""Where run directories go, relative to the current directory (where runs start)."""
 
 
 @dataclass(frozen=True)
@@ -86,6 +88,7 @@ def launch(
         "PATH": f"{engine_bin_dir()}{os.pathsep}{os.environ.get('PATH', '')}",
         "PYTHONUNBUFFERED": "1",
         "TORCH_EXTENSIONS_DIR": str(torch_extensions_dir()),
+        **this_zerolab(os.environ.get("PYTHONPATH")),
         **rendered.env,
     }
     launcher = shutil.which(rendered.argv[0], path=env["PATH"])
@@ -114,7 +117,7 @@ def launch(
     say = echo or _print
     say(f"zerolab: launching {prepared.name} ({facts['world_size']} ranks) into {display_path(directory)}\n")
     started = time.monotonic()
-    status = execute(directory, [launcher, *argv[1:]], env, REPO_ROOT, echo=echo)
+    status = execute(directory, [launcher, *argv[1:]], env, Path.cwd(), echo=echo)
     seconds = time.monotonic() - started
     say(
         f"zerolab: {prepared.name} {status['state']} in {seconds:.0f} s (exit code {status['exit_code']})"
@@ -125,16 +128,28 @@ def launch(
     return directory, status
 
 
+def this_zerolab(pythonpath: str | None) -> dict[str, str]:
+    """The environment under which every rank imports this zerolab whatever the directory it
+    starts in holds: a checkout first on PYTHONPATH, and the current directory left off
+    sys.path (PYTHONSAFEPATH, Python 3.11 and later). An installed zerolab is the engine
+    environment's own."""
+    if CHECKOUT is None:
+        return {"PYTHONSAFEPATH": "1"}
+    return {"PYTHONPATH": os.pathsep.join(filter(None, (str(CHECKOUT), pythonpath))), "PYTHONSAFEPATH": "1"}
+
+
 def command_script(command: str, prepared: Prepared) -> str:
-    """command.sh: the launch, re-runnable from anywhere (it changes to the repository root)."""
+    """command.sh: the launch, re-runnable from anywhere (it changes to the directory it was
+    launched from, which the recipe's relative paths are relative to)."""
     resumed = f" (resuming {prepared.resumes})" if prepared.resumes else ""
+    imports = " ".join(f"{name}={shlex.quote(value)}" for name, value in this_zerolab(None).items())
     return (
         "#!/usr/bin/env bash\n"
         f"# {prepared.name}{resumed}, launched {now_iso()} by zerolab {__version__}.\n"
         "# Re-runs the same command; its --save (if any) writes into this run's checkpoints/.\n"
         "set -euo pipefail\n"
-        f'cd "{REPO_ROOT}"\n'
-        f'export PATH="{engine_bin_dir()}:$PATH" PYTHONUNBUFFERED=1\n'
+        f"cd {shlex.quote(str(Path.cwd()))}\n"
+        f'export PATH="{engine_bin_dir()}:$PATH" PYTHONUNBUFFERED=1 {imports}\n'
         f'export TORCH_EXTENSIONS_DIR="{torch_extensions_dir()}"\n'
         f"{command}\n"
     )

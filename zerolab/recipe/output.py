@@ -75,7 +75,7 @@ def render_text(recipe: Recipe, launch: Launch) -> str:
     header = "".join(commented(line) for line in [*description_lines(recipe), summary_line(recipe)])
     return (
         f"{header}"
-        f"# Save the DeepSpeed config below as {DS_CONFIG_PLACEHOLDER}, then run from the repository root"
+        f"# Save the DeepSpeed config below as {DS_CONFIG_PLACEHOLDER}, then run from this directory"
         f"{_run_dir_hint(launch)}:\n"
         f"{launch.shell()}\n\n"
         f"# {DS_CONFIG_PLACEHOLDER}\n"

@@ -12,6 +12,7 @@ from zerolab.engine.megatron_entry import FLASH_V2
 from zerolab.engine.paths import engine_dir
 from zerolab.engine.workarounds import ATTENTION_ENV, SDPA
 from zerolab.launch.rundir import CHECKPOINTS_DIR, TENSORBOARD_DIR, WANDB_DIR
+from zerolab.recipe.inputs import tokenizer_file
 from zerolab.recipe.length import train_iters
 from zerolab.recipe.schema import Recipe
 
@@ -153,11 +154,7 @@ def megatron_args(recipe: Recipe) -> list[str]:
         "--log-interval", str(train.log_interval),
         "--eval-interval", str(train.eval_interval),
         "--eval-iters", str(train.eval_iters),
-        "--data-path", data.path,
-        "--split", data.split,
-        "--tokenizer-type", data.tokenizer_type,
-        "--vocab-file", data.vocab_file,
-        "--merge-file", data.merge_file,
+        *data_args(recipe),
         "--num-workers", str(data.num_workers),
         "--distributed-backend", "gloo" if hw.device == "cpu" else "nccl",
     ]  # fmt: skip
@@ -185,6 +182,18 @@ def megatron_args(recipe: Recipe) -> list[str]:
         if recipe.zero.pin_memory:
             args.append("--use-pin-memory")
     return args
+
+
+def data_args(recipe: Recipe) -> list[str]:
+    """The dataset and the tokenizer files (zerolab.recipe.inputs: which files they are)."""
+    data = recipe.data
+    return [
+        "--data-path", data.path,
+        "--split", data.split,
+        "--tokenizer-type", data.tokenizer_type,
+        "--vocab-file", tokenizer_file(recipe, "vocab_file"),
+        "--merge-file", tokenizer_file(recipe, "merge_file"),
+    ]  # fmt: skip
 
 
 def attention_args(recipe: Recipe) -> list[str]:

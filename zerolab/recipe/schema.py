@@ -208,7 +208,8 @@ class PrecisionSection(Section):
 
 
 class DataSection(Section):
-    """The prepared dataset and tokenizer (configs/data/); paths are relative to the repository root."""
+    """The prepared dataset and tokenizer (configs/data/); relative paths are relative to the current
+    directory."""
 
     name: str = field("dolly", "name of the dataset, as reported in summaries")
     path: str = field(
@@ -223,8 +224,16 @@ class DataSection(Section):
         pattern=r"^\d+(,\d+){0,2}$",
     )
     tokenizer_type: Literal["GPT2BPETokenizer"] = field("GPT2BPETokenizer", "Megatron tokenizer class")
-    vocab_file: str = field("zerolab/assets/gpt2/vocab.json", "GPT-2 BPE vocabulary", "path")
-    merge_file: str = field("zerolab/assets/gpt2/merges.txt", "GPT-2 BPE merges", "path")
+    vocab_file: str | None = field(
+        None,
+        "GPT-2 BPE vocabulary (vocab.json); null: the one bundled with zerolab (zerolab/assets/gpt2)",
+        "path",
+    )
+    merge_file: str | None = field(
+        None,
+        "GPT-2 BPE merges (merges.txt); null: the one bundled with zerolab (zerolab/assets/gpt2)",
+        "path",
+    )
     num_workers: int = field(2, "data-loader worker processes per rank", "processes", ge=0)
 
 
