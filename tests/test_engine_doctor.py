@@ -123,3 +123,41 @@ def test_in_the_gpu_image_the_base_images_torch_meets_the_torch_pin(monkeypatch)
     monkeypatch.setenv("ZEROLAB_IMAGE", "nvcr.io/nvidia/pytorch:25.06-py3")
     assert _probe_problems(probe, pins) == []
     assert _probe_problems({"packages": dict(packages, deepspeed="0.19.8")}, pins) != []
+
+
+def test_without_an_engine_the_table_states_no_placeholder_as_a_fact(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("ZEROLAB_HOME", str(tmp_path))
+    monkeypatch.delenv("ZEROLAB_ENGINE_DIR", raising=False)
+    monkeypatch.delenv("ZEROLAB_ENGINE_PYTHON", raising=False)
+    monkeypatch.setenv("COLUMNS", "300")
+    assert main(["doctor"]) == 1
+    rows = table_rows(capsys.readouterr().out)
+    checkout = rows["Megatron-DeepSpeed"]
+    assert checkout.startswith(f"missing: no checkout at {tmp_path}") and "make setup" in checkout
+    assert "MATCH" not in checkout.upper()
+    assert (
+        rows["engine Python"]
+        == f"missing: {tmp_path}/venv/bin/python; fix: make setup  (or: zerolab engine install)"
+    )
+    for row in ("torch", "device", "NCCL", "DeepSpeed"):
+        assert rows[row] == "unknown: no engine environment", row
+
+
+def test_an_engine_at_another_commit_says_so(tmp_path, monkeypatch, capsys):
+    checkout = tmp_path / "engine"
+    checkout.mkdir()
+    for command in (["init", "-q"], ["commit", "-q", "--allow-empty", "-m", "another commit"]):
+        subprocess.run(
+            ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(checkout), *command], check=True
+        )
+    commit = subprocess.run(
+        ["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    monkeypatch.setenv("ZEROLAB_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("ZEROLAB_ENGINE_DIR", str(checkout))
+    monkeypatch.delenv("ZEROLAB_ENGINE_PYTHON", raising=False)
+    monkeypatch.setenv("COLUMNS", "300")
+    assert main(["doctor"]) == 1
+    rows = table_rows(capsys.readouterr().out)
+    pin = load_pins().engine_commit
+    assert rows["Megatron-DeepSpeed"] == f"{commit[:12]} at {checkout}: not the pinned {pin[:12]}"

@@ -37,10 +37,11 @@ def test_torchrun_arguments_reach_the_script_unchanged(tmp_path):
     assert run_entry(tmp_path, "SCRIPT", "--num-layers", "2") == ["--num-layers", "2"]
 
 
-def test_the_deepspeed_launchers_local_rank_before_the_script_is_passed_after_its_arguments(tmp_path):
-    # deepspeed.launcher.launch runs `python -u -m MODULE --local_rank=N SCRIPT ARGS...`
+def test_the_deepspeed_launchers_local_rank_before_the_script_reaches_the_script(tmp_path):
+    # deepspeed.launcher.launch runs `python -u -m MODULE --local_rank=N SCRIPT ARGS...`; the
+    # engine matrix trains under the deepspeed launcher with this order
     assert run_entry(tmp_path, "--local_rank=1", "SCRIPT", "--num-layers", "2") == [
+        "--local_rank=1",
         "--num-layers",
         "2",
-        "--local_rank=1",
     ]

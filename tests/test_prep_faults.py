@@ -127,3 +127,75 @@ def test_peak_memory_stays_bounded(tmp_path):
         subprocess.run([sys.executable, "-c", probe, *command], capture_output=True, text=True).stdout
     )
     assert peak_kib < 300 * 1024
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        (b'{"text": "unterminated', "malformed JSON (Unterminated string starting at column 10)"),
+        (b'{"text": "a\x01"}', "malformed JSON (Invalid control character at column 12)"),
+        (b'{"text": 1,}', "malformed JSON (Expecting property name enclosed in double quotes at column 12)"),
+    ],
+)
+def test_a_json_error_reads_as_a_sentence(tmp_path, capsys, line, message):
+    path = corpus_with(tmp_path, line)
+    assert prep("jsonl", str(path), "--out", str(tmp_path / "out")) == 2
+    error = capsys.readouterr().err
+    assert f"{path}:3: {message}" in error
+    assert " at at " not in error
+
+
+def test_a_malformed_json_array_names_its_line_and_column(tmp_path, capsys):
+    path = tmp_path / "dolly.json"
+    path.write_text('[\n  {"instruction": "a", "context": "", "response": "b"},\n  {"instruction": "c"\n]\n')
+    assert prep("dolly", "--input", str(path), "--out", str(tmp_path / "out")) == 2
+    error = capsys.readouterr().err
+    assert f"{path}: not a JSON array of records (Expecting ',' delimiter at line 4, column 1)" in error
+
+
+def nothing_written(tmp_path) -> bool:
+    return not [path.name for path in tmp_path.iterdir() if path.name.startswith("out")]
+
+
+@pytest.mark.parametrize(
+    ("content", "options", "expected"),
+    [
+        (b"", [], "0 records read"),
+        (b"\n\n  \n", [], "0 records read"),
+        (
+            b'{"body": "x"}\n{"body": "y"}\n',
+            ["--on-error", "skip"],
+            "2 records read, all skipped (missing key: 2)",
+        ),
+    ],
+    ids=["an empty file", "blank lines only", "every record skipped"],
+)
+def test_an_input_without_documents_is_refused_and_nothing_written(
+    tmp_path, capsys, content, options, expected
+):
+    path = tmp_path / "corpus.jsonl"
+    path.write_bytes(content)
+    assert prep("jsonl", str(path), "--out", str(tmp_path / "out"), *options) == 2
+    error = capsys.readouterr().err
+    assert f"{path}: no documents to write ({expected})" in error
+    assert "an empty dataset cannot train" in error
+    assert nothing_written(tmp_path)
+
+
+def test_an_empty_text_file_is_refused(tmp_path, capsys):
+    path = tmp_path / "empty.txt"
+    path.write_text("")
+    assert prep("text", str(path), "--out", str(tmp_path / "out"), "--document", "line") == 2
+    assert f"{path}: no documents to write" in capsys.readouterr().err
+    assert nothing_written(tmp_path)
+
+
+def test_a_split_that_would_be_empty_is_refused_naming_each_count(tmp_path, capsys):
+    path = tmp_path / "five.jsonl"
+    path.write_text("".join(json.dumps({"text": f"document {n}"}) + "\n" for n in range(5)))
+    assert prep("jsonl", str(path), "--out", str(tmp_path / "out"), "--split", "98,2") == 2
+    error = capsys.readouterr().err
+    assert "--split 98,2: the valid split would get 0 of the 5 documents (train 5, valid 0)" in error
+    assert nothing_written(tmp_path)
+    assert prep("jsonl", str(path), "--out", str(tmp_path / "ok"), "--split", "4,1") == 0
+    assert (tmp_path / "ok_valid_text_document.bin").is_file()

@@ -338,3 +338,99 @@ def test_launch_refuses_missing_data_before_anything_starts(repo_root, capsys, t
     assert f"data.path: {missing}.bin and {missing}.idx not found" in err
     assert "zerolab prep dolly" in err
     assert not run_dir.exists()
+
+
+# (id, recipe text, the line PyYAML's marks point at, fragments the message must contain)
+YAML_SYNTAX_ERRORS = [
+    ("bracket left open on the last line", "train:\n  iters: 10\n  lr: [1, 2\n", 3, ["`[`", "never closed"]),
+    ("bracket left open, no final newline", "base: [model/gpt2-124m", 1, ["`[`", "never closed"]),
+    ("quote left open", 'description: "oops\ntrain: {iters: 10}\n', 1, ['`"`', "never closed"]),
+    ("quote left open on the last line", "train: {iters: 10}\ndescription: 'oops\n", 2, ["`'`"]),
+    ("brace left open, more keys after it", "train: {iters: 10\nmodel: {name: x}\n", 2, ["`{` at line 1"]),
+    ("a key indented too little", "train:\n  iters: 10\n bad: 1\n", 3, ["column 2"]),
+    ("a tab as indentation", "train:\n\titers: 10\n", 2, ["'\\t'"]),
+    ("a colon in a plain value", "description: a: b\n", 1, ["mapping values are not allowed"]),
+    ("an undefined alias", "train: *x\n", 1, ["undefined alias"]),
+    ("a control character", "description: a\ntrain: \x00\n", 2, ["#x0000"]),
+]
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "fragments"),
+    [c[1:] for c in YAML_SYNTAX_ERRORS],
+    ids=[c[0] for c in YAML_SYNTAX_ERRORS],
+)
+def test_yaml_syntax_errors_name_the_line_pyyaml_means(text, line, fragments, tmp_path, capsys):
+    recipe = tmp_path / "bad.yaml"
+    recipe.write_text(text)
+    assert main(["render", str(recipe)]) == 2
+    err = capsys.readouterr().err
+    assert f"{recipe}:{line}: not valid YAML" in err
+    assert 1 <= line <= len(text.splitlines())
+    for fragment in fragments:
+        assert fragment in err
+    assert "Traceback" not in err
+
+
+def test_an_override_yaml_error_has_no_line_number(capsys):
+    assert main(["render", GPT2, "train.lr=[1"]) == 2
+    err = capsys.readouterr().err
+    assert "override `train.lr=[1`: not valid YAML: the `[` at column 1 is never closed" in err
+
+
+# (id, recipe text, the key named, its two lines)
+DUPLICATE_KEYS = [
+    ("a section twice", "train: {iters: 10}\nmodel: {name: x}\ntrain: {lr: 0.1}\n", "train", (1, 3)),
+    ("a key twice", "train:\n  iters: 10\n  lr: 0.1\n  iters: 20\n", "train.iters", (2, 4)),
+    ("a key twice in a flow mapping", "extra:\n  ds_config: {a: 1, a: 2}\n", "extra.ds_config.a", (2, 2)),
+    ("base twice", "base: [model/gpt2-124m]\nbase: [model/gpt2-tiny]\n", "base", (1, 2)),
+]
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "lines"), [c[1:] for c in DUPLICATE_KEYS], ids=[c[0] for c in DUPLICATE_KEYS]
+)
+def test_a_key_given_twice_is_refused_naming_both_lines(text, key, lines, tmp_path, capsys):
+    recipe = tmp_path / "twice.yaml"
+    recipe.write_text(text)
+    out = tmp_path / "out"
+    assert main(["render", str(recipe), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"{recipe}:{lines[1]}: `{key}` is given twice (lines {lines[0]} and {lines[1]})" in err
+    assert "keep one" in err
+    assert not out.exists()
+
+
+def test_a_building_block_with_a_key_twice_is_refused(tmp_path):
+    from zerolab.errors import UserError
+    from zerolab.recipe.yaml_io import read_yaml_mapping
+
+    block = tmp_path / "block.yaml"
+    block.write_text("# a block\nmodel:\n  num_layers: 2\n  hidden_size: 64\n  num_layers: 4\n")
+    with pytest.raises(UserError, match=r"block.yaml:5: `model.num_layers` is given twice \(lines 3 and 5\)"):
+        read_yaml_mapping(block)
+
+
+def test_an_override_with_a_key_twice_is_refused(capsys):
+    assert main(["render", TINY, "extra.ds_config={a: 1, a: 2}"]) == 2
+    err = capsys.readouterr().err
+    assert "override `extra.ds_config={a: 1, a: 2}`: `a` is given twice" in err
+
+
+def test_a_recipe_that_is_not_utf8_is_refused_with_the_offset_and_line(tmp_path, capsys):
+    recipe = tmp_path / "latin1.yaml"
+    recipe.write_bytes("description: tiny\ntrain: {iters: 10}\n# café\n".encode("latin-1"))
+    assert main(["render", str(recipe)]) == 2
+    err = capsys.readouterr().err
+    assert f"{recipe}: not UTF-8: byte 0xe9 at offset 42 (line 3, column 6)" in err
+    assert "save it as UTF-8" in err
+    assert "Traceback" not in err
+
+
+def test_an_alias_inside_its_own_anchor_is_refused(tmp_path, capsys):
+    recipe = tmp_path / "loop.yaml"
+    recipe.write_text("train: {iters: 10}\nextra:\n  megatron_args: &args [--x, *args]\n")
+    assert main(["render", str(recipe)]) == 2
+    err = capsys.readouterr().err
+    assert f"{recipe}:3: `extra.megatron_args.1` contains itself" in err
+    assert "remove the alias" in err

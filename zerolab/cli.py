@@ -59,19 +59,38 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run `zerolab`; bad input exits 2 with a message on stderr."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if not getattr(args, "run", None):
-        parser.print_help()
-        return 2
+    """Run `zerolab`; bad input, or a Python without zerolab's dependencies, exits 2 with a
+    message on stderr."""
     try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if not getattr(args, "run", None):
+            parser.print_help()
+            return 2
         return int(args.run(args) or 0)
     except UserError as error:
         print(f"zerolab: error: {error}", file=sys.stderr)
         return 2
+    except ModuleNotFoundError as error:
+        if not error.name or error.name.split(".")[0] == "zerolab":
+            raise
+        print(f"zerolab: error: {missing_dependency(error.name)}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         return 130
+
+
+def missing_dependency(module: str) -> str:
+    """What to run when this Python lacks one of zerolab's dependencies."""
+    from zerolab.locations import CHECKOUT
+
+    fix = (
+        f"run `make dev` in {CHECKOUT} and use {CHECKOUT}/.venv/bin/zerolab (tools/summarize and "
+        "recipes/*.sh use it when it is there)"
+        if CHECKOUT
+        else "install zerolab with its dependencies into it (pip install zerolab)"
+    )
+    return f"this Python ({sys.executable}) lacks {module!r}, one of zerolab's dependencies: {fix}"
 
 
 if __name__ == "__main__":

@@ -1,4 +1,8 @@
-"""The one exception type for bad user input."""
+"""The one exception type for bad user input, and how a decoder's complaint reads in one."""
+
+from __future__ import annotations
+
+import json
 
 
 class UserError(Exception):
@@ -6,3 +10,10 @@ class UserError(Exception):
 
     The `zerolab` command prints it and exits with status 2.
     """
+
+
+def json_error_text(error: json.JSONDecodeError, *, with_line: bool = False) -> str:
+    """A JSON decoding error as one phrase, e.g. `Unterminated string starting at column 10`
+    (some of json's messages end in "at", before the position it appends itself)."""
+    where = f"line {error.lineno}, column {error.colno}" if with_line else f"column {error.colno}"
+    return f"{error.msg.removesuffix(' at')} at {where}"

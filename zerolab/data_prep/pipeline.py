@@ -117,10 +117,49 @@ def run(job: PrepJob) -> int:
         if not any(workdir.glob("*.done.json")):
             shutil.rmtree(workdir, ignore_errors=True)  # nothing to resume from
         raise
+    refusal = _empty_output(job, counts)
+    if refusal:
+        shutil.rmtree(workdir)
+        raise UserError(refusal)
     facts = _merge(job, workdir, outputs, counts, fingerprint)
     shutil.rmtree(workdir)
     _summary(job, counts, before, facts, time.perf_counter() - started)
     return 0
+
+
+def _empty_output(job: PrepJob, counts: Counts) -> str | None:
+    """Why the output would hold no documents (or a split none), or None: an empty dataset
+    cannot train, nor an empty split validate."""
+    total = counts.total_documents()
+    if total == 0:
+        skipped = ""
+        if counts.skipped:
+            reasons = ", ".join(f"{reason}: {n}" for reason, n in sorted(counts.skipped_by_reason.items()))
+            skipped = f", all skipped ({reasons})"
+        return (
+            f"{_input_names(job)}: no documents to write ({counts.records:,} records read{skipped}); "
+            "an empty dataset cannot train, so nothing was written. Check the input: is it empty, "
+            "does each record hold its text under the key given (--key for jsonl)?"
+        )
+    empty = [name for name, documents in counts.documents.items() if documents == 0]
+    if not empty:
+        return None
+    shares = ", ".join(f"{name} {documents:,}" for name, documents in counts.documents.items())
+    weights = ",".join(map(str, job.split or ()))
+    return (
+        f"--split {weights}: the {' and '.join(empty)} split would get 0 of the {total:,} documents "
+        f"({shares}); an empty split cannot be read, so nothing was written. Give "
+        f"{' and '.join(empty)} a larger weight, prepare more documents, or leave "
+        f"{'them' if len(empty) > 1 else 'it'} out (weight 0)"
+    )
+
+
+def _input_names(job: PrepJob) -> str:
+    """The input files (or dataset) of a job, for messages."""
+    described = job.source.describe()
+    if "files" in described:
+        return ", ".join(entry["path"] for entry in described["files"])
+    return str(described.get("dataset"))
 
 
 def _finished(outputs: dict[str, Path], fingerprint: str, force: bool) -> bool:

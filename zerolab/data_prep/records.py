@@ -15,6 +15,7 @@ import numpy as np
 
 from zerolab.assets import EOT_TOKEN_ID
 from zerolab.data_prep.tokenizer import encode
+from zerolab.errors import json_error_text
 
 JSON_LINES = "jsonl"
 TEXT_LINES = "text-lines"
@@ -109,9 +110,7 @@ def _text(kind: str, value, fmt) -> str:
     try:
         record = json.loads(text)
     except json.JSONDecodeError as error:
-        raise RecordProblem(
-            "malformed JSON", f"malformed JSON ({error.msg} at column {error.colno})"
-        ) from None
+        raise RecordProblem("malformed JSON", f"malformed JSON ({json_error_text(error)})") from None
     if not isinstance(record, dict):
         raise RecordProblem("malformed JSON", f"a JSON object was expected, got {type(record).__name__}")
     return fmt.text_of(record)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from zerolab.data_prep.records import ITEMS, JSON_LINES, Batch
-from zerolab.errors import UserError
+from zerolab.errors import UserError, json_error_text
 
 BATCH_BYTES = 1 << 20
 BATCH_RECORDS = 512
@@ -181,10 +181,13 @@ def _json_rows(path: Path):
     try:
         with open(path, "rb") as raw:
             records = json.load(open_stream(path, raw))
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+    except json.JSONDecodeError as error:
         raise UserError(
-            f"{path}: not a JSON array of records ({error}); JSONL files need a .jsonl name"
+            f"{path}: not a JSON array of records ({json_error_text(error, with_line=True)}); "
+            "JSONL files need a .jsonl name"
         ) from None
+    except UnicodeDecodeError as error:
+        raise UserError(f"{path}: not UTF-8 (byte {error.start}); a JSON file is UTF-8 text") from None
     if not isinstance(records, list):
         raise UserError(f"{path}: a JSON array of records was expected, got {type(records).__name__}")
     for row in records:

@@ -9,12 +9,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from zerolab.locations import REPO_ROOT, display_path
+from zerolab.locations import SAMPLES_DIR, display_path
 
 RECIPES = ("cpu/tiny_dp", "cpu/tiny_z1", "cpu/tiny_z2", "cpu/tiny_z3", "cpu/tiny_z3_offload")
-SAMPLE = "data_prep/samples/dolly151.jsonl"
+SAMPLE = SAMPLES_DIR / "dolly151.jsonl"
 DATA_OUT = "data/dolly"
-OUT = REPO_ROOT / "logs" / "demo"
+OUT = Path("logs") / "demo"
 
 
 def register(subparsers: Any) -> None:
@@ -44,7 +44,7 @@ def run_demo(args: argparse.Namespace) -> int:
     console = Console()
     started = time.monotonic()
     console.rule("[bold]zerolab demo: 1/3 data")
-    if main(["prep", "dolly", "--input", str(REPO_ROOT / SAMPLE), "--out", str(REPO_ROOT / DATA_OUT)]) != 0:
+    if main(["prep", "dolly", "--input", str(SAMPLE), "--out", DATA_OUT]) != 0:
         return 1
     prepared = [prepare([recipe, *args.overrides]) for recipe in RECIPES]  # every check before any run
 

@@ -243,36 +243,30 @@ def print_report(report: dict[str, Any]) -> None:
     table = Table(title="zerolab doctor", show_header=False, title_justify="left")
     table.add_column(style="bold")
     table.add_column()
-    env = report["engine_env"] or {}
+    env = report["engine_env"]
     engine = report["engine"]
-    devices = env.get("devices") or []
     zerolab = report["zerolab"]
-    cuda = "available" if env.get("cuda_available") else "not available"
-    deepspeed = env.get("deepspeed") or env.get("deepspeed_error") or "-"
+    unknown = "unknown: no engine environment"
     rows = [
+        ("zerolab", f"{zerolab['version']} ({zerolab['repo']}), Python {zerolab['python']}"),
         (
-            "zerolab",
-            f"{zerolab['version']} ({zerolab['repo']}), Python {zerolab['python']}",
+            "engine Python",
+            f"{env['python']} at {engine['python']}"
+            if env
+            else f"missing: {engine['python']}; fix: {SETUP_FIX}",
         ),
-        ("engine Python", f"{env.get('python', '-')} at {engine['python']}"),
         ("image", report["image"] or "none (a local environment)"),
-        ("torch", env.get("torch") or env.get("torch_error") or "-"),
-        (
-            "device",
-            ", ".join(f"{d['name']} ({d['memory_GiB']} GiB)" for d in devices)
-            if devices
-            else f"CPU only ({env.get('cpu_count', '?')} cores), CUDA {cuda}",
-        ),
-        ("NCCL", env.get("nccl") or "-"),
+        ("torch", (env.get("torch") or env.get("torch_error") or "-") if env else unknown),
+        ("device", _device_row(env) if env else unknown),
+        ("NCCL", (env.get("nccl") or "-") if env else unknown),
         (
             "DeepSpeed",
-            f"{deepspeed} (accelerator: {env.get('accelerator', '-')})",
+            f"{env.get('deepspeed') or env.get('deepspeed_error') or '-'} "
+            f"(accelerator: {env.get('accelerator', '-')})"
+            if env
+            else unknown,
         ),
-        (
-            "Megatron-DeepSpeed",
-            f"{(engine['commit'] or 'missing')[:12]} (pin {engine['pinned_commit'][:12]}: "
-            f"{'matches' if engine['matches_pin'] else 'DOES NOT MATCH'}) at {engine['dir']}",
-        ),
+        ("Megatron-DeepSpeed", _checkout_row(engine)),
         (
             "tokenizer",
             ", ".join(
@@ -289,7 +283,7 @@ def print_report(report: dict[str, Any]) -> None:
     for name, value in rows:
         table.add_row(name, str(value))
     console.print(table)
-    if env.get("ops"):
+    if env and env.get("ops"):
         ops = Table(title="DeepSpeed ops", title_justify="left")
         for column in ("op", "prebuilt", "JIT-built", "compatible"):
             ops.add_column(column)
@@ -302,6 +296,27 @@ def print_report(report: dict[str, Any]) -> None:
             console.print(f"  - {item['what']}\n    fix: [bold]{item['fix']}[/]")
     else:
         console.print("[green]ready to train[/]")
+
+
+def _device_row(env: dict[str, Any]) -> str:
+    """The GPUs the engine's torch sees, or that it sees none; unknown when torch did not load."""
+    devices = env.get("devices") or []
+    if devices:
+        return ", ".join(f"{d['name']} ({d['memory_GiB']} GiB)" for d in devices)
+    if "cuda_available" not in env:
+        return f"unknown: the engine's torch did not load ({env.get('torch_error', 'no report')})"
+    cores = f" ({env['cpu_count']} cores)" if env.get("cpu_count") else ""
+    return f"CPU only{cores}, CUDA {'available' if env['cuda_available'] else 'not available'}"
+
+
+def _checkout_row(engine: dict[str, Any]) -> str:
+    """The engine checkout: missing, at the pin, or at another commit."""
+    commit, pin = engine["commit"], engine["pinned_commit"]
+    if commit is None:
+        return f"missing: no checkout at {engine['dir']}; fix: {SETUP_FIX}"
+    if commit == pin:
+        return f"{commit[:12]} (pin {pin[:12]}: matches) at {engine['dir']}"
+    return f"{commit[:12]} at {engine['dir']}: not the pinned {pin[:12]}"
 
 
 def _compiled_rows(report: dict[str, Any]) -> list[tuple[str, str]]:

@@ -3,9 +3,9 @@
 Applies zerolab's workarounds and the opt-in patches its environment asks for
 (zerolab.engine.workarounds), prints each one applied (rank 0), then runs PRETRAIN_SCRIPT as
 `__main__` with sys.argv = [PRETRAIN_SCRIPT, *ARGS], exactly as `python PRETRAIN_SCRIPT ARGS...`
-would. The DeepSpeed launcher puts `--local_rank=N` before PRETRAIN_SCRIPT; it is passed on
-after ARGS, where Megatron's argument parser reads it. Standard library only: it runs inside
-the engine's environment.
+would. The DeepSpeed launcher puts `--local_rank=N` before PRETRAIN_SCRIPT; the script gets it
+first, as from `python PRETRAIN_SCRIPT --local_rank=N ARGS...` (Megatron's parser reads an option
+anywhere). Standard library only: it runs inside the engine's environment.
 """
 
 from __future__ import annotations

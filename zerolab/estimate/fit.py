@@ -8,7 +8,6 @@ from dataclasses import dataclass, field
 
 from zerolab.errors import UserError
 from zerolab.estimate.buffers import ALLOCATOR_HEADROOM, CUDA_CONTEXT_GIB
-from zerolab.locations import repo_path
 from zerolab.recipe.compose import load_recipe
 from zerolab.recipe.render import stage_bound
 from zerolab.recipe.schema import Recipe
@@ -83,7 +82,7 @@ def variant(recipe: Recipe, setup: str, micro: int) -> Recipe:
     ]
     if not setup.startswith("z3"):  # the recipe's stage-3 knobs mean nothing at stages 0-2
         overrides += [f"zero.{key}=null" for key in stage_bound(3) if getattr(recipe.zero, key) is not None]
-    return load_recipe(repo_path(recipe.path), overrides)
+    return load_recipe(recipe.path, overrides)
 
 
 def fit_table(recipe: Recipe, gpu_memory_gib: float) -> FitTable:

@@ -10,15 +10,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from zerolab import rundir
+from zerolab import __version__, rundir
 from zerolab.engine.paths import engine_bin_dir, engine_missing
 from zerolab.errors import UserError
 from zerolab.launch.execute import execute
-from zerolab.locations import REPO_ROOT, display_path
+from zerolab.locations import display_path
 from zerolab.recipe.render import Resume
 from zerolab.recipe.schema import Recipe
 
-DEFAULT_LOGS = REPO_ROOT / "logs"
+DEFAULT_LOGS = Path("logs")
+"""Where run directories go, relative to the current directory (where runs start)."""
 
 
 @dataclass(frozen=True)
@@ -82,14 +83,16 @@ def launch(
     facts = run_facts(recipe)
     rundir.write_recipe(directory, resolved_yaml(recipe))
     rundir.write_ds_config(directory, rendered.ds_config)
-    rundir.write_command(directory, rendered.script())
+    resuming = f" (resuming {display_path(prepared.resume.run_dir)})" if prepared.resume else ""
+    note = f"{prepared.name}{resuming}, launched {rundir.now_iso()} by zerolab {__version__}"
+    rundir.write_command(directory, rendered.script(Path.cwd(), note))
     rundir.write_doctor(directory, collect(cached=True))
     rundir.write_facts(directory, facts)
 
     say = echo or _print
     say(f"zerolab: launching {prepared.name} ({facts.world_size} ranks) into {display_path(directory)}\n")
     started = time.monotonic()
-    status = execute(directory, [launcher, *rendered.argv[1:]], env, REPO_ROOT, echo=echo)
+    status = execute(directory, [launcher, *rendered.argv[1:]], env, Path.cwd(), echo=echo)
     seconds = time.monotonic() - started
     say(
         f"zerolab: {prepared.name} {status.state} in {seconds:.0f} s (exit code {status.exit_code})"

@@ -102,7 +102,7 @@ def run_render(args: argparse.Namespace) -> int:
     else:
         print(render_text(recipe, launch), end="")
     if out is not None:
-        write_render(launch, out)
+        write_render(launch, out, recipe.name)
     elif args.out is not None:
         print(f"zerolab: --dry-run: nothing written to {args.out}", file=sys.stderr)
     return 0
@@ -124,15 +124,17 @@ def print_sbatch(recipe: Any, resume: Any, args: argparse.Namespace) -> int:
     return 0
 
 
-def write_render(launch: Any, out: Path) -> None:
-    """ds_config.json and an executable command.sh (runnable from anywhere) in a new directory."""
-    from zerolab import rundir
+def write_render(launch: Any, out: Path, name: str) -> None:
+    """ds_config.json and an executable command.sh (runnable from anywhere: it changes to this
+    directory) in a new directory."""
+    from zerolab import __version__, rundir
 
     if out.exists():
         raise UserError(f"--out {out}: already exists; choose a new directory")
     directory = rundir.claim(out)
     rundir.write_ds_config(directory, launch.ds_config)
-    rundir.write_command(directory, launch.script())
+    note = f"{name}, rendered {rundir.now_iso()} by zerolab {__version__}"
+    rundir.write_command(directory, launch.script(Path.cwd(), note))
 
 
 def run_show(args: argparse.Namespace) -> int:

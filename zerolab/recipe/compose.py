@@ -98,7 +98,7 @@ def apply_override(merged: dict[str, Any], override: str, sources: Sources) -> N
         raise UserError(
             f"{source}: `base` cannot be overridden; merge a block with SECTION=NAME, e.g. model=gpt2-355m"
         )
-    value = parse_yaml(text, source)
+    value = parse_yaml(text, source, numbered=False)
     if key in SECTIONS and isinstance(value, str):
         block_file = _block_file(f"{key}/{value}", source)
         merged["base"] = [*merged.get("base", []), f"{key}/{value}"]

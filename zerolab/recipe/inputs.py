@@ -1,25 +1,40 @@
-"""The files a run reads: the prepared dataset and the tokenizer. Missing ones are a
-warning for a dry run and an error for a launch."""
+"""The files a run reads: the prepared dataset and the tokenizer. Relative paths are relative
+to the current directory, where runs start (zerolab.locations); a tokenizer file left null is
+the GPT-2 file bundled with zerolab. Missing files are a warning for a dry run and an error for
+a launch."""
 
 from __future__ import annotations
 
-from zerolab.locations import repo_path
+from pathlib import Path
+
+from zerolab.assets import GPT2_MERGES, GPT2_VOCAB
+from zerolab.locations import display_path
 from zerolab.recipe.schema import Recipe
+
+BUNDLED_TOKENIZER_FILES = {"vocab_file": GPT2_VOCAB, "merge_file": GPT2_MERGES}
+"""What data.vocab_file and data.merge_file mean when null."""
+
+
+def tokenizer_file(recipe: Recipe, key: str) -> str:
+    """`data.vocab_file` or `data.merge_file` as the engine gets it: as given, or the bundled
+    file (relative to the current directory when inside it)."""
+    value = getattr(recipe.data, key)
+    return value if value is not None else display_path(BUNDLED_TOKENIZER_FILES[key])
 
 
 def check_inputs(recipe: Recipe) -> list[str]:
     """One message per missing input file, naming the key and how to make the file."""
     problems: list[str] = []
     data = recipe.data
-    missing = [suffix for suffix in (".bin", ".idx") if not repo_path(data.path + suffix).is_file()]
+    missing = [suffix for suffix in (".bin", ".idx") if not Path(data.path + suffix).is_file()]
     if missing:
         files = " and ".join(f"{data.path}{suffix}" for suffix in missing)
         problems.append(f"data.path: {files} not found; prepare the dataset with `{data.prepare_command}`")
-    for key in ("vocab_file", "merge_file"):
-        value = getattr(data, key)
-        if not repo_path(value).is_file():
+    for key in BUNDLED_TOKENIZER_FILES:
+        value = tokenizer_file(recipe, key)
+        if not Path(value).is_file():
             problems.append(
-                f"data.{key}: {value} not found; point it at the GPT-2 BPE file "
-                "(bundled in zerolab/assets/gpt2/)"
+                f"data.{key}: {value} not found; point it at the GPT-2 BPE file, or remove it "
+                "(null: the file bundled with zerolab)"
             )
     return problems

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from zerolab.errors import UserError
-from zerolab.locations import repo_path
 from zerolab.recipe.schema import Recipe
 
 if TYPE_CHECKING:
@@ -41,7 +40,7 @@ def train_iters(recipe: Recipe) -> int:
 
 def train_split_tokens(recipe: Recipe) -> int:
     """Tokens in the training split of the prepared dataset (needs PREFIX.idx)."""
-    idx = repo_path(recipe.data.path + ".idx")
+    idx = Path(recipe.data.path + ".idx")
     if not idx.is_file():
         raise UserError(
             f"train.epochs needs the prepared dataset to count its tokens, and {recipe.data.path}.idx "

@@ -81,9 +81,7 @@ def render_text(recipe: Recipe, launch: Launch) -> str:
         ]
     else:
         where = [f"The DeepSpeed config below goes into {config};"]
-    where.append(
-        "run from the repository root with the engine's bin directory first on PATH (command.sh does):"
-    )
+    where.append("run from this directory with the engine's bin directory first on PATH (command.sh does):")
     header = "".join(commented(line) for line in [*description_lines(recipe), summary_line(recipe), *where])
     return f"{header}{launch.shell()}\n\n{commented(config)}{json.dumps(launch.ds_config, indent=2)}\n"
 

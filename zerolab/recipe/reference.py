@@ -38,8 +38,14 @@ A recipe is a YAML file. It is composed in this order, later values winning:
 Unknown keys are rejected with the nearest valid key; every error names the file or
 override that set the key. Then the checks run (batch arithmetic, divisibility of heads and
 layers, ZeRO with pipeline parallelism, offload, precision, attention, launcher and nodes); each
-failure names its keys and the fix, and nothing is written. Paths are relative to the
-repository root.
+failure names its keys and the fix, and nothing is written.
+
+Every relative path a user gives is relative to the current directory: a recipe file (else a
+name under `recipes/`, e.g. `cpu/tiny_z1`), the paths in a recipe (`data.path`, the tokenizer
+files, `hardware.hostfile`), `zerolab prep --out`, `zerolab launch --run-dir` and
+`zerolab render --out`. `zerolab launch` starts the run in the current directory and puts run
+directories under `logs/` there. The shipped recipes and building blocks are found inside the
+zerolab package, from any directory, in a checkout and in an installed wheel alike.
 
 ## Rendering
 

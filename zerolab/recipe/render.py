@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,8 +18,9 @@ from zerolab import rundir
 from zerolab.engine.megatron_entry import FLASH_V2
 from zerolab.engine.paths import engine_bin_dir, engine_dir, torch_extensions_dir
 from zerolab.engine.workarounds import ATTENTION_ENV, SDPA
-from zerolab.locations import REPO_ROOT
-from zerolab.recipe.destinations import DeepSpeed, Megatron, one_to_one
+from zerolab.locations import CHECKOUT
+from zerolab.recipe.destinations import DeepSpeed, Megatron, destinations, one_to_one
+from zerolab.recipe.inputs import tokenizer_file
 from zerolab.recipe.length import train_iters
 from zerolab.recipe.schema import Recipe, ZeroSection
 
@@ -137,24 +139,39 @@ class Launch:
         return " ".join(shell_word(token) for token in ["env", *assignments, *self.argv])
 
     @staticmethod
-    def runtime_env() -> dict[str, str]:
+    def runtime_env(inherited: Mapping[str, str] | None = None) -> dict[str, str]:
         """What the launcher gets besides the rendered environment: the engine's bin directory first
-        on PATH (torchrun, deepspeed, the engine's python), unbuffered output, and zerolab's own
-        build directory for DeepSpeed's JIT-built ops."""
-        return {
-            "PATH": f"{engine_bin_dir()}{os.pathsep}$PATH",
+        on PATH (torchrun, deepspeed, the engine's python), this checkout's zerolab first on
+        PYTHONPATH and the start directory off sys.path (every rank imports this zerolab whatever
+        that directory holds), unbuffered output, and zerolab's own build directory for
+        DeepSpeed's JIT-built ops. PATH and PYTHONPATH extend `inherited`'s, or with None the
+        shell's own (`$PATH`, for a script)."""
+
+        def first_on(variable: str, directory: str) -> str:
+            if inherited is None:
+                return f"{directory}${{{variable}:+:${variable}}}"
+            rest = inherited.get(variable)
+            return directory + (os.pathsep + rest if rest else "")
+
+        env = {"PATH": first_on("PATH", str(engine_bin_dir()))}
+        if CHECKOUT is not None:  # an installed zerolab is the engine environment's own
+            env["PYTHONPATH"] = first_on("PYTHONPATH", str(CHECKOUT))
+        return env | {
+            "PYTHONSAFEPATH": "1",
             "PYTHONUNBUFFERED": "1",
             "TORCH_EXTENSIONS_DIR": str(torch_extensions_dir()),
         }
 
-    def script(self) -> str:
-        """command.sh: this launch, re-runnable from anywhere (it changes to the repository root)."""
+    def script(self, start_dir: Path, note: str) -> str:
+        """command.sh: this launch, re-runnable from anywhere: it changes to `start_dir`, the
+        directory the recipe's relative paths are relative to. `note` heads it (what, when)."""
         exports = " ".join(f'{name}="{value}"' for name, value in self.runtime_env().items())
         return (
             "#!/usr/bin/env bash\n"
+            f"# {note}\n"
             "# Re-runs the same launch; its --save (if any) writes into this run's checkpoints/.\n"
             "set -euo pipefail\n"
-            f"cd {shlex.quote(str(REPO_ROOT))}\n"
+            f"cd {shlex.quote(str(start_dir))}\n"
             f"export {exports}\n"
             f"{self.shell()}\n"
         )
@@ -162,9 +179,8 @@ class Launch:
     def process_env(self, inherited: dict[str, str]) -> dict[str, str]:
         """The launcher's whole environment: `inherited` (less what the recipe decides), the
         runtime additions and the rendered environment."""
-        runtime = self.runtime_env() | {"PATH": f"{engine_bin_dir()}{os.pathsep}{inherited.get('PATH', '')}"}
         kept = {name: value for name, value in inherited.items() if name != ATTENTION_ENV}
-        return kept | runtime | self.env
+        return kept | self.runtime_env(inherited) | self.env
 
 
 def render(
@@ -236,11 +252,14 @@ def megatron_args(recipe: Recipe, ds_config_path: str) -> list[str]:
     """The pretrain_gpt.py arguments: each section's one-to-one fields as the schema declares them
     (zerolab.recipe.destinations), in field order, and what is derived from several fields."""
     hw = recipe.hardware
+    tokenizer_files = {
+        key: [_declared_flag(recipe, "data", key), tokenizer_file(recipe, key)] for key in TOKENIZER_FILES
+    }
     args = [
         *section_args(recipe, "model"),
         *section_args(recipe, "parallel"),
         *section_args(recipe, "train", at={"iters": ["--train-iters", str(train_iters(recipe))]}),
-        *section_args(recipe, "data"),
+        *section_args(recipe, "data", at=tokenizer_files),
         "--distributed-backend", "gloo" if hw.device == "cpu" else "nccl",
     ]  # fmt: skip
     if hw.device == "cpu":  # CUDA kernels the engine would otherwise pick (softmax: in bf16/fp16)
@@ -270,6 +289,20 @@ def section_args(recipe: Recipe, section: str, at: dict[str, list[str]] | None =
             args += _flag(destination.flag, getattr(values, name))
         args += (at or {}).get(name, [])
     return args
+
+
+TOKENIZER_FILES = ("vocab_file", "merge_file")
+"""The data keys whose flag takes a file zerolab.recipe.inputs decides (null: the bundled one)."""
+
+
+def _declared_flag(recipe: Recipe, section: str, name: str) -> str:
+    """The Megatron flag declared on a section's field."""
+    (megatron,) = [
+        item
+        for item in destinations(type(getattr(recipe, section)).model_fields[name])
+        if isinstance(item, Megatron)
+    ]
+    return megatron.flag
 
 
 def _flag(flag: str, value: Any) -> list[str]:

@@ -373,7 +373,8 @@ class PrecisionSection(Section):
 
 
 class DataSection(Section):
-    """The prepared dataset and tokenizer (configs/data/); paths are relative to the repository root."""
+    """The prepared dataset and tokenizer (configs/data/); relative paths are relative to the current
+    directory."""
 
     name: str = field("dolly", "name of the dataset, as reported in summaries", to=(Zerolab("summaries"),))
     path: str = field(
@@ -396,11 +397,17 @@ class DataSection(Section):
     tokenizer_type: Literal["GPT2BPETokenizer"] = field(
         "GPT2BPETokenizer", "Megatron tokenizer class", to=(Megatron("--tokenizer-type"),)
     )
-    vocab_file: str = field(
-        "zerolab/assets/gpt2/vocab.json", "GPT-2 BPE vocabulary", "path", to=(Megatron("--vocab-file"),)
+    vocab_file: str | None = field(
+        None,
+        "GPT-2 BPE vocabulary (vocab.json); null: the one bundled with zerolab (zerolab/assets/gpt2)",
+        "path",
+        to=(Megatron("--vocab-file", "null: the bundled file"),),
     )
-    merge_file: str = field(
-        "zerolab/assets/gpt2/merges.txt", "GPT-2 BPE merges", "path", to=(Megatron("--merge-file"),)
+    merge_file: str | None = field(
+        None,
+        "GPT-2 BPE merges (merges.txt); null: the one bundled with zerolab (zerolab/assets/gpt2)",
+        "path",
+        to=(Megatron("--merge-file", "null: the bundled file"),),
     )
     num_workers: int = field(
         2, "data-loader worker processes per rank", "processes", ge=0, to=(Megatron("--num-workers"),)
