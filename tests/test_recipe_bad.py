@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from zerolab.cli import main
@@ -260,6 +262,24 @@ OVERRIDE_CASES = [
         ["model.attention='sdpa'", "--reset-attention-mask", "use model.attention=megatron"],
     ),
     (
+        "vocab size not the tokenizer's",
+        GPT2,
+        ["model.vocab_size=50304"],
+        [
+            "model.vocab_size=50304",
+            "data.tokenizer_type='GPT2BPETokenizer'",
+            "data.vocab_file",
+            "has 50257 entries",
+            "set model.vocab_size=50257",
+        ],
+    ),
+    (
+        "vocab size not the tokenizer's, its vocab file missing",
+        TINY,
+        ["model.vocab_size=1000", "data.vocab_file=nowhere/vocab.json"],
+        ["model.vocab_size=1000", "GPT2BPETokenizer has 50257 entries", "set model.vocab_size=50257"],
+    ),
+    (
         "moved checkpointing key",
         TINY,
         ["train.activation_checkpointing=true"],
@@ -434,3 +454,19 @@ def test_an_alias_inside_its_own_anchor_is_refused(tmp_path, capsys):
     err = capsys.readouterr().err
     assert f"{recipe}:3: `extra.megatron_args.1` contains itself" in err
     assert "remove the alias" in err
+
+
+def test_the_vocab_size_is_read_from_the_configured_vocab_file(tmp_path, capsys):
+    vocab = tmp_path / "vocab.json"
+    vocab.write_text(json.dumps({"a": 0, "b": 1, "<|endoftext|>": 2}))
+    assert main(["render", TINY, f"data.vocab_file={vocab}", "--json"]) == 2
+    err = capsys.readouterr().err
+    assert (
+        f"model.vocab_size 50257 is not the size of the tokenizer's vocabulary: {vocab} has 3 entries" in err
+    )
+    assert "set model.vocab_size=3" in err
+    assert main(["render", TINY, f"data.vocab_file={vocab}", "model.vocab_size=3", "--json"]) == 0
+    vocab.write_text("[1, 2")
+    assert main(["render", TINY, f"data.vocab_file={vocab}", "--json"]) == 2
+    err = capsys.readouterr().err
+    assert f"{vocab} is not a vocab.json (a JSON object of token: id)" in err

@@ -55,10 +55,27 @@ def rendezvous_check(function: Check) -> Check:
     return check(function)
 
 
-def check_recipe(recipe: Recipe, *, scheduler_places_nodes: bool = False) -> list[Problem]:
+TOKENIZER_CHECKS: list[Check] = []
+"""Checks of the model against its tokenizer, which settings read back from a log (the padded
+vocabulary, no tokenizer of their own) cannot answer."""
+
+
+def tokenizer_check(function: Check) -> Check:
+    """Register a check of the model against its tokenizer."""
+    TOKENIZER_CHECKS.append(function)
+    return check(function)
+
+
+def check_recipe(
+    recipe: Recipe, *, scheduler_places_nodes: bool = False, tokenizer_known: bool = True
+) -> list[Problem]:
     """Every problem the checks find (empty when the recipe can be rendered). With
-    `scheduler_places_nodes`, the node addresses and hostfile are left to the job."""
-    skipped = RENDEZVOUS_CHECKS if scheduler_places_nodes else []
+    `scheduler_places_nodes`, the node addresses and hostfile are left to the job; without
+    `tokenizer_known` (settings read from a log), the model is not checked against the tokenizer."""
+    skipped = [
+        *(RENDEZVOUS_CHECKS if scheduler_places_nodes else []),
+        *([] if tokenizer_known else TOKENIZER_CHECKS),
+    ]
     return [
         problem
         for function in CHECKS
@@ -120,6 +137,30 @@ def _global_batch_consistent(recipe: Recipe) -> Problem | None:
         "x gradient accumulation "
         f"{train.gradient_accumulation_steps} x data parallel {dp} = {expected}",
         f"set train.global_batch_size={expected}, or remove train.gradient_accumulation_steps to derive it",
+    )
+
+
+@tokenizer_check
+def _vocab_size_is_the_tokenizers(recipe: Recipe) -> Problem | None:
+    from zerolab.recipe.inputs import vocabulary_size
+
+    try:
+        entries, counted = vocabulary_size(recipe)
+    except ValueError as error:
+        return Problem(
+            ("data.vocab_file",),
+            str(error),
+            "point data.vocab_file at the tokenizer's vocab.json, or remove it (null: the bundled GPT-2 one)",
+        )
+    if recipe.model.vocab_size == entries:
+        return None
+    return Problem(
+        ("model.vocab_size", "data.tokenizer_type", "data.vocab_file"),
+        f"model.vocab_size {recipe.model.vocab_size} is not the size of the tokenizer's vocabulary: "
+        f"{counted} has {entries} entries. Megatron takes the vocabulary from the tokenizer "
+        "(model.vocab_size reaches no flag), so FLOPs, MFU and the memory estimate would count "
+        "another model than the one trained",
+        f"set model.vocab_size={entries}",
     )
 
 

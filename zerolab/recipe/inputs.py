@@ -5,9 +5,12 @@ a launch."""
 
 from __future__ import annotations
 
+import functools
+import json
 from pathlib import Path
 
 from zerolab.assets import GPT2_MERGES, GPT2_VOCAB
+from zerolab.data_prep.tokenizer import VOCAB_SIZE
 from zerolab.locations import display_path
 from zerolab.recipe.schema import Recipe
 
@@ -20,6 +23,33 @@ def tokenizer_file(recipe: Recipe, key: str) -> str:
     file (relative to the current directory when inside it)."""
     value = getattr(recipe.data, key)
     return value if value is not None else display_path(BUNDLED_TOKENIZER_FILES[key])
+
+
+TOKENIZER_VOCABULARY = {"GPT2BPETokenizer": VOCAB_SIZE}
+"""Entries in each tokenizer type's vocabulary, for when its vocab file is not there to count."""
+
+
+def vocabulary_size(recipe: Recipe) -> tuple[int, str]:
+    """The tokenizer's vocabulary before Megatron pads it, and what was counted: the entries of
+    the configured vocab file when it exists, else of the tokenizer type's vocabulary.
+    ValueError when the vocab file is not a vocab.json."""
+    path = Path(tokenizer_file(recipe, "vocab_file"))
+    if path.is_file():
+        stat = path.stat()
+        return _vocab_entries(path.resolve(), stat.st_mtime_ns, stat.st_size), str(path)
+    return TOKENIZER_VOCABULARY[recipe.data.tokenizer_type], recipe.data.tokenizer_type
+
+
+@functools.lru_cache(maxsize=8)
+def _vocab_entries(path: Path, mtime_ns: int, size: int) -> int:
+    """Entries of a vocab.json (cached while the file is unchanged)."""
+    try:
+        vocab = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        vocab = None
+    if not isinstance(vocab, dict):
+        raise ValueError(f"{display_path(path)} is not a vocab.json (a JSON object of token: id)")
+    return len(vocab)
 
 
 def check_inputs(recipe: Recipe) -> list[str]:
