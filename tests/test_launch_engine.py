@@ -21,6 +21,7 @@ from launch_helpers import free_port
 
 from zerolab.cli import main
 from zerolab.locations import REPO_ROOT
+from zerolab.recipe.output import read_render_text
 
 RUN_FILES = {
     "recipe.yaml",
@@ -62,15 +63,13 @@ def test_command_sh_runs_what_the_dry_run_printed(z1_launch, z1_run, capsys):
     words, run_dir = z1_launch
     capsys.readouterr()
     assert main(["launch", *words, "--dry-run"]) == 0
-    printed = capsys.readouterr().out
-    command, _, config = printed.partition("\n\n")
-    command_lines = [line for line in command.splitlines() if not line.startswith("#")]
+    config, command = read_render_text(capsys.readouterr().out)
     script = (run_dir / "command.sh").read_text()
-    assert script.endswith("\n".join(command_lines) + "\n")
+    assert script.endswith(command + "\n")
     assert (
         f"--deepspeed_config {run_dir}/ds_config.json" in script and f"--save {run_dir}/checkpoints" in script
     )
-    assert json.loads(config.partition("\n")[2]) == json.loads((run_dir / "ds_config.json").read_text())
+    assert config == json.loads((run_dir / "ds_config.json").read_text())
 
 
 def status(run_dir: Path) -> dict:

@@ -15,6 +15,18 @@ TINY = "recipes/cpu/tiny_z1.yaml"
 # (id, recipe file or YAML text for a temporary recipe, overrides, strings the message must contain)
 OVERRIDE_CASES = [
     (
+        "misspelled section in an override blames the override",
+        TINY,
+        ["trian.iters=10"],
+        ["override `trian.iters=10`: unknown key `trian`", "did you mean `train`"],
+    ),
+    (
+        "unknown nested key in an override blames the override, not the building block",
+        GPT2,
+        ["model.foo.bar=1"],
+        ["override `model.foo.bar=1`: unknown key `model.foo`"],
+    ),
+    (
         "unknown key",
         GPT2,
         ["train.micro_batchsize=4"],
@@ -288,6 +300,11 @@ OVERRIDE_CASES = [
 ]
 
 FILE_CASES = [
+    (
+        "NUL in a value (it could turn into a shell expansion)",
+        'description: "tiny\\0HOME\\0"\nbase: [model/gpt2-tiny]\n',
+        ["bad.yaml: `description` contains a NUL character", "remove it"],
+    ),
     ("YAML syntax error", "base: [model/gpt2-124m\ntrain: {", ["not valid YAML", "bad.yaml:"]),
     ("not a mapping", "- model/gpt2-124m\n", ["holds a mapping", "not a list"]),
     ("base not a list", "base: model/gpt2-124m\n", ["`base` must be a list"]),

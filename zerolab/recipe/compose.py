@@ -106,9 +106,10 @@ def apply_override(merged: dict[str, Any], override: str, sources: Sources) -> N
         return
     path = tuple(key.split("."))
     node = merged
-    for part in path[:-1]:
+    for depth, part in enumerate(path[:-1], start=1):
         if not isinstance(node.get(part), dict):
             node[part] = {}
+            sources[path[:depth]] = source  # a key this override brought in is its own
         node = node[part]
     node[path[-1]] = value
     _record(sources, path, value, source)
@@ -130,6 +131,12 @@ def deep_merge(
 
 def validate(merged: dict[str, Any], sources: Sources) -> Recipe:
     """The schema-checked Recipe; errors name the key, its source and, for unknown keys, the likely one."""
+    nul = _first_nul(merged)
+    if nul is not None:
+        raise UserError(
+            f"{source_of(sources, nul)}: `{'.'.join(nul)}` contains a NUL character (\\0); "
+            "no recipe value can hold one: remove it"
+        )
     try:
         return Recipe.model_validate(merged)
     except ValidationError as error:
@@ -186,6 +193,22 @@ def _block_file(entry: str, where: str) -> Path:
     close = difflib.get_close_matches(name, known, n=1, cutoff=0.5)
     hint = f"did you mean `{close[0]}`?" if close else f"building blocks: {', '.join(same_section or known)}"
     raise UserError(f"{where}: no building block `{entry}` (configs/{name}.yaml); {hint}")
+
+
+def _first_nul(value: Any, path: KeyPath = ()) -> KeyPath | None:
+    """The key path of the first string (key or value) holding a NUL, if any."""
+    if isinstance(value, str):
+        return path if "\0" in value else None
+    children = (
+        value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    )
+    for key, child in children:
+        if "\0" in str(key):
+            return (*path, str(key))
+        found = _first_nul(child, (*path, str(key)))
+        if found is not None:
+            return found
+    return None
 
 
 def _record(sources: Sources, path: KeyPath, value: Any, source: str) -> None:

@@ -9,7 +9,7 @@ import sys
 from zerolab.errors import UserError
 from zerolab.recipe.inputs import check_inputs
 from zerolab.recipe.length import train_iters
-from zerolab.recipe.render import RUN_DIR_PLACEHOLDER, Launch, as_text
+from zerolab.recipe.render import RUN_DIR_PLACEHOLDER, Launch, as_text, shell_word
 from zerolab.recipe.schema import Recipe
 from zerolab.recipe.yaml_io import dump_yaml
 
@@ -70,20 +70,42 @@ def description_lines(recipe: Recipe) -> list[str]:
     ]
 
 
+CONFIG_END = "ZEROLAB_DS_CONFIG"
+"""The here-document delimiter around the DeepSpeed config in the render text (quoted: nothing in
+the config is expanded; no line of indented JSON can equal it)."""
+
+
 def render_text(recipe: Recipe, launch: Launch) -> str:
-    """The dry-run text: a comment header, the command `zerolab launch` runs (what command.sh
-    holds after its preamble), then the ds_config JSON. Every line but the command's is a comment."""
-    config = as_text(launch.ds_config_path)
+    """The dry-run text, a script to paste: comment lines, then one command list that writes the
+    DeepSpeed config into the run directory (a quoted here-document) and, only if that worked,
+    starts the launch (what command.sh holds after its preamble). Text from the recipe appears
+    only in comments, quoted words and the inert here-document."""
+    config = shell_word(launch.ds_config_path)
     if launch.run_dir == RUN_DIR_PLACEHOLDER:
-        where = [
+        where = (
             "RUN_DIR: the run directory (zerolab launch creates logs/NAME/TIMESTAMP). To run this by hand, "
-            f"save the DeepSpeed config below as {config},"
-        ]
+            "set RUN_DIR to a new directory, put the engine's bin directory first on PATH (command.sh does) "
+            "and paste this in this directory: it writes the DeepSpeed config into RUN_DIR, then launches."
+        )
+        guard = ': "${RUN_DIR:?set RUN_DIR to the run directory first}" && '
     else:
-        where = [f"The DeepSpeed config below goes into {config};"]
-    where.append("run from this directory with the engine's bin directory first on PATH (command.sh does):")
-    header = "".join(commented(line) for line in [*description_lines(recipe), summary_line(recipe), *where])
-    return f"{header}{launch.shell()}\n\n{commented(config)}{json.dumps(launch.ds_config, indent=2)}\n"
+        where = (
+            f"Writes the DeepSpeed config into {as_text(launch.run_dir)}, then launches, from this directory "
+            "with the engine's bin directory first on PATH (command.sh does)."
+        )
+        guard = ""
+    header = "".join(commented(line) for line in [*description_lines(recipe), summary_line(recipe), where])
+    return (
+        f"{header}{guard}mkdir -p {shell_word(launch.run_dir)} && cat > {config} <<'{CONFIG_END}' &&\n"
+        f"{json.dumps(launch.ds_config, indent=2)}\n{CONFIG_END}\n{launch.shell()}\n"
+    )
+
+
+def read_render_text(text: str) -> tuple[dict, str]:
+    """The DeepSpeed config and the launch command (its shell text) of a render_text()."""
+    _, _, rest = text.partition(f"<<'{CONFIG_END}' &&\n")
+    config, _, command = rest.partition(f"\n{CONFIG_END}\n")
+    return json.loads(config), command.removesuffix("\n")
 
 
 def resolved_yaml(recipe: Recipe) -> str:
