@@ -22,6 +22,10 @@ from zerolab.summarize.config_dump import ConfigCollector
 from zerolab.summarize.lines import read_lines
 from zerolab.summarize.parse import ParsedLog, parse_log
 
+pytestmark = pytest.mark.usefixtures(
+    "engine"
+)  # every test trains: skipped, with the reason, without the engine
+
 REPO = Path(__file__).resolve().parents[1]
 ITERATIONS = 3
 SHORT = [f"train.iters={ITERATIONS}", "train.lr_warmup_iters=1", "train.log_interval=1"]

@@ -91,11 +91,12 @@ def test_every_workaround_is_named_and_explained_in_one_line():
         "partitioned_checkpoint_arguments",
         "contiguous_checkpoints_in_eval",
         "recompute_chunks_of_layers",
-        "sdpa_attention",
-        "profile_training_steps",
         "fused_kernels_buildable_archs",
         "helpers_suffix_from_python",
         "python_sample_index",
+        "shm_buffers_unlinked",
+        "sdpa_attention",
+        "profile_training_steps",
     ]
     for workaround in WORKAROUNDS:
         assert workaround.why and "\n" not in workaround.why and len(workaround.why) < 110

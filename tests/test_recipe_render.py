@@ -337,7 +337,10 @@ def test_headers_say_what_was_overridden(capsys):
         "# recipes/gpt2_z3.yaml (its description: GPT-2 1.5B, dolly-15k, 2 GPUs, bf16, ZeRO stage 3 "
         "(optimizer states, gradients and weights sharded))"
     )
-    assert header[1] == "# overridden: hardware.procs_per_node=1 model=gpt2-124m"
+    assert header[1] == (
+        "# overridden: hardware.procs_per_node=1 model=gpt2-124m "
+        "(runs as gpt2_z3+hardware.procs_per_node=1+model=gpt2-124m)"
+    )
     assert header[2].startswith("# gpt2-124m | world 1 = 1 node(s) x 1 | tensor 1 x pipeline 1 x data 1 |")
     assert "| ZeRO 3 | recompute none | attention sdpa | bf16 | cuda | 100 iterations" in header[2]
 

@@ -49,6 +49,17 @@ STUBS = {
 }
 
 
+def job_dir(tmp_path: Path, job_id: str) -> Path:
+    """The run directory the job `job_id` wrote: logs/<run name>/slurm-<job id>."""
+    (found,) = (tmp_path / "logs").glob(f"*/slurm-{job_id}")
+    return found
+
+
+def shown(run_dir: Path) -> str:
+    """A job's run directory as the job names it: relative to the submit directory."""
+    return "/".join(run_dir.parts[-3:])
+
+
 def run_sbatch(
     script: str, tmp_path: Path, launch_exit: int = 0, job_id: str = "4242"
 ) -> subprocess.CompletedProcess:
@@ -92,7 +103,8 @@ def test_sbatch_is_shellcheck_clean(launcher, options, tmp_path):
 def test_directives_follow_the_render():
     script = job(options=SlurmOptions(partition="gpu", account="lab"))
     for directive in (
-        "--job-name=gpt2_z1",
+        "--job-name=gpt2_z1+hardware.nodes=2+hardware.procs_per_node=4+train.global_batch_size=64"
+        "+hardware.launcher=torchrun",
         "--nodes=2",
         "--ntasks-per-node=1",
         "--gpus-per-node=4",
@@ -106,12 +118,12 @@ def test_torchrun_job_runs_each_node_with_its_rank_and_writes_the_run_dir(tmp_pa
     recipe = load_recipe("gpt2_z1", SLURM_2_NODES, scheduler_places_nodes=True)
     result = run_sbatch(sbatch_for_recipe(recipe, SlurmOptions()), tmp_path)
     assert result.returncode == 0, result.stderr
-    run_dir = tmp_path / "logs" / "gpt2_z1" / "slurm-4242"
+    run_dir = job_dir(tmp_path, "4242")
     argv = launched(run_dir)
     assert argv[0] == "torchrun"
     assert (option(argv, "--node-rank"), option(argv, "--master-addr")) == ("1", "gpu-a")
     assert argv.count("--node-rank") == 1 and "127.0.0.1" not in argv
-    assert option(argv, "--deepspeed_config") == "logs/gpt2_z1/slurm-4242/ds_config.json"
+    assert option(argv, "--deepspeed_config") == f"{shown(run_dir)}/ds_config.json"
     assert json.loads((run_dir / "ds_config.json").read_text()) == render(recipe).ds_config
     facts, problems = rundir.read_facts(run_dir)
     assert problems == [] and facts == run_facts(recipe)
@@ -122,9 +134,9 @@ def test_torchrun_job_runs_each_node_with_its_rank_and_writes_the_run_dir(tmp_pa
 def test_deepspeed_job_uses_a_hostfile_of_the_allocation_without_ssh(tmp_path):
     result = run_sbatch(job(launcher="deepspeed"), tmp_path)
     assert result.returncode == 0, result.stderr
-    run_dir = tmp_path / "logs" / "gpt2_z1" / "slurm-4242"
+    run_dir = job_dir(tmp_path, "4242")
     assert launched(run_dir)[:7] == [
-        "deepspeed", "--hostfile", "logs/gpt2_z1/slurm-4242/hostfile", "--no_ssh",
+        "deepspeed", "--hostfile", f"{shown(run_dir)}/hostfile", "--no_ssh",
         "--node_rank", "1", "--num_nodes",
     ]  # fmt: skip
     assert option(launched(run_dir), "--master_addr") == "gpu-a"
@@ -134,7 +146,7 @@ def test_deepspeed_job_uses_a_hostfile_of_the_allocation_without_ssh(tmp_path):
 def test_failed_launch_is_recorded_and_passed_on(tmp_path):
     result = run_sbatch(job(), tmp_path, launch_exit=7)
     assert result.returncode == 7
-    status, problems = rundir.read_status(tmp_path / "logs" / "gpt2_z1" / "slurm-4242")
+    status, problems = rundir.read_status(job_dir(tmp_path, "4242"))
     assert problems == [] and (status.state, status.exit_code) == ("failed", 7)
 
 
@@ -142,18 +154,20 @@ def test_a_checkpointing_job_saves_and_a_second_job_resumes_it(tmp_path, monkeyp
     from zerolab.cli import main
 
     assert run_sbatch(job("train.save_interval=10"), tmp_path).returncode == 0
-    first = tmp_path / "logs" / "gpt2_z1" / "slurm-4242"
-    assert option(launched(first), "--save") == "logs/gpt2_z1/slurm-4242/checkpoints"
+    first = job_dir(tmp_path, "4242")
+    assert option(launched(first), "--save") == f"{shown(first)}/checkpoints"
     assert rundir.last_checkpoint(first) == 10
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("ZEROLAB_ENGINE_PYTHON", str(tmp_path / "bin" / "python"))  # the stand-ins' bin
-    argv = ["render", "--slurm", "--resume", "logs/gpt2_z1/slurm-4242", "train.iters=200"]
+    argv = ["render", "--slurm", "--resume", shown(first), "train.iters=200"]
     assert main(argv) == 0
     script = capsys.readouterr().out
     assert run_sbatch(script, tmp_path, job_id="4243").returncode == 0
-    second = launched(tmp_path / "logs" / "gpt2_z1" / "slurm-4243")
-    assert option(second, "--load") == "logs/gpt2_z1/slurm-4242/checkpoints"
-    assert option(second, "--save") == "logs/gpt2_z1/slurm-4243/checkpoints"
+    second_dir = job_dir(tmp_path, "4243")
+    assert second_dir.parent == first.parent  # a resumed run keeps its name
+    second = launched(second_dir)
+    assert option(second, "--load") == f"{shown(first)}/checkpoints"
+    assert option(second, "--save") == f"{shown(second_dir)}/checkpoints"
     assert "--override-opt_param-scheduler" in second and option(second, "--train-iters") == "200"
 
 
@@ -175,7 +189,7 @@ def test_values_reach_the_launcher_as_written(tmp_path):
     literal = "data/my $HOME `x` 'dir'/owt_text_document"
     result = run_sbatch(job(f"data.path={literal}", "hardware.omp_num_threads=3"), tmp_path)
     assert result.returncode == 0, result.stderr
-    assert option(launched(tmp_path / "logs" / "gpt2_z1" / "slurm-4242"), "--data-path") == literal
+    assert option(launched(job_dir(tmp_path, "4242")), "--data-path") == literal
 
 
 def test_render_slurm_prints_the_sbatch_of_a_shipped_recipe(repo_root, monkeypatch, capsys, tmp_path):

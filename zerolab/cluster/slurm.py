@@ -116,8 +116,9 @@ def render_sbatch(
 
 def _input_paths(recipe: Recipe) -> list[str]:
     """The files a run reads that a recipe may give as absolute paths."""
-    data = recipe.data
-    return [data.path, data.vocab_file, data.merge_file]
+    from zerolab.recipe.inputs import tokenizer_file
+
+    return [recipe.data.path, tokenizer_file(recipe, "vocab_file"), tokenizer_file(recipe, "merge_file")]
 
 
 def _environment(options: SlurmOptions) -> str:

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ValidationError
 from zerolab.errors import UserError
 from zerolab.locations import CONFIGS_DIR, RECIPES_DIR, display_path
 from zerolab.recipe.checks import check_recipe
+from zerolab.recipe.naming import run_name
 from zerolab.recipe.provenance import KeyPath, Sources, source_of
 from zerolab.recipe.schema import SECTIONS, Recipe
 from zerolab.recipe.yaml_io import parse_yaml, read_yaml_mapping
@@ -44,7 +45,8 @@ def load_recipe(
 ) -> Recipe:
     """Compose, validate and check the recipe at `path` with `overrides` (`key.path=value`).
     With `scheduler_places_nodes` (an sbatch script), the job supplies node addresses. The
-    recipe's name is the file's stem and its path the file, unless `name` and `path_shown` say
+    recipe's name is the file's stem with the overrides that change the run (zerolab.recipe.naming)
+    and its path the file, unless `name` and `path_shown` say
     otherwise (a resumed run's recipe.yaml is that run's recipe).
 
     Raises UserError naming the file and key for anything wrong.
@@ -52,7 +54,7 @@ def load_recipe(
     recipe_file = resolve_recipe_path(path)
     merged, sources = compose(recipe_file, overrides)
     recipe = validate(merged, sources)
-    recipe._name = name or recipe_file.stem
+    recipe._name = name or run_name(recipe_file.stem, overrides)
     recipe._path = path_shown or display_path(recipe_file)
     recipe._overrides = tuple(overrides)
     problems = check_recipe(recipe, scheduler_places_nodes=scheduler_places_nodes)

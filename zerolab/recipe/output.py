@@ -66,7 +66,7 @@ def description_lines(recipe: Recipe) -> list[str]:
         return [f"{recipe.path}: {recipe.description}"]
     return [
         f"{recipe.path} (its description: {recipe.description})",
-        f"overridden: {shlex.join(recipe.overrides)}",
+        f"overridden: {shlex.join(recipe.overrides)} (runs as {recipe.name})",
     ]
 
 

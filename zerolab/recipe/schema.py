@@ -11,11 +11,19 @@ from zerolab.recipe.destinations import DeepSpeed, Destination, Env, Launcher, M
 
 
 def field(
-    default: Any, doc: str, unit: str | None = None, *, to: tuple[Destination, ...] = (), **constraints: Any
+    default: Any,
+    doc: str,
+    unit: str | None = None,
+    *,
+    to: tuple[Destination, ...] = (),
+    names_run: bool = True,
+    **constraints: Any,
 ) -> Any:
     """A schema field with its one-line doc, its unit where it has one, and where it goes (`to`:
-    zerolab.recipe.destinations)."""
-    extra = {"unit": unit} if unit else None
+    zerolab.recipe.destinations). `names_run=False`: an override of it says where the run reads
+    or reports, not what it measures, and stays out of the run name (zerolab.recipe.naming)."""
+    extra: dict[str, Any] = ({"unit": unit} if unit else {}) | ({} if names_run else {"names_run": False})
+    extra = extra or None
     if isinstance(default, type):
         info = Field(default_factory=default, description=doc, json_schema_extra=extra)
     else:
@@ -294,16 +302,19 @@ class LoggingSection(Section):
         None,
         "log to this Weights & Biases project (Megatron --wandb-project); null: no W&B",
         to=(Megatron("--wandb-project", "with --wandb-save-dir RUN_DIR/wandb"),),
+        names_run=False,
     )
     wandb_name: str | None = field(
         None,
         "the W&B run name (--wandb-exp-name); null: the run's name",
         to=(Megatron("--wandb-exp-name", "the run's name when null"),),
+        names_run=False,
     )
     wandb_mode: Literal["online", "offline"] = field(
         "online",
         "W&B's WANDB_MODE: offline keeps the run in RUN_DIR/wandb, to `wandb sync` later",
         to=(Env("WANDB_MODE", "with a W&B project"),),
+        names_run=False,
     )
 
 
@@ -382,11 +393,13 @@ class DataSection(Section):
         "Megatron data prefix: PREFIX.bin and PREFIX.idx",
         "path prefix",
         to=(Megatron("--data-path"),),
+        names_run=False,
     )
     prepare_command: str = field(
         "zerolab prep dolly --out data/dolly",
         "the command that writes the dataset, shown when it is missing",
         to=(Zerolab("the hint when the data is missing"),),
+        names_run=False,
     )
     split: str = field(
         "98,2,0",
@@ -402,12 +415,14 @@ class DataSection(Section):
         "GPT-2 BPE vocabulary (vocab.json); null: the one bundled with zerolab (zerolab/assets/gpt2)",
         "path",
         to=(Megatron("--vocab-file", "null: the bundled file"),),
+        names_run=False,
     )
     merge_file: str | None = field(
         None,
         "GPT-2 BPE merges (merges.txt); null: the one bundled with zerolab (zerolab/assets/gpt2)",
         "path",
         to=(Megatron("--merge-file", "null: the bundled file"),),
+        names_run=False,
     )
     num_workers: int = field(
         2, "data-loader worker processes per rank", "processes", ge=0, to=(Megatron("--num-workers"),)
@@ -551,12 +566,14 @@ class HardwareSection(Section):
         "this machine's rank (torchrun, multi-node)",
         ge=0,
         to=(Launcher("--node-rank (torchrun, several nodes)"),),
+        names_run=False,
     )
     master_addr: str = field(
         "127.0.0.1",
         "address of node 0 (multi-node)",
         "host",
         to=(Launcher("--master-addr / --master_addr (several nodes)"),),
+        names_run=False,
     )
     master_port: int = field(
         29500,
@@ -565,12 +582,14 @@ class HardwareSection(Section):
         gt=0,
         lt=65536,
         to=(Launcher("--master-port / --master_port"),),
+        names_run=False,
     )
     hostfile: str | None = field(
         None,
         "DeepSpeed hostfile listing the nodes (deepspeed launcher, multi-node)",
         "path",
         to=(Launcher("--hostfile (deepspeed)"),),
+        names_run=False,
     )
     omp_num_threads: int | None = field(
         None,

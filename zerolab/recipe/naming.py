@@ -1,0 +1,45 @@
+"""A run's name: the recipe file's stem, then each override that changes what the run measures
+(`gpt2_z3+zero=z2+precision=fp16`), so that a run directory under logs/NAME/ and every summary
+row say what ran. Overrides of where the run reads or reports (data paths, the rendezvous,
+W&B: schema fields declared `names_run=False`) stay out."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+from pydantic import BaseModel
+
+from zerolab.recipe.schema import Recipe
+
+MAX_LENGTH = 128
+"""Longer names keep their start and end in a hash (file systems allow 255 bytes a name)."""
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._,=+-]+")
+
+
+def run_name(stem: str, overrides: tuple[str, ...] | list[str]) -> str:
+    """`stem` and the overrides that name the run, joined by `+`, made safe as a directory name."""
+    shown = [_UNSAFE.sub("_", override.strip()).strip("_") for override in overrides if _names_run(override)]
+    name = "+".join([stem, *shown])
+    if len(name) <= MAX_LENGTH:
+        return name
+    digest = hashlib.sha256(name.encode()).hexdigest()[:8]
+    return f"{name[: MAX_LENGTH - len(digest) - 1]}~{digest}"
+
+
+def _names_run(override: str) -> bool:
+    """Whether the override's key (a section, or a field at any depth) names the run."""
+    path = override.partition("=")[0].strip().split(".")
+    model: type[BaseModel] = Recipe
+    for part in path:
+        info = model.model_fields.get(part)
+        if info is None:
+            return True
+        if (info.json_schema_extra or {}).get("names_run") is False:  # type: ignore[union-attr]
+            return False
+        annotation = info.annotation
+        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+            return True
+        model = annotation
+    return True
