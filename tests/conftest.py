@@ -36,3 +36,13 @@ def dataset(tmp_path_factory) -> str:
     out = tmp_path_factory.mktemp("data") / "dolly"
     assert main(["prep", "dolly", "--input", str(DOLLY_SAMPLE), "--out", str(out), "--quiet"]) == 0
     return f"{out}_text_document"
+
+
+@pytest.fixture(scope="session")
+def split_dataset(tmp_path_factory) -> dict[str, str]:
+    """The bundled dolly sample dealt by `zerolab prep --split 90,10,0`: the train and valid
+    Megatron data prefixes."""
+    out = tmp_path_factory.mktemp("data") / "dolly"
+    argv = ["prep", "dolly", "--input", str(DOLLY_SAMPLE), "--out", str(out), "--split", "90,10,0", "--quiet"]
+    assert main(argv) == 0
+    return {split: f"{out}_{split}_text_document" for split in ("train", "valid")}

@@ -237,7 +237,21 @@ def test_tensorboard_and_wandb_write_into_the_run_directory(dataset, tmp_path):
     (offline,) = (run.run_dir / "wandb" / "wandb").glob("offline-run-*")
     (history,) = offline.glob("run-*.wandb")
     assert history.stat().st_size > 0
-    assert run.args["wandb_exp_name"] == "tiny_dp"
+    assert run.args["wandb_exp_name"] == "tiny_dp+" + "+".join(SHORT)  # the run's name: logging stays out
+
+
+def test_the_split_datasets_of_prep_train_and_evaluate(dataset, split_dataset, tmp_path):
+    run = train(
+        dataset,
+        tmp_path / "run",
+        "cpu/tiny_dp",
+        "data.path=null",
+        f"data.train_path={split_dataset['train']}",
+        f"data.valid_path={split_dataset['valid']}",
+    )
+    assert run.args["data_path"] is None and run.args["train_data_path"] == str([split_dataset["train"]])
+    assert run.args["valid_data_path"] == str([split_dataset["valid"]])
+    assert run.log.validations, "the validation split was not evaluated"
 
 
 def test_extra_settings_reach_the_engine(dataset, tmp_path):

@@ -89,7 +89,7 @@ def test_a_whole_run_on_cpu(z1_launch, z1_run, tmp_path):
     assert status(run_dir)["state"] == "completed" and status(run_dir)["exit_code"] == 0
     facts = json.loads((run_dir / "run.json").read_text())
     assert (facts["name"], facts["zero_stage"], facts["micro_batch_size"], facts["train_iters"]) == (
-        "tiny_z1",
+        "tiny_z1+train.iters=50+train.log_interval=5+train.save_interval=25",
         1,
         2,
         50,

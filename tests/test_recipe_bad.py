@@ -15,6 +15,24 @@ TINY = "recipes/cpu/tiny_z1.yaml"
 # (id, recipe file or YAML text for a temporary recipe, overrides, strings the message must contain)
 OVERRIDE_CASES = [
     (
+        "both dataset layouts",
+        TINY,
+        ["data.train_path=data/dolly_train_text_document"],
+        ["give one dataset layout", "set data.path=null to use the split datasets"],
+    ),
+    (
+        "a validation split without a training one",
+        TINY,
+        ["data.valid_path=data/dolly_valid_text_document"],
+        ["without a training one (data.train_path)"],
+    ),
+    (
+        "no dataset at all",
+        TINY,
+        ["data.path=null"],
+        ["no training data: data.path and data.train_path are both null"],
+    ),
+    (
         "misspelled section in an override blames the override",
         TINY,
         ["trian.iters=10"],
@@ -128,6 +146,12 @@ OVERRIDE_CASES = [
     ("two training lengths", GPT2, ["train.tokens=1000000"], ["train.iters", "train.tokens", "exactly once"]),
     ("no training length", GPT2, ["train.iters=null"], ["train.iters", "exactly once"]),
     ("warm-up too long", GPT2, ["train.lr_warmup_iters=100"], ["train.lr_warmup_iters", "train.iters"]),
+    (
+        "warm-up longer than a length in tokens",
+        TINY,
+        ["train.iters=null", "train.tokens=1"],
+        ["warm-up (5 iterations) does not end before training does (train.tokens = 1 iteration(s))"],
+    ),
     ("min lr above lr", GPT2, ["train.min_lr=1e-3"], ["train.min_lr", "train.lr"]),
     ("node rank out of range", GPT2, ["hardware.node_rank=1"], ["hardware.node_rank", "between 0 and 0"]),
     (
@@ -373,7 +397,10 @@ def test_launch_refuses_missing_data_before_anything_starts(repo_root, capsys, t
     assert main(["launch", TINY, f"data.path={missing}", "--run-dir", str(run_dir)]) == 2
     err = capsys.readouterr().err
     assert f"data.path: {missing}.bin and {missing}.idx not found" in err
-    assert "zerolab prep dolly" in err
+    assert (
+        f"zerolab prep CORPUS --out {tmp_path / 'nowhere' / 'dolly'}`" in err
+    )  # the user's path, not data/dolly
+    assert "prep dolly --out data/dolly" not in err
     assert not run_dir.exists()
 
 
@@ -487,3 +514,9 @@ def test_the_vocab_size_is_read_from_the_configured_vocab_file(tmp_path, capsys)
     assert main(["render", TINY, f"data.vocab_file={vocab}", "--json"]) == 2
     err = capsys.readouterr().err
     assert f"{vocab} is not a vocab.json (a JSON object of token: id)" in err
+
+
+def test_warm_up_longer_than_a_length_in_epochs_is_refused(dataset, capsys):
+    epochs = ["train.iters=null", "train.epochs=0.001", "train.lr_warmup_iters=50", f"data.path={dataset}"]
+    assert main(["render", TINY, *epochs, "--json"]) == 2
+    assert "(train.epochs = 1 iteration(s))" in capsys.readouterr().err

@@ -244,7 +244,8 @@ def test_check_inputs_names_missing_data_and_tokenizer():
     problems = check_inputs(recipe)
     assert len(problems) == 2
     assert "data.path: data/absent.bin and data/absent.idx not found" in problems[0]
-    assert "zerolab prep dolly" in problems[0]
+    assert "point data.path at a prepared dataset" in problems[0]  # not the recipe's own dolly command
+    assert "zerolab prep dolly" not in problems[0]
     assert problems[1].startswith("data.vocab_file: nowhere/vocab.json not found")
 
 
@@ -383,3 +384,25 @@ def test_extra_settings_without_the_engine_render_with_a_warning(tmp_path, monke
     captured = capsys.readouterr()
     assert "not checked by the engine's parser" in captured.err and "make setup" in captured.err
     assert "  --log-params-norm\n" in captured.out and '"wall_clock_breakdown_x": 1' in captured.out
+
+
+def test_split_datasets_render_megatrons_split_paths_and_no_split(capsys):
+    splits = [
+        "data.path=null",
+        "data.train_path=d/x_train_text_document",
+        "data.valid_path=d/x_valid_text_document",
+    ]
+    assert main(["render", "cpu/tiny_z1", *splits, "--json"]) == 0
+    argv = json.loads(capsys.readouterr().out)["argv"]
+    assert argv[argv.index("--train-data-path") + 1] == "d/x_train_text_document"
+    assert argv[argv.index("--valid-data-path") + 1] == "d/x_valid_text_document"
+    assert not {"--data-path", "--split", "--test-data-path"} & set(argv)
+
+
+def test_a_missing_split_dataset_is_named_with_the_prep_command_that_writes_it(capsys):
+    splits = ["data.path=null", "data.train_path=d/x_train_text_document"]
+    assert main(["render", "cpu/tiny_z1", *splits, "--json"]) == 0
+    assert (
+        "data.train_path: d/x_train_text_document.bin and d/x_train_text_document.idx not found; prepare it "
+        "with `zerolab prep CORPUS --out d/x --split TRAIN,VALID,TEST`"
+    ) in capsys.readouterr().err

@@ -116,9 +116,12 @@ def render_sbatch(
 
 def _input_paths(recipe: Recipe) -> list[str]:
     """The files a run reads that a recipe may give as absolute paths."""
-    from zerolab.recipe.inputs import tokenizer_file
+    from zerolab.recipe.inputs import dataset_paths, tokenizer_file
 
-    return [recipe.data.path, tokenizer_file(recipe, "vocab_file"), tokenizer_file(recipe, "merge_file")]
+    return [
+        *dataset_paths(recipe).values(),
+        *(tokenizer_file(recipe, key) for key in ("vocab_file", "merge_file")),
+    ]
 
 
 def _environment(options: SlurmOptions) -> str:

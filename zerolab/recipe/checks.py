@@ -258,6 +258,37 @@ def _no_fp16_on_cpu(recipe: Recipe) -> Problem | None:
 
 
 @check
+def _one_dataset_layout(recipe: Recipe) -> Problem | None:
+    data = recipe.data
+    if (data.path is None) != (data.train_path is None):
+        return None
+    if data.path is None:
+        return Problem(
+            ("data.path", "data.train_path"),
+            "no training data: data.path and data.train_path are both null",
+            "set data.path to a prepared dataset, or data.train_path to a `zerolab prep --split` output",
+        )
+    return Problem(
+        ("data.path", "data.train_path", "data.valid_path", "data.test_path"),
+        "give one dataset layout: data.path (dealt by data.split) or the split datasets "
+        "(data.train_path, valid_path, test_path), not both (Megatron takes one or the other)",
+        "set data.path=null to use the split datasets, or data.train_path=null",
+    )
+
+
+@check
+def _split_datasets_need_a_training_one(recipe: Recipe) -> Problem | None:
+    data = recipe.data
+    if data.train_path is not None or (data.valid_path is None and data.test_path is None):
+        return None
+    return Problem(
+        ("data.valid_path", "data.test_path", "data.train_path"),
+        "a validation or test dataset without a training one (data.train_path)",
+        "set data.train_path to the training split (OUT_train_text_document)",
+    )
+
+
+@check
 def _one_training_length(recipe: Recipe) -> Problem | None:
     train = recipe.train
     given = [name for name in ("iters", "tokens", "epochs") if getattr(train, name) is not None]
@@ -273,13 +304,24 @@ def _one_training_length(recipe: Recipe) -> Problem | None:
 
 @check
 def _warmup_shorter_than_training(recipe: Recipe) -> Problem | None:
+    from zerolab.recipe.length import train_iters
+
     train = recipe.train
-    if train.iters is None or train.lr_warmup_iters < train.iters:
+    given = [key for key in ("iters", "tokens", "epochs") if getattr(train, key) is not None]
+    if len(given) != 1:
+        return None  # the one-length check reports it
+    try:
+        iters = train_iters(recipe)
+    except UserError:
+        return None  # epochs of a dataset not prepared yet: counted (and checked) at launch
+    if train.lr_warmup_iters < iters:
         return None
+    length = f"train.{given[0]}" + ("" if given[0] == "iters" else f" = {iters} iteration(s)")
     return Problem(
-        ("train.lr_warmup_iters", "train.iters"),
-        f"learning-rate warm-up ({train.lr_warmup_iters} iterations) does not end before training does",
-        "lower train.lr_warmup_iters below train.iters",
+        ("train.lr_warmup_iters", f"train.{given[0]}"),
+        f"learning-rate warm-up ({train.lr_warmup_iters} iterations) does not end before training does "
+        f"({length})",
+        f"lower train.lr_warmup_iters below {iters}, or train longer",
     )
 
 

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import functools
 import json
+import shlex
 from pathlib import Path
 
 from zerolab.assets import GPT2_MERGES, GPT2_VOCAB
+from zerolab.data_prep.pipeline import SUFFIX
 from zerolab.data_prep.tokenizer import VOCAB_SIZE
 from zerolab.locations import display_path
 from zerolab.recipe.schema import Recipe
@@ -52,14 +54,49 @@ def _vocab_entries(path: Path, mtime_ns: int, size: int) -> int:
     return len(vocab)
 
 
+DATASET_KEYS = ("path", "train_path", "valid_path", "test_path")
+"""The data keys that name a prepared dataset (PREFIX of PREFIX.bin and PREFIX.idx)."""
+
+
+def dataset_paths(recipe: Recipe) -> dict[str, str]:
+    """The prepared datasets the recipe reads, by data key."""
+    return {key: getattr(recipe.data, key) for key in DATASET_KEYS if getattr(recipe.data, key) is not None}
+
+
+def prepare_hint(recipe: Recipe, key: str) -> str:
+    """How to make the dataset of data.`key`: data.prepare_command when that writes it, else
+    `zerolab prep` with the output prefix that writes it."""
+    data = recipe.data
+    path = getattr(data, key)
+    words = shlex.split(data.prepare_command)
+    out = words[words.index("--out") + 1] if "--out" in words[:-1] else None
+    if out is not None and f"{out}{SUFFIX}" == path:
+        return f"prepare the dataset with `{data.prepare_command}`"
+    split = next((name for name in ("train", "valid", "test") if path.endswith(f"_{name}{SUFFIX}")), None)
+    if key != "path" and split is not None:
+        return (
+            f"prepare it with `zerolab prep CORPUS --out {path.removesuffix(f'_{split}{SUFFIX}')} --split "
+            "TRAIN,VALID,TEST` (CORPUS: dolly, openwebtext, jsonl or text; `zerolab prep --help`)"
+        )
+    if path.endswith(SUFFIX):
+        return (
+            f"prepare it with `zerolab prep CORPUS --out {path.removesuffix(SUFFIX)}` (CORPUS: dolly, "
+            f"openwebtext, jsonl or text; `zerolab prep --help`), or point data.{key} at a prepared dataset"
+        )
+    return (
+        f"point data.{key} at a prepared dataset: the PREFIX of PREFIX.bin and PREFIX.idx "
+        f"(`zerolab prep CORPUS --out OUT` writes OUT{SUFFIX})"
+    )
+
+
 def check_inputs(recipe: Recipe) -> list[str]:
     """One message per missing input file, naming the key and how to make the file."""
     problems: list[str] = []
-    data = recipe.data
-    missing = [suffix for suffix in (".bin", ".idx") if not Path(data.path + suffix).is_file()]
-    if missing:
-        files = " and ".join(f"{data.path}{suffix}" for suffix in missing)
-        problems.append(f"data.path: {files} not found; prepare the dataset with `{data.prepare_command}`")
+    for key, path in dataset_paths(recipe).items():
+        missing = [suffix for suffix in (".bin", ".idx") if not Path(path + suffix).is_file()]
+        if missing:
+            files = " and ".join(f"{path}{suffix}" for suffix in missing)
+            problems.append(f"data.{key}: {files} not found; {prepare_hint(recipe, key)}")
     for key in BUNDLED_TOKENIZER_FILES:
         value = tokenizer_file(recipe, key)
         if not Path(value).is_file():

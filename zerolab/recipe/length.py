@@ -32,22 +32,27 @@ def train_iters(recipe: Recipe) -> int:
     samples = (train_split_tokens(recipe) - 1) // recipe.model.seq_length
     if samples < 1:
         raise UserError(
-            f"train.epochs: the training split of {recipe.data.path} holds fewer than "
+            f"train.epochs: the training split of {recipe.data.path or recipe.data.train_path} holds "
+            "fewer than "
             f"{recipe.model.seq_length + 1} tokens, not one sample; use more data or train.iters"
         )
     return math.ceil(train.epochs * samples / train.global_batch_size)
 
 
 def train_split_tokens(recipe: Recipe) -> int:
-    """Tokens in the training split of the prepared dataset (needs PREFIX.idx)."""
-    idx = Path(recipe.data.path + ".idx")
+    """Tokens in the training split: data.split's leading documents of data.path, or the whole
+    of data.train_path (needs its PREFIX.idx)."""
+    key = "path" if recipe.data.path is not None else "train_path"
+    path = getattr(recipe.data, key)
+    idx = Path(path + ".idx")
     if not idx.is_file():
         raise UserError(
-            f"train.epochs needs the prepared dataset to count its tokens, and {recipe.data.path}.idx "
-            f"is missing (data.path): run `{recipe.data.prepare_command}`, or give the length as "
-            "train.iters or train.tokens"
+            f"train.epochs needs the prepared dataset to count its tokens, and {path}.idx is missing "
+            f"(data.{key}): prepare it first, or give the length as train.iters or train.tokens"
         )
     sizes = document_sizes(idx)
+    if key == "train_path":
+        return int(sizes.sum())
     return int(sizes[: train_documents(recipe.data.split, len(sizes))].sum())
 
 

@@ -259,7 +259,7 @@ def megatron_args(recipe: Recipe, ds_config_path: str) -> list[str]:
         *section_args(recipe, "model"),
         *section_args(recipe, "parallel"),
         *section_args(recipe, "train", at={"iters": ["--train-iters", str(train_iters(recipe))]}),
-        *section_args(recipe, "data", at=tokenizer_files),
+        *section_args(recipe, "data", at=tokenizer_files | split_args(recipe)),
         "--distributed-backend", "gloo" if hw.device == "cpu" else "nccl",
     ]  # fmt: skip
     if hw.device == "cpu":  # CUDA kernels the engine would otherwise pick (softmax: in bf16/fp16)
@@ -289,6 +289,13 @@ def section_args(recipe: Recipe, section: str, at: dict[str, list[str]] | None =
             args += _flag(destination.flag, getattr(values, name))
         args += (at or {}).get(name, [])
     return args
+
+
+def split_args(recipe: Recipe) -> dict[str, list[str]]:
+    """Megatron's --split deals the documents of data.path; split datasets need none."""
+    if recipe.data.path is None:
+        return {}
+    return {"split": [_declared_flag(recipe, "data", "split"), recipe.data.split]}
 
 
 TOKENIZER_FILES = ("vocab_file", "merge_file")

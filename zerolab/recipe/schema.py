@@ -297,6 +297,7 @@ class LoggingSection(Section):
         "write TensorBoard events to RUN_DIR/tensorboard (Megatron --tensorboard-dir, with timers and "
         "validation perplexity), every train.log_interval iterations",
         to=(Megatron("--tensorboard-dir", "RUN_DIR/tensorboard when true"),),
+        names_run=False,
     )
     wandb_project: str | None = field(
         None,
@@ -388,11 +389,34 @@ class DataSection(Section):
     directory."""
 
     name: str = field("dolly", "name of the dataset, as reported in summaries", to=(Zerolab("summaries"),))
-    path: str = field(
+    path: str | None = field(
         "data/dolly_text_document",
-        "Megatron data prefix: PREFIX.bin and PREFIX.idx",
+        "Megatron data prefix: PREFIX.bin and PREFIX.idx, dealt into splits by data.split; null: the "
+        "split datasets of data.train_path, valid_path and test_path",
         "path prefix",
         to=(Megatron("--data-path"),),
+        names_run=False,
+    )
+    train_path: str | None = field(
+        None,
+        "the training split written by `zerolab prep ... --split` (OUT_train_text_document), with "
+        "data.path null; data.split then does not apply",
+        "path prefix",
+        to=(Megatron("--train-data-path"),),
+        names_run=False,
+    )
+    valid_path: str | None = field(
+        None,
+        "the validation split (OUT_valid_text_document), with data.train_path; null: no evaluation data",
+        "path prefix",
+        to=(Megatron("--valid-data-path"),),
+        names_run=False,
+    )
+    test_path: str | None = field(
+        None,
+        "the test split (OUT_test_text_document), with data.train_path",
+        "path prefix",
+        to=(Megatron("--test-data-path"),),
         names_run=False,
     )
     prepare_command: str = field(
@@ -403,9 +427,9 @@ class DataSection(Section):
     )
     split: str = field(
         "98,2,0",
-        "train,validation,test weights over documents (Megatron --split)",
+        "train,validation,test weights over the documents of data.path (Megatron --split)",
         pattern=r"^\d+(,\d+){0,2}$",
-        to=(Megatron("--split"),),
+        to=(Megatron("--split", "with data.path"),),
     )
     tokenizer_type: Literal["GPT2BPETokenizer"] = field(
         "GPT2BPETokenizer", "Megatron tokenizer class", to=(Megatron("--tokenizer-type"),)
