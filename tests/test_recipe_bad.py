@@ -520,3 +520,14 @@ def test_warm_up_longer_than_a_length_in_epochs_is_refused(dataset, capsys):
     epochs = ["train.iters=null", "train.epochs=0.001", "train.lr_warmup_iters=50", f"data.path={dataset}"]
     assert main(["render", TINY, *epochs, "--json"]) == 2
     assert "(train.epochs = 1 iteration(s))" in capsys.readouterr().err
+
+
+def test_launch_refuses_a_missing_hostfile_before_anything_is_written(repo_root, capsys, tmp_path, dataset):
+    run_dir = tmp_path / "run"
+    nodes = ["hardware.nodes=2", "hardware.launcher=deepspeed", f"hardware.hostfile={tmp_path / 'hosts'}"]
+    words = [TINY, f"data.path={dataset}", *nodes, "train.global_batch_size=16"]
+    assert main(["launch", *words, "--run-dir", str(run_dir)]) == 2
+    assert f"hardware.hostfile: {tmp_path / 'hosts'} not found" in capsys.readouterr().err
+    assert not run_dir.exists()
+    assert main(["render", *words, "--json"]) == 0
+    assert f"zerolab: warning: hardware.hostfile: {tmp_path / 'hosts'} not found" in capsys.readouterr().err

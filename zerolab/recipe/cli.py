@@ -91,7 +91,7 @@ def run_render(args: argparse.Namespace) -> int:
     if slurm_only and not args.slurm:
         raise UserError(f"--{slurm_only[0]} is an option of --slurm; add --slurm, or leave it out")
     recipe, resume = select(list(args.words), args.resume, scheduler_places_nodes=args.slurm)
-    warn_missing_inputs(recipe)
+    warn_missing_inputs(recipe, scheduler_places_nodes=args.slurm)
     if args.slurm:
         return print_sbatch(recipe, resume, args)
     out = args.out if args.out is not None and not args.dry_run else None

@@ -89,14 +89,21 @@ def prepare_hint(recipe: Recipe, key: str) -> str:
     )
 
 
-def check_inputs(recipe: Recipe) -> list[str]:
-    """One message per missing input file, naming the key and how to make the file."""
+def check_inputs(recipe: Recipe, *, scheduler_places_nodes: bool = False) -> list[str]:
+    """One message per missing input file, naming the key and how to make the file. With
+    `scheduler_places_nodes` (an sbatch script) the job writes the hostfile."""
     problems: list[str] = []
     for key, path in dataset_paths(recipe).items():
         missing = [suffix for suffix in (".bin", ".idx") if not Path(path + suffix).is_file()]
         if missing:
             files = " and ".join(f"{path}{suffix}" for suffix in missing)
             problems.append(f"data.{key}: {files} not found; {prepare_hint(recipe, key)}")
+    hostfile = recipe.hardware.hostfile
+    if hostfile is not None and not scheduler_places_nodes and not Path(hostfile).is_file():
+        problems.append(
+            f"hardware.hostfile: {hostfile} not found; write it with one `hostname slots=N` line per node "
+            "(N = hardware.procs_per_node), or let SLURM write it (`zerolab render --slurm`)"
+        )
     for key in BUNDLED_TOKENIZER_FILES:
         value = tokenizer_file(recipe, key)
         if not Path(value).is_file():
