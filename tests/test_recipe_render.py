@@ -316,7 +316,7 @@ def test_show_prints_a_resolved_recipe_that_loads_back(tmp_path, capsys):
 
 
 def test_diff_shows_recipe_and_argument_changes(capsys):
-    assert main(["diff", "recipes/gpt2_z1.yaml", "recipes/gpt2_z3_offload.yaml"]) == 0
+    assert main(["diff", "recipes/gpt2_z1.yaml", "recipes/gpt2_z3_offload.yaml"]) == 1  # they differ
     out = capsys.readouterr().out
     assert "zero.stage: 1 -> 3" in out
     assert '--zero-stage: "1" -> "3"' in out
@@ -324,6 +324,18 @@ def test_diff_shows_recipe_and_argument_changes(capsys):
     assert "zero_optimization.offload_optimizer.device: (absent)" in out
     assert main(["diff", "gpt2_z1", "gpt2_z1"]) == 0
     assert "no differences" in capsys.readouterr().out
+
+
+def test_diff_takes_each_recipes_overrides(capsys):
+    assert main(["diff", "gpt2_z2", "gpt2_z2", "train.micro_batch_size=8"]) == 1
+    out = capsys.readouterr().out
+    assert "+++ recipes/gpt2_z2.yaml train.micro_batch_size=8" in out
+    assert "train.micro_batch_size: 4 -> 8" in out and '--micro-batch-size: "4" -> "8"' in out
+    assert main(["diff", "gpt2_z2", "zero=z3", "gpt2_z3"]) == 1  # their files differ, not what they launch
+    out = capsys.readouterr().out
+    assert "description:" in out and "arguments:" not in out and "ds_config:" not in out
+    assert main(["diff", "gpt2_z2", "gpt2_z3", "gpt2_dp"]) == 2
+    assert "two recipes, each followed by its overrides" in capsys.readouterr().err
 
 
 def test_overrides_may_follow_options(capsys):

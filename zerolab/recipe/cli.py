@@ -71,9 +71,14 @@ def register(subparsers: Any) -> None:
     show_parser = add_recipe_parser(subparsers, "show", "print the fully resolved recipe as YAML")
     show_parser.set_defaults(run=run_show)
 
-    diff_parser = subparsers.add_parser("diff", help="how two recipes and their renders differ")
-    diff_parser.add_argument("recipe_a")
-    diff_parser.add_argument("recipe_b")
+    diff_parser = subparsers.add_parser(
+        "diff",
+        help="how two recipes and their renders differ (exit 0: the same, 1: they differ)",
+        description="Each recipe takes the KEY=VALUE overrides after it, e.g. "
+        "`zerolab diff gpt2_z2 gpt2_z2 train.micro_batch_size=8`. Exit 0 when the two are the same, "
+        "1 when they differ, as diff(1).",
+    )
+    diff_parser.add_argument("words", nargs="+", metavar="RECIPE [KEY=VALUE ...] RECIPE [KEY=VALUE ...]")
     diff_parser.set_defaults(run=run_diff)
 
 
@@ -151,6 +156,18 @@ def run_diff(args: argparse.Namespace) -> int:
     from zerolab.recipe import load_recipe, render
     from zerolab.recipe.diff import diff_recipes, format_diff
 
-    a, b = load_recipe(args.recipe_a), load_recipe(args.recipe_b)
-    print(format_diff(str(a.path), str(b.path), diff_recipes(a, render(a), b, render(b))))
-    return 0
+    sides: list[list[str]] = []
+    for word in args.words:
+        if "=" in word and sides:
+            sides[-1].append(word)
+        else:
+            sides.append([word])
+    if len(sides) != 2 or "=" in sides[0][0]:
+        raise UserError(
+            "zerolab diff takes two recipes, each followed by its overrides: "
+            "RECIPE [KEY=VALUE ...] RECIPE [KEY=VALUE ...]"
+        )
+    a, b = (load_recipe(recipe, overrides) for recipe, *overrides in sides)
+    parts = diff_recipes(a, render(a), b, render(b))
+    print(format_diff(*(" ".join([str(recipe.path), *recipe.overrides]) for recipe in (a, b)), parts))
+    return 1 if any(parts.values()) else 0
