@@ -15,7 +15,6 @@ COMMAND_MODULES: tuple[str, ...] = (
     "zerolab.recipe.cli",
     "zerolab.launch.cli",
     "zerolab.engine.cli",
-    "zerolab.engine.doctor",
     "zerolab.data_prep.cli",
     "zerolab.demo.cli",
     "zerolab.summarize.cli",

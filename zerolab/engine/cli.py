@@ -1,4 +1,5 @@
-"""`zerolab engine install`: set up (or verify) the pinned engine (what `make setup` runs)."""
+"""`zerolab engine install`: set up (or verify) the pinned engine (what `make setup` runs);
+`zerolab doctor`: what is set up, and the fix for what is missing."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import argparse
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add `zerolab engine`."""
+    """Add `zerolab engine` and `zerolab doctor`."""
     parser = subparsers.add_parser("engine", help="set up the pinned training engine")
     actions = parser.add_subparsers(dest="engine_command", metavar="ACTION", required=True)
     install = actions.add_parser(
@@ -25,6 +26,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     install.set_defaults(run=run_install)
 
+    doctor = subparsers.add_parser(
+        "doctor",
+        help="check the engine, devices and tokenizer; say how to fix what is missing",
+        description="Report Python, torch, CUDA or CPU and devices, DeepSpeed and its compiled ops, "
+        "the Megatron-DeepSpeed commit against the pin, the tokenizer files, and what is missing "
+        "with the command that fixes it. Exit status 1 when something is missing.",
+    )
+    doctor.add_argument("--json", action="store_true", help="print the report as JSON")
+    doctor.set_defaults(run=run_doctor)
+
 
 def run_install(args: argparse.Namespace) -> int:
     """Install the engine."""
@@ -32,3 +43,17 @@ def run_install(args: argparse.Namespace) -> int:
 
     install()
     return 0
+
+
+def run_doctor(args: argparse.Namespace) -> int:
+    """Print the doctor report; 0 when nothing is missing, else 1."""
+    import json
+
+    from zerolab.engine.doctor import collect, print_report
+
+    report = collect()
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        print_report(report)
+    return 1 if report["missing"] else 0

@@ -6,7 +6,6 @@ and for everything missing the command that fixes it."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -33,29 +32,6 @@ PROBE_SCRIPT = Path(__file__).resolve().parent / "probe.py"
 PROBE_CACHE = "doctor-probe.json"
 SETUP_FIX = "make setup  (or: zerolab engine install)"
 TOOLS = ("git", "make", "g++")
-
-
-def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add `zerolab doctor`."""
-    parser = subparsers.add_parser(
-        "doctor",
-        help="check the engine, devices and tokenizer; say how to fix what is missing",
-        description="Report Python, torch, CUDA or CPU and devices, DeepSpeed and its compiled ops, "
-        "the Megatron-DeepSpeed commit against the pin, the tokenizer files, and what is missing "
-        "with the command that fixes it. Exit status 1 when something is missing.",
-    )
-    parser.add_argument("--json", action="store_true", help="print the report as JSON")
-    parser.set_defaults(run=run_doctor)
-
-
-def run_doctor(args: argparse.Namespace) -> int:
-    """Print the report; 0 when nothing is missing, else 1."""
-    report = collect()
-    if args.json:
-        print(json.dumps(report, indent=2))
-    else:
-        print_report(report)
-    return 1 if report["missing"] else 0
 
 
 def collect(*, cached: bool = False) -> dict[str, Any]:
