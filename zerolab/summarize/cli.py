@@ -110,6 +110,11 @@ def _collect(args: argparse.Namespace) -> Collection:
             progress.update(task, description=f"parsing {run.path}")
 
         collection = summarize_paths(args.paths, _options(args), advance)
+    for summary in collection.runs:
+        for warning in summary.warnings:
+            console.print(
+                f"warning: {warning}", style="yellow", markup=False, highlight=False, soft_wrap=True
+            )
     if not collection.runs:
         reasons = "; ".join(f"{path}: {reason}" for path, reason in collection.skipped)
         raise UserError(f"no run could be summarized: {reasons}")
