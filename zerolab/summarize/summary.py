@@ -37,6 +37,8 @@ class RunSummary:
     tokens_per_s_per_gpu: list[float] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     """Values left out, each naming its file and line or key (`path:line: what`)."""
+    run_name: str = ""
+    """The run's own name; row["name"] adds the directory when two runs share it."""
 
 
 def _finite(value: float | None) -> float | None:
@@ -284,7 +286,7 @@ def summarize_run(run: Run, log: ParsedLog, facts: RunDirFacts | None, options: 
         [loss for loss in log.iterations["loss"] if math.isfinite(loss)],
     )
     warnings = [f"{run.run_dir}/{problem}" for problem in problems] + _bad_values(log, str(log.path))
-    return RunSummary({key: row[key] for key in ROW_KEYS}, curve, tokens, warnings)
+    return RunSummary({key: row[key] for key in ROW_KEYS}, curve, tokens, warnings, row["name"])
 
 
 def _bad_values(log: ParsedLog, name: str) -> list[str]:
