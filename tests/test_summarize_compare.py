@@ -23,7 +23,8 @@ def _refused(capsys, *argv: str) -> str:
     return capsys.readouterr().err
 
 
-def test_a_run_that_did_not_complete_shows_its_status_and_no_ratio(capsys):
+def test_a_run_that_did_not_complete_shows_its_status_and_no_ratio(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "250")  # the status in one line of the table
     result = _compare(capsys, str(CPU / "final_z0.log"), str(CPU / "fp16_z2.log"))
     assert result["status"]["final_z0"] == {"status": "completed", "cause": None}
     assert result["status"]["fp16_z2"]["status"] == "failed"

@@ -158,8 +158,8 @@ def run_summarize(args: argparse.Namespace) -> int:
     if args.format == "json":
         sys.stdout.write(tables.json_text(collection))
         return 0
-    console = Console() if sys.stdout.isatty() else Console(width=200)
-    console.print(tables.rich_table(collection))
+    console = Console()  # the terminal's width (COLUMNS, else the terminal, else 80)
+    console.print(tables.rich_table(collection, console.width))
     console.print(f"wrote {', '.join(str(out / n) for n in OUTPUT_FILES)}", soft_wrap=True)
     for path in written:
         console.print(f"wrote {path}", soft_wrap=True)
@@ -178,5 +178,5 @@ def run_compare(args: argparse.Namespace) -> int:
     if args.format == "json":
         sys.stdout.write(json.dumps(result, indent=2) + "\n")
     else:
-        (Console() if sys.stdout.isatty() else Console(width=200)).print(rich_comparison(result))
+        Console().print(rich_comparison(result))
     return 0
