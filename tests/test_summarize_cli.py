@@ -4,7 +4,9 @@ directories built from the real CPU-engine logs and on plain logs."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -106,8 +108,13 @@ def test_tools_summarize_writes_tables_and_plots_in_setup_order(tmp_path: Path, 
 
 
 def test_a_plot_whose_metric_no_run_has_is_skipped_with_the_reason(tmp_path: Path):
+    # a completed HF Trainer run under DeepSpeed: memory, but no throughput, epoch or host figures
     shutil.copy(
-        Path(__file__).parent / "fixtures" / "logs" / "real" / "megatronds_gpt3-175b-tgs-validation.log",
+        Path(__file__).parent
+        / "fixtures"
+        / "logs"
+        / "real"
+        / "deepspeed_hf-trainer-gpt2-zero3-cr-multirank.log",
         tmp_path,
     )
     result = subprocess.run(
@@ -117,9 +124,11 @@ def test_a_plot_whose_metric_no_run_has_is_skipped_with_the_reason(tmp_path: Pat
         timeout=120,
     )
     assert result.returncode == 0, result.stderr
-    assert "no plot epoch_time.png: no run has epoch_time_s" in result.stdout
-    assert not (tmp_path / "epoch_time.png").exists() and not (tmp_path / "host_memory.png").exists()
-    assert (tmp_path / "throughput.png").exists()
+    printed = " ".join(result.stdout.split())
+    assert "no plot throughput.png: no run has tokens_per_s_per_gpu" in printed
+    assert "no plot epoch_time.png: no run has epoch_time_s" in printed
+    assert not (tmp_path / "throughput.png").exists() and not (tmp_path / "epoch_time.png").exists()
+    assert (tmp_path / "gpu_memory.png").exists()
 
 
 @pytest.mark.parametrize(
@@ -156,3 +165,27 @@ def test_compare_gives_the_ratio_of_each_metric(capsys):
     assert tokens["final_z3off"]["ratio"] == pytest.approx(expected, abs=1e-4)
     assert main(argv) == 0
     assert "ratio to baseline final_z0" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("umask", "mode"), [(0o022, 0o644), (0o077, 0o600)])
+def test_summaries_and_plots_get_the_permissions_of_any_new_file(umask: int, mode: int, tmp_path: Path):
+    """summary.md/.csv/.json were once written 0600 (a private temporary file renamed into place)
+    while the PNGs were 0644: every output follows the umask, as any file a user creates."""
+    for name in ("final_z0", "final_z1"):
+        shutil.copy(CPU / f"{name}.log", tmp_path)
+    result = subprocess.run(
+        [sys.executable, "-m", "zerolab", "summarize", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=lambda: os.umask(umask),
+    )
+    assert result.returncode == 0, result.stderr
+    outputs = [
+        *(tmp_path / name for name in ("summary.md", "summary.csv", "summary.json")),
+        *tmp_path.glob("*.png"),
+    ]
+    assert len(outputs) == 8
+    assert {path.name: stat.S_IMODE(path.stat().st_mode) for path in outputs} == {
+        path.name: mode for path in outputs
+    }

@@ -11,9 +11,9 @@ import shlex
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from zerolab.errors import UserError
 from zerolab.files import write_atomic, write_json_atomic
@@ -39,6 +39,9 @@ STAMP_FORMAT = "%Y%m%d-%H%M%S"
 
 RUNNING, COMPLETED, FAILED, KILLED = "running", "completed", "failed", "killed"
 
+Count = Annotated[int, Field(ge=0, le=2**63 - 1)]
+"""A size or count: a whole number >= 0 that fits in 64 bits."""
+
 
 class RunFacts(BaseModel):
     """run.json: the facts of the run a summary needs; a value that is not known is null."""
@@ -48,30 +51,30 @@ class RunFacts(BaseModel):
     name: str | None = None
     recipe: str | None = None
     model: str | None = None
-    num_layers: int | None = None
-    hidden_size: int | None = None
-    num_attention_heads: int | None = None
-    seq_length: int | None = None
-    padded_vocab_size: int | None = None
-    world_size: int | None = None
-    nodes: int | None = None
-    procs_per_node: int | None = None
-    tensor_parallel: int | None = None
-    pipeline_parallel: int | None = None
-    data_parallel: int | None = None
-    zero_stage: int | None = None
+    num_layers: Count | None = None
+    hidden_size: Count | None = None
+    num_attention_heads: Count | None = None
+    seq_length: Count | None = None
+    padded_vocab_size: Count | None = None
+    world_size: Count | None = None
+    nodes: Count | None = None
+    procs_per_node: Count | None = None
+    tensor_parallel: Count | None = None
+    pipeline_parallel: Count | None = None
+    data_parallel: Count | None = None
+    zero_stage: Annotated[int, Field(ge=0, le=3)] | None = None
     offload_optimizer: bool | None = None
     offload_param: bool | None = None
     recompute_granularity: str | None = None
     attention: str | None = None
-    micro_batch_size: int | None = None
-    global_batch_size: int | None = None
-    gradient_accumulation_steps: int | None = None
+    micro_batch_size: Count | None = None
+    global_batch_size: Count | None = None
+    gradient_accumulation_steps: Count | None = None
     precision: str | None = None
     device: str | None = None
-    train_iters: int | None = None
-    log_interval: int | None = None
-    epoch_tokens: int | None = None
+    train_iters: Count | None = None
+    log_interval: Count | None = None
+    epoch_tokens: Count | None = None
 
 
 class Status(BaseModel):
@@ -203,7 +206,8 @@ ModelT = TypeVar("ModelT", bound=BaseModel)
 
 
 def _read_model(path: Path, model: type[ModelT]) -> tuple[ModelT | None, list[str]]:
-    """The model read from a JSON file, leaving out (and naming) the values it cannot take."""
+    """The model read from a JSON file, leaving out (and naming) the values it cannot take: of
+    another JSON type (`"2"` or `true` for a number) or out of range."""
     if not path.is_file():
         return None, []
     try:
@@ -215,7 +219,7 @@ def _read_model(path: Path, model: type[ModelT]) -> tuple[ModelT | None, list[st
     problems: list[str] = []
     while True:
         try:
-            return model.model_validate(data), problems
+            return model.model_validate(data, strict=True), problems
         except ValidationError as error:
             bad = {str(item["loc"][0]) for item in error.errors() if item["loc"] and item["loc"][0] in data}
             problems += [

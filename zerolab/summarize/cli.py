@@ -79,11 +79,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     compare = subparsers.add_parser(
         "compare",
         help="each metric of two or more runs as a ratio to a baseline",
-        description="Summarize the given runs and show each metric as a ratio to the baseline run "
-        "(the first one, or --baseline NAME).",
+        description="Summarize the given runs and show each metric as a ratio to the baseline run: "
+        "--baseline (a run name or a run directory), else the first run given (a folder's runs in the "
+        "summary's order). Each run's status is shown; a run that did not complete gets no ratio and "
+        "cannot be the baseline.",
     )
     compare.add_argument("paths", nargs="+", type=Path, metavar="RUN")
-    compare.add_argument("--baseline", help="the run (its name in the summary) the others are divided by")
+    compare.add_argument(
+        "--baseline",
+        metavar="NAME_OR_RUN_DIR",
+        help="the run the others are divided by: its name (as the summary shows it, or the run's own "
+        "name when only one run has it) or its run directory (default: the first run given)",
+    )
     _common_options(compare)
     compare.set_defaults(run=run_compare)
 
@@ -110,6 +117,11 @@ def _collect(args: argparse.Namespace) -> Collection:
             progress.update(task, description=f"parsing {run.path}")
 
         collection = summarize_paths(args.paths, _options(args), advance)
+    for summary in collection.runs:
+        for warning in summary.warnings:
+            console.print(
+                f"warning: {warning}", style="yellow", markup=False, highlight=False, soft_wrap=True
+            )
     if not collection.runs:
         reasons = "; ".join(f"{path}: {reason}" for path, reason in collection.skipped)
         raise UserError(f"no run could be summarized: {reasons}")
@@ -146,8 +158,8 @@ def run_summarize(args: argparse.Namespace) -> int:
     if args.format == "json":
         sys.stdout.write(tables.json_text(collection))
         return 0
-    console = Console() if sys.stdout.isatty() else Console(width=200)
-    console.print(tables.rich_table(collection))
+    console = Console()  # the terminal's width (COLUMNS, else the terminal, else 80)
+    console.print(tables.rich_table(collection, console.width))
     console.print(f"wrote {', '.join(str(out / n) for n in OUTPUT_FILES)}", soft_wrap=True)
     for path in written:
         console.print(f"wrote {path}", soft_wrap=True)
@@ -162,9 +174,9 @@ def run_compare(args: argparse.Namespace) -> int:
 
     from zerolab.summarize.compare import comparison, rich_comparison
 
-    result = comparison(_collect(args), args.baseline)
+    result = comparison(_collect(args), args.baseline, args.paths)
     if args.format == "json":
         sys.stdout.write(json.dumps(result, indent=2) + "\n")
     else:
-        (Console() if sys.stdout.isatty() else Console(width=200)).print(rich_comparison(result))
+        Console().print(rich_comparison(result))
     return 0

@@ -67,8 +67,9 @@ class Column:
     """How the table cell is made from the whole row, when it combines keys."""
     better: Literal["higher", "lower"] | None = None
     """A metric: `zerolab compare` divides it by the baseline's."""
-    terminal: bool = True
-    """In the printed table as well as summary.md."""
+    terminal: int | None = None
+    """Its rank in the printed table (summary.md has every labelled column): where the terminal is
+    too narrow for all of them, the lowest ranks are kept; None: summary.md only."""
     plot: Plot | None = None
 
     @property
@@ -147,31 +148,31 @@ def _loss_value(value: Any) -> str:
 
 
 COLUMNS: tuple[Column, ...] = (
-    Column("name", "run name (run.json, or the log file's stem)", label="run"),
+    Column("name", "run name (run.json, or the log file's stem)", label="run", terminal=1),
     Column(
         "setup",
         "`dp`, `z1`, `z2`, `z3`, `z3_offload`, `z3_offload_param` (prefixed `tpT_ppP_` with model "
         "parallelism)",
         label="setup",
         show=lambda value: value or "",
+        terminal=4,
     ),
     Column("path", "the run directory or log file"),
-    Column("model", "the model (e.g. `gpt2-1.5b`)", label="model", show=lambda v: v or "", terminal=False),
+    Column("model", "the model (e.g. `gpt2-1.5b`)", label="model", show=lambda v: v or ""),
     Column(
         "num_layers",
         "the model's shape",
         companions=("hidden_size", "ffn_hidden_size", "seq_length", "padded_vocab_size"),
     ),
-    Column("world_size", "ranks", label="GPUs"),
+    Column("world_size", "ranks", label="GPUs", terminal=13),
     Column("tensor_parallel", "tensor- and pipeline-parallel sizes", companions=("pipeline_parallel",)),
-    Column("zero_stage", "ZeRO stage", label="ZeRO", terminal=False),
+    Column("zero_stage", "ZeRO stage", label="ZeRO"),
     Column(
         "offload",
         "optimizer (or weight) offload to the CPU; `offload_param`: the weights too",
         label="offload",
         companions=("offload_param",),
         show=lambda value: {True: "yes", False: "no", None: ""}[value],
-        terminal=False,
     ),
     Column(
         "micro_batch_size",
@@ -179,8 +180,9 @@ COLUMNS: tuple[Column, ...] = (
         label="micro/global batch",
         companions=("global_batch_size",),
         cell=_batch,
+        terminal=14,
     ),
-    Column("precision", "`fp32`, `bf16` or `fp16`", label="precision", show=lambda v: v or ""),
+    Column("precision", "`fp32`, `bf16` or `fp16`", label="precision", show=lambda v: v or "", terminal=15),
     Column(
         "status",
         "`completed`, `running_or_cut_off` or `failed`; its kind: `out_of_memory`, `nan_or_overflow`, "
@@ -189,6 +191,7 @@ COLUMNS: tuple[Column, ...] = (
         label="status",
         companions=("cause_kind", "cause"),
         cell=_status,
+        terminal=2,
     ),
     Column(
         "anomalies",
@@ -199,6 +202,7 @@ COLUMNS: tuple[Column, ...] = (
         "the last logged iteration, and the run's target",
         label="iterations",
         companions=("train_iters",),
+        terminal=16,
     ),
     Column(
         "warmup_until_iteration",
@@ -214,6 +218,7 @@ COLUMNS: tuple[Column, ...] = (
         companions=("tokens_per_s_per_gpu_p10", "tokens_per_s_per_gpu_p90", "tokens_per_s_per_gpu_source"),
         cell=_spread("tokens_per_s_per_gpu"),
         better="higher",
+        terminal=3,
         plot=Plot(
             "throughput.png",
             "Training throughput per GPU",
@@ -229,6 +234,7 @@ COLUMNS: tuple[Column, ...] = (
         label="ms/iteration",
         companions=("ms_per_iter_p10", "ms_per_iter_p90"),
         better="lower",
+        terminal=6,
     ),
     Column(
         "epoch_time_s",
@@ -239,6 +245,7 @@ COLUMNS: tuple[Column, ...] = (
         companions=("epoch_tokens", "epoch_tokens_source"),
         show=duration,
         better="lower",
+        terminal=9,
         plot=Plot(
             "epoch_time.png",
             "Time for one epoch of the training data",
@@ -254,6 +261,7 @@ COLUMNS: tuple[Column, ...] = (
         companions=("tflops_per_gpu_p10", "tflops_per_gpu_p90", "tflops_per_gpu_source"),
         show=number,
         better="higher",
+        terminal=10,
     ),
     Column(
         "mfu_pct",
@@ -264,6 +272,7 @@ COLUMNS: tuple[Column, ...] = (
         companions=("peak_tflops", "peak_tflops_source"),
         show=number,
         better="higher",
+        terminal=11,
     ),
     Column(
         "max_allocated_GiB",
@@ -273,6 +282,7 @@ COLUMNS: tuple[Column, ...] = (
         companions=("max_allocated_source",),
         show=number,
         better="lower",
+        terminal=5,
         plot=Plot(
             "gpu_memory.png",
             "Peak accelerator memory allocated per GPU",
@@ -289,6 +299,7 @@ COLUMNS: tuple[Column, ...] = (
         label="estimate GiB (error %)",
         companions=("estimate_error_pct",),
         cell=_estimate,
+        terminal=12,
     ),
     Column(
         "peak_host_GiB",
@@ -297,6 +308,7 @@ COLUMNS: tuple[Column, ...] = (
         companions=("peak_host_source",),
         show=number,
         better="lower",
+        terminal=7,
         plot=Plot(
             "host_memory.png",
             "Peak host memory",
@@ -312,6 +324,7 @@ COLUMNS: tuple[Column, ...] = (
         show=_loss_value,
         cell=_loss,
         better="lower",
+        terminal=8,
     ),
     Column(
         "val_loss",
@@ -322,7 +335,6 @@ COLUMNS: tuple[Column, ...] = (
         show=_loss_value,
         cell=_val,
         better="lower",
-        terminal=False,
     ),
     Column(
         "notes",
@@ -332,7 +344,7 @@ COLUMNS: tuple[Column, ...] = (
 )
 
 TABLE: tuple[Column, ...] = tuple(column for column in COLUMNS if column.label)
-"""summary.md's columns, in order (the printed table leaves out those not `terminal`)."""
+"""summary.md's columns, in order (the printed table has those with a `terminal` rank)."""
 
 METRICS: tuple[Column, ...] = tuple(column for column in COLUMNS if column.better)
 """What `zerolab compare` divides by the baseline's."""

@@ -23,12 +23,14 @@ def _first(*values: Any) -> Any:
 
 
 def _int(value: Any) -> int | None:
+    """A size or count as a whole number >= 0; None for anything else (text, NaN, infinity, < 0)."""
     if isinstance(value, bool) or value is None:
         return None
     try:
-        return int(float(value))
-    except (TypeError, ValueError):
+        number = int(float(value))
+    except (TypeError, ValueError, OverflowError):
         return None
+    return number if number >= 0 else None
 
 
 def _precision(args: dict[str, Any], ds: dict[str, Any], ds_json: dict[str, Any]) -> str | None:

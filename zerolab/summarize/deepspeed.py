@@ -8,11 +8,18 @@ import ast
 import re
 from dataclasses import dataclass
 
-from zerolab.summarize.megatron import parse_number
+from zerolab.summarize.megatron import measurement
 
 _TIMER_STEP = re.compile(r"(?:epoch=(\d+)/micro_step=(\d+)/global_step=(\d+)|\b(\d+)/(\d+)),\s*(.*)$")
-_SEE_MEMORY = re.compile(r"\bMA ([\d.]+) GB\s+Max_MA ([\d.]+) GB\s+CA ([\d.]+) GB\s+Max_CA ([\d.]+) GB")
-_CPU_MEMORY = re.compile(r"CPU Virtual Memory:\s+used = ([\d.]+) GB, percent = ([\d.]+)%")
+_SEE_MEMORY = re.compile(r"\bMA (\S+) GB\s+Max_MA (\S+) GB\s+CA (\S+) GB\s+Max_CA (\S+) GB")
+_CPU_MEMORY = re.compile(r"CPU Virtual Memory:\s+used = (\S+) GB, percent = \S+?%")
+_TIMER_MEASURED = (
+    "SamplesPerSec",
+    "CurrSamplesPerSec",
+    "RunningAvgSamplesPerSec",
+    "MemAllocated",
+    "MaxMemAllocated",
+)
 _PROGRESS = re.compile(r"\bstep=(\d+), skipped=(\d+), lr=")
 _OVERFLOW = re.compile(
     r"OVERFLOW!|Overflow detected|Grad overflow on iteration|fp16 dynamic loss scale overflow"
@@ -30,8 +37,9 @@ class ThroughputLine:
     max_mem_allocated_GB: float | None
 
 
-def parse_throughput(text: str) -> ThroughputLine | None:
-    """`epoch=0/micro_step=5/global_step=5, RunningAvgSamplesPerSec=..., MemAllocated=0.6GB, ...`."""
+def parse_throughput(text: str, problems: list[str]) -> ThroughputLine | None:
+    """`epoch=0/micro_step=5/global_step=5, RunningAvgSamplesPerSec=..., MemAllocated=0.6GB, ...`;
+    a malformed rate or memory value is left out, with why in `problems`."""
     if "SamplesPerSec=" not in text:
         return None
     match = _TIMER_STEP.search(text)
@@ -41,37 +49,43 @@ def parse_throughput(text: str) -> ThroughputLine | None:
     fields: dict[str, float] = {}
     for pair in match.group(6).split(","):
         key, _, value = pair.partition("=")
-        number = parse_number(value)
-        if number is not None:
-            fields[re.sub(r"\s+", "", key)] = number  # `MemA     llocated` -> `MemAllocated`
+        key = re.sub(r"\s+", "", key)  # `MemA     llocated` -> `MemAllocated`
+        if key in _TIMER_MEASURED:
+            number = measurement(key, value, problems)
+            if number is not None:
+                fields[key] = number
     current = fields.get("CurrSamplesPerSec", fields.get("SamplesPerSec"))
     return ThroughputLine(step, current, fields.get("MemAllocated"), fields.get("MaxMemAllocated"))
 
 
 @dataclass(frozen=True)
 class SeeMemory:
-    """`see_memory_usage`: accelerator GB (allocated, max allocated, reserved, max reserved)."""
+    """`see_memory_usage`: accelerator GB (allocated, max allocated, reserved, max reserved); a
+    malformed value is None."""
 
-    allocated_GB: float
-    max_allocated_GB: float
-    reserved_GB: float
-    max_reserved_GB: float
+    allocated_GB: float | None
+    max_allocated_GB: float | None
+    reserved_GB: float | None
+    max_reserved_GB: float | None
 
 
-def parse_see_memory(text: str) -> SeeMemory | None:
+def parse_see_memory(text: str, problems: list[str]) -> SeeMemory | None:
     """`MA 5.87 GB         Max_MA 6.63 GB         CA 11.91 GB         Max_CA 12 GB`."""
     if "Max_MA" not in text:
         return None
     match = _SEE_MEMORY.search(text)
-    return SeeMemory(*(float(g) for g in match.groups())) if match else None
+    if not match:
+        return None
+    keys = ("MA", "Max_MA", "CA", "Max_CA")
+    return SeeMemory(*(measurement(k, v, problems) for k, v in zip(keys, match.groups(), strict=True)))
 
 
-def parse_cpu_memory(text: str) -> tuple[float, float] | None:
-    """`CPU Virtual Memory:  used = 146.29 GB, percent = 78.1%` -> (GB, percent), system-wide."""
+def parse_cpu_memory(text: str, problems: list[str]) -> float | None:
+    """`CPU Virtual Memory:  used = 146.29 GB, percent = 78.1%` -> GB used, system-wide."""
     if "CPU Virtual Memory" not in text:
         return None
     match = _CPU_MEMORY.search(text)
-    return (float(match.group(1)), float(match.group(2))) if match else None
+    return measurement("CPU Virtual Memory used", match.group(1), problems) if match else None
 
 
 def parse_progress(text: str) -> tuple[int, int] | None:

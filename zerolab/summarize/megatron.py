@@ -13,12 +13,13 @@ _SEGMENT_KV = re.compile(r"^\s*(.+?)\s*[:=]\s*(\S+)\s*$")
 _SEGMENT_SPACED = re.compile(r"^\s*(.+?)\s+(\S+)\s*$")  # 2019 form: `learning rate 1.875E-05`
 _VALIDATION = re.compile(r"\b(\w+) loss at iteration\s+(\d+)([^|]*)\|(.*)$")
 _MEMORY = re.compile(
-    r"(?:\[Rank (\d+)\]\s*)?[^|\[]*?memory \(MB\)\s*\|\s*allocated:\s*([\d.]+)"
-    r"(?:\s*\|\s*max allocated:\s*([\d.]+))?"
-    r"(?:\s*\|\s*(?:reserved|cached):\s*([\d.]+))?"
-    r"(?:\s*\|\s*max (?:reserved|cached):\s*([\d.]+))?"
+    r"(?:\[Rank (\d+)\]\s*)?[^|\[]*?memory \(MB\)\s*\|\s*allocated:\s*([^\s|[]+)"
+    r"(?:\s*\|\s*max allocated:\s*([^\s|[]+))?"
+    r"(?:\s*\|\s*(?:reserved|cached):\s*([^\s|[]+))?"
+    r"(?:\s*\|\s*max (?:reserved|cached):\s*([^\s|[]+))?"
 )
-_EFFECTIVE_TFLOPS = re.compile(r"Effective Tera Flops per GPU:\s*([\d.]+)")
+_MEMORY_KEYS = ("allocated", "max allocated", "reserved", "max reserved")
+_EFFECTIVE_TFLOPS = re.compile(r"Effective Tera Flops per GPU:\s*(\S+)")
 
 # normalized key (lower case, letters and digits only) -> (field, factor)
 _FIELDS = {
@@ -38,6 +39,21 @@ _FIELDS = {
     "tokenspergpupersecondtgs": ("tokens_per_s_per_gpu", 1.0),
     "actualseqlen": ("seq_length", 1.0),
 }
+MEASURED = frozenset(
+    (
+        "consumed_samples",
+        "consumed_tokens",
+        "ms_per_iter",
+        "tflops_per_gpu",
+        "global_batch_size",
+        "skipped_iterations",
+        "nan_iterations",
+        "samples_per_s",
+        "tokens_per_s_per_gpu",
+        "seq_length",
+    )
+)
+"""Fields that measure or count something: a value that is not a number >= 0 is malformed."""
 MAIN_LOSS_KEYS = ("lmloss", "loss")
 
 
@@ -55,6 +71,16 @@ def parse_number(text: str) -> float | None:
         return None
 
 
+def measurement(key: str, text: str, problems: list[str]) -> float | None:
+    """A measured time, rate, size or count: a finite number >= 0; else None, and why in `problems`
+    (a corrupted line, never a real measurement)."""
+    value = parse_number(text)
+    if value is None or not math.isfinite(value) or value < 0:
+        problems.append(f"`{key}`: {text.strip()!r} is not a number >= 0 (value skipped)")
+        return None
+    return value
+
+
 @dataclass
 class IterationRecord:
     """One iteration line: named fields, every loss the line printed, and whether it was cut."""
@@ -65,6 +91,8 @@ class IterationRecord:
     losses: dict[str, float] = field(default_factory=dict)
     timestamp: str | None = None
     complete: bool = True
+    problems: list[str] = field(default_factory=list)
+    """Measured fields whose value was malformed, and left out."""
 
     @property
     def loss(self) -> float | None:
@@ -104,10 +132,16 @@ def add_segment(record: IterationRecord, segment: str) -> None:
     if not match:
         return
     key, raw = match.group(1), match.group(2)
+    norm = normalize_key(key)
+    if norm in _FIELDS and _FIELDS[norm][0] in MEASURED:
+        name, factor = _FIELDS[norm]
+        measured = measurement(key.strip(), raw, record.problems)
+        if measured is not None:
+            record.values[name] = measured * factor
+        return
     value = parse_number(raw)
     if value is None:
         return
-    norm = normalize_key(key)
     if norm in _FIELDS:
         name, factor = _FIELDS[norm]
         record.values[name] = value * factor
@@ -156,30 +190,36 @@ def parse_validation(text: str) -> Validation | None:
 
 @dataclass(frozen=True)
 class MemoryReport:
-    """Megatron's `report_memory`: MB values of one rank (rank None in the oldest form)."""
+    """Megatron's `report_memory`: MB values of one rank (rank None in the oldest form); a value
+    not printed, or malformed, is None."""
 
     rank: int | None
-    allocated_MB: float
+    allocated_MB: float | None
     max_allocated_MB: float | None
     reserved_MB: float | None
     max_reserved_MB: float | None
 
 
-def parse_memory_reports(text: str) -> list[MemoryReport]:
-    """Every memory report on the line (ranks' reports can run together on one line)."""
+def parse_memory_reports(text: str, problems: list[str] | None = None) -> list[MemoryReport]:
+    """Every memory report on the line (ranks' reports can run together on one line); malformed
+    values are None, with why in `problems`."""
     if "memory (MB)" not in text:
         return []
+    problems = [] if problems is None else problems
     reports = []
     for match in _MEMORY.finditer(text):
         rank, *numbers = match.groups()
-        values = [float(n) if n else None for n in numbers]
-        reports.append(MemoryReport(int(rank) if rank else None, *values))  # type: ignore[arg-type]
+        values = [
+            measurement(f"{key} (MB)", n, problems) if n else None
+            for key, n in zip(_MEMORY_KEYS, numbers, strict=True)
+        ]
+        reports.append(MemoryReport(int(rank) if rank else None, *values))
     return reports
 
 
-def parse_effective_tflops(text: str) -> float | None:
+def parse_effective_tflops(text: str, problems: list[str]) -> float | None:
     """`Effective Tera Flops per GPU: 41.31 and total parameters 52.005 B` (DeepSpeedExamples 2021)."""
     if "Effective Tera Flops" not in text:
         return None
     match = _EFFECTIVE_TFLOPS.search(text)
-    return float(match.group(1)) if match else None
+    return measurement("Effective Tera Flops per GPU", match.group(1), problems) if match else None

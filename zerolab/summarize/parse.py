@@ -29,6 +29,8 @@ ITERATION_COLUMNS = (
     "grad_norm",
 )
 MAX_CONTINUATION_LINES = 3
+MAX_BAD_VALUES = 20
+"""Malformed values kept (with their line) per log; the rest are only counted."""
 _PPL_LINE = re.compile(r"^\s*ppl:\s*([\d.eE+-]+)\s*$")
 
 
@@ -62,6 +64,9 @@ class ParsedLog:
     hf_train_runtime_s: float | None = None
     config: ConfigCollector = field(default_factory=ConfigCollector)
     ending: EndingDetector = field(default_factory=EndingDetector)
+    bad_values: list[tuple[int, str]] = field(default_factory=list)
+    """(line number, what) of the first MAX_BAD_VALUES malformed values, each left out."""
+    bad_value_count: int = 0
 
     @property
     def iteration_count(self) -> int:
@@ -94,7 +99,8 @@ class LogParser:
 
     def __init__(self, path: Path) -> None:
         self.log = ParsedLog(path)
-        self._pending: tuple[str, str | None, int] | None = None  # unterminated iteration line
+        # an unterminated iteration line: its text, source, lines joined and first line's number
+        self._pending: tuple[str, str | None, int, int] | None = None
 
     def feed(self, line: Line) -> None:
         """Parse one cleaned line."""
@@ -111,15 +117,23 @@ class LogParser:
         if match:
             record = megatron.parse_iteration(text, match)
             if record.complete:
-                self._accept(record, line.source)
+                self._accept(record, line.source, line.number)
             else:
-                self._pending = (text, line.source, 0)
+                self._pending = (text, line.source, 0, line.number)
             return
-        self._feed_other(text)
+        problems: list[str] = []
+        self._feed_other(text, problems)
+        self._bad_values(line.number, problems)
+
+    def _bad_values(self, number: int, problems: list[str]) -> None:
+        log = self.log
+        log.bad_value_count += len(problems)
+        room = MAX_BAD_VALUES - len(log.bad_values)
+        log.bad_values += [(number, problem) for problem in problems[: max(room, 0)]]
 
     def _continue_pending(self, line: Line) -> bool:
         assert self._pending is not None
-        text, source, joins = self._pending
+        text, source, joins, number = self._pending
         if (
             line.source in (None, source)
             and joins < MAX_CONTINUATION_LINES
@@ -131,28 +145,29 @@ class LogParser:
             record = megatron.parse_iteration(joined, match)
             if record.complete:
                 self._pending = None
-                self._accept(record, source)
+                self._accept(record, source, number)
             else:
-                self._pending = (joined, source, joins + 1)
+                self._pending = (joined, source, joins + 1, number)
             return True
         self._flush_pending()
         return False
 
     def _flush_pending(self) -> None:
         if self._pending is not None:
-            text, source, _ = self._pending
+            text, source, _, number = self._pending
             self._pending = None
             match = megatron.find_iteration(text)
             assert match is not None
-            self._accept(megatron.parse_iteration(text, match), source)
+            self._accept(megatron.parse_iteration(text, match), source, number)
 
-    def _accept(self, record: megatron.IterationRecord, source: str | None) -> None:
+    def _accept(self, record: megatron.IterationRecord, source: str | None, number: int) -> None:
         log = self.log
         if log.iteration_count == 0:
             log.reporter = source
         elif source != log.reporter or record.iteration <= log.iterations["iteration"][-1]:
             log.duplicate_iteration_lines += 1
             return
+        self._bad_values(number, record.problems)
         log.train_iters = record.train_iters
         loss = record.loss
         log.losses_absent += loss is None
@@ -162,31 +177,33 @@ class LogParser:
         for name in ITERATION_COLUMNS:
             log.iterations[name].append(row.get(name, values.get(name, NAN)))
 
-    def _feed_other(self, text: str) -> None:
+    def _feed_other(self, text: str, problems: list[str]) -> None:
         log = self.log
         validation = megatron.parse_validation(text)
         if validation:
             log.validations.append(validation)
             return
-        for report in megatron.parse_memory_reports(text):
+        for report in megatron.parse_memory_reports(text, problems):
             peak = report.max_allocated_MB if report.max_allocated_MB is not None else report.allocated_MB
-            log.max_allocated_MB_by_rank[report.rank] = max(
-                peak, log.max_allocated_MB_by_rank.get(report.rank, 0.0)
-            )
-        tflops = megatron.parse_effective_tflops(text)
+            if peak is not None:
+                log.max_allocated_MB_by_rank[report.rank] = max(
+                    peak, log.max_allocated_MB_by_rank.get(report.rank, 0.0)
+                )
+        tflops = megatron.parse_effective_tflops(text, problems)
         if tflops is not None and log.iteration_count and math.isnan(log.iterations["tflops_per_gpu"][-1]):
             log.iterations["tflops_per_gpu"][-1] = tflops
-        throughput = deepspeed.parse_throughput(text)
+        throughput = deepspeed.parse_throughput(text, problems)
         if throughput:
             self._add_throughput(throughput)
             return
-        see = deepspeed.parse_see_memory(text)
+        see = deepspeed.parse_see_memory(text, problems)
         if see:
-            log.see_max_allocated_GB = max(see.max_allocated_GB, log.see_max_allocated_GB or 0.0)
+            if see.max_allocated_GB is not None:
+                log.see_max_allocated_GB = max(see.max_allocated_GB, log.see_max_allocated_GB or 0.0)
             return
-        cpu = deepspeed.parse_cpu_memory(text)
-        if cpu:
-            log.host_used_GB = max(cpu[0], log.host_used_GB or 0.0)
+        cpu = deepspeed.parse_cpu_memory(text, problems)
+        if cpu is not None:
+            log.host_used_GB = max(cpu, log.host_used_GB or 0.0)
             return
         progress = deepspeed.parse_progress(text)
         if progress:

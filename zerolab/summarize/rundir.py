@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import csv
 import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from zerolab import rundir
 from zerolab.summarize.flops import peak_tflops
+from zerolab.summarize.megatron import measurement
+
+RSS_KEY = "process_tree_rss_MiB"
+MAX_SAMPLE_PROBLEMS = 3
 
 
 @dataclass
@@ -27,19 +30,28 @@ class RunDirFacts:
 
 
 def peak_rss_MiB(path: Path, problems: list[str]) -> float | None:
-    """The largest `process_tree_rss_MiB` in samples.csv, streamed row by row."""
-    peak = None
+    """The largest `process_tree_rss_MiB` in samples.csv, streamed row by row; an empty cell is a
+    sample without it, a malformed one is skipped and named in `problems` (the first few)."""
+    peak, bad = None, 0
     try:
         with open(path, newline="", encoding="utf-8", errors="replace") as handle:
-            for row in csv.DictReader(handle):
-                try:
-                    value = float(row.get("process_tree_rss_MiB") or "nan")
-                except ValueError:
+            reader = csv.DictReader(handle)
+            for row in reader:
+                text = row.get(RSS_KEY)
+                if not isinstance(text, str) or not text.strip():
                     continue
-                if math.isfinite(value):
-                    peak = value if peak is None else max(peak, value)
+                found: list[str] = []
+                value = measurement(RSS_KEY, text, found)
+                if value is None:
+                    bad += 1
+                    if bad <= MAX_SAMPLE_PROBLEMS:
+                        problems += [f"{path.name}:{reader.line_num}: {problem}" for problem in found]
+                    continue
+                peak = value if peak is None else max(peak, value)
     except (OSError, csv.Error) as error:
         problems.append(f"{path.name}: {error}")
+    if bad > MAX_SAMPLE_PROBLEMS:
+        problems.append(f"{path.name}: {bad - MAX_SAMPLE_PROBLEMS} more malformed values skipped")
     return peak
 
 

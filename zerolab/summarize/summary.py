@@ -35,6 +35,10 @@ class RunSummary:
     row: dict[str, Any]
     loss_curve: tuple[list[float], list[float]] = ([], [])
     tokens_per_s_per_gpu: list[float] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    """Values left out, each naming its file and line or key (`path:line: what`)."""
+    run_name: str = ""
+    """The run's own name; row["name"] adds the directory when two runs share it."""
 
 
 def _finite(value: float | None) -> float | None:
@@ -275,12 +279,21 @@ def summarize_run(run: Run, log: ParsedLog, facts: RunDirFacts | None, options: 
     estimate, estimate_notes = estimate_columns(run, log, row["max_allocated_GiB"])
     row.update(estimate)
     row.update(_losses(log))
-    row["notes"] = notes + estimate_notes + (facts.problems if facts else [])
+    problems = facts.problems if facts else []
+    row["notes"] = notes + estimate_notes + problems + _bad_values(log, log.path.name)
     curve = (
         [it for it, loss in zip(iterations, log.iterations["loss"], strict=True) if math.isfinite(loss)],
         [loss for loss in log.iterations["loss"] if math.isfinite(loss)],
     )
-    return RunSummary({key: row[key] for key in ROW_KEYS}, curve, tokens)
+    warnings = [f"{run.run_dir}/{problem}" for problem in problems] + _bad_values(log, str(log.path))
+    return RunSummary({key: row[key] for key in ROW_KEYS}, curve, tokens, warnings, row["name"])
+
+
+def _bad_values(log: ParsedLog, name: str) -> list[str]:
+    """`name:line: what` for each malformed value the log printed (left out), and how many more."""
+    lines = [f"{name}:{number}: {what}" for number, what in log.bad_values]
+    more = log.bad_value_count - len(log.bad_values)
+    return lines + ([f"{name}: {more} more malformed values skipped"] if more else [])
 
 
 def _epoch_tokens(cfg: dict[str, Any], log: ParsedLog, options: Options) -> tuple[int | None, str | None]:

@@ -8,8 +8,10 @@ import io
 import json
 from typing import Any
 
+from rich.cells import cell_len
+
 from zerolab.summarize.collect import Collection
-from zerolab.summarize.columns import ROW_KEYS, TABLE
+from zerolab.summarize.columns import ROW_KEYS, TABLE, Column
 
 JSON_SCHEMA_VERSION = 1
 
@@ -66,14 +68,56 @@ def json_text(collection: Collection) -> str:
     return json.dumps(to_json(collection), indent=2, allow_nan=False) + "\n"
 
 
-def rich_table(collection: Collection) -> Any:
-    """The table for the terminal (a rich Table)."""
+MAX_WORD = 24
+"""In the printed table a longer word (a path in a failure's cause) is folded, not a wider column."""
+MAX_CELL = 40
+"""A longer cell (a failure's cause) wraps rather than widening its column past this."""
+
+
+def _widths(column: Column, cells: list[str]) -> tuple[int, int]:
+    """(narrowest without breaking a word of the header or cells, widest any cell needs)."""
+    words = [word for text in (column.table_header, *cells) for word in text.split()]
+    narrowest = min(MAX_WORD, max((cell_len(word) for word in words), default=1))
+    return narrowest, max(narrowest, min(MAX_CELL, max((cell_len(cell) for cell in cells), default=0)))
+
+
+def terminal_columns(collection: Collection, width: int | None) -> tuple[dict[str, int], list[Column]]:
+    """({key: width} of the printed table's columns that fit `width` cells; the columns left out).
+    Columns are taken by their `terminal` rank while they fit at their narrowest; the room left
+    widens them up to what their cells need, those needing least first (the most columns without a
+    wrapped cell). None: every column, rich's widths."""
+    columns = sorted((column for column in TABLE if column.terminal), key=lambda column: column.terminal or 0)
+    if width is None:
+        return {column.key: 0 for column in columns}, []
+    needs = {c.key: _widths(c, [c.table_cell(summary.row) for summary in collection.runs]) for c in columns}
+    kept: dict[str, int] = {}
+    room = width - 1  # the table's left border; each column adds its padding (2) and right border (1)
+    for column in columns:
+        narrowest = needs[column.key][0]
+        if narrowest + 3 <= room:
+            kept[column.key] = narrowest
+            room -= narrowest + 3
+    for key in sorted(kept, key=lambda key: needs[key][1] - kept[key]):  # most columns unwrapped
+        extra = min(room, needs[key][1] - kept[key])
+        kept[key] += extra
+        room -= extra
+    return kept, [column for column in TABLE if column.terminal and column.key not in kept]
+
+
+def rich_table(collection: Collection, width: int | None = None) -> Any:
+    """The table for a terminal `width` cells wide (a rich Table): the columns that fit, and a
+    caption naming those left out (None: every column)."""
     from rich.table import Table
 
-    columns = [column for column in TABLE if column.terminal]
-    table = Table(title="zerolab summary", caption="\n".join(_footnotes(collection)), caption_justify="left")
+    widths, left_out = terminal_columns(collection, width)
+    columns = [column for column in TABLE if column.key in widths]
+    notes = _footnotes(collection)
+    if left_out:
+        names = ", ".join(column.table_header for column in left_out)
+        notes.insert(0, f"left out at this width: {names} (every column is in summary.md)")
+    table = Table(title="zerolab summary", caption="\n".join(notes), caption_justify="left")
     for column in columns:
-        table.add_column(column.table_header, overflow="fold")
+        table.add_column(column.table_header, overflow="fold", width=widths[column.key] or None)
     for summary in collection.runs:
         table.add_row(*(column.table_cell(summary.row) for column in columns))
     return table

@@ -1,0 +1,52 @@
+"""The table `zerolab summarize` prints fits the terminal: at any width it keeps the columns that
+fit, most important first, and names the ones it left out (all of them are in summary.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from rich.cells import cell_len
+from summarize_helpers import make_run_dir
+
+from zerolab.cli import main
+from zerolab.summarize.columns import TABLE
+
+RUNS = ("final_z0", "final_z1", "final_z2", "final_z3", "final_z3off", "fp16_z2")
+
+
+def _printed(tmp_path: Path, capsys, monkeypatch, width: int) -> list[str]:
+    for name in RUNS:
+        make_run_dir(tmp_path / "logs", name, name)
+    monkeypatch.setenv("COLUMNS", str(width))
+    assert main(["summarize", str(tmp_path / "logs"), "--out", str(tmp_path / "out"), "--no-plots"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    return [line for line in lines if not line.startswith(("wrote ", "no plot "))]
+
+
+@pytest.mark.parametrize("width", [60, 80, 120, 200])
+def test_every_line_of_the_table_fits_the_terminal(width: int, tmp_path: Path, capsys, monkeypatch):
+    lines = _printed(tmp_path, capsys, monkeypatch, width)
+    assert max(cell_len(line) for line in lines) <= width
+    table = "\n".join(lines)
+    assert all(name in table for name in RUNS)
+    assert "failed" in table  # the status is never the column left out
+
+
+def test_at_80_columns_the_table_names_what_it_left_out(tmp_path: Path, capsys, monkeypatch):
+    text = " ".join(" ".join(_printed(tmp_path, capsys, monkeypatch, 80)).split())
+    assert "left out at this width:" in text and "(every column is in summary.md)" in text
+    left_out = text.split("left out at this width:")[1].split("(every column")[0]
+    for kept in ("run", "status", "tokens/s per GPU"):
+        assert kept not in left_out.replace("per GPU median", "")
+    assert "micro/global batch" in left_out and "precision" in left_out
+    header = text.split("left out")[0]
+    assert "1,096" in header and "0.59" in header  # dp's throughput and memory
+
+
+def test_at_200_columns_every_column_is_shown(tmp_path: Path, capsys, monkeypatch):
+    text = " ".join(" ".join(_printed(tmp_path, capsys, monkeypatch, 200)).split())
+    assert "left out" not in text
+    for column in TABLE:
+        if column.terminal:
+            assert column.table_header.split()[0] in text, column.key
