@@ -149,15 +149,15 @@ def _bar_chart(
     widths = [summary.row[key] / scale for summary in runs]
     errors = None
     if spread:
-        ends = [[summary.row[end] for summary in runs] for end in spread]
+        lows, highs = ([summary.row[end] for summary in runs] for end in spread)
         errors = [
             [
                 max(0.0, width - low / scale) if low is not None else 0.0
-                for width, low in zip(widths, ends[0], strict=True)
+                for width, low in zip(widths, lows, strict=True)
             ],
             [
                 max(0.0, high / scale - width) if high is not None else 0.0
-                for width, high in zip(widths, ends[1], strict=True)
+                for width, high in zip(widths, highs, strict=True)
             ],
         ]
     positions = list(range(len(runs)))
