@@ -206,7 +206,8 @@ def test_a_rank_killed_by_sigsegv_is_reported_as_such(engine, dataset, tmp_path)
     assert (state["state"], state["exit_code"], state["cause"]) == ("failed", 1, cause)
     assert state["last_lines"] and re.match(r" iteration +\d+/ +500 \|", state["last_lines"][-1])
     text = printed.read_text()
-    assert "zerolab: tiny_dp failed in " in text and f"(exit code 1): {cause}; run directory" in text
+    name = "tiny_dp+train.iters=500+train.log_interval=1"  # the run's name carries its overrides
+    assert f"zerolab: {name} failed in " in text and f"(exit code 1): {cause}; run directory" in text
     assert "zerolab: the last lines before it:\n" in text and f"  {state['last_lines'][-1]}\n" in text
     row = summary(run_dir, tmp_path)
     assert (row["status"], row["cause_kind"], row["cause"]) == ("failed", "signal", cause)
