@@ -183,9 +183,10 @@ COLUMNS: tuple[Column, ...] = (
     Column("precision", "`fp32`, `bf16` or `fp16`", label="precision", show=lambda v: v or ""),
     Column(
         "status",
-        "`completed`, `running_or_cut_off` or `failed`; its kind: `out_of_memory`, `nan_or_overflow`, "
-        "`nccl_timeout`, `gpu_error`, `signal` (a rank killed by a signal), `killed` or `exception`; "
-        "the cause with the line that says it",
+        "`completed`, `running_or_cut_off`, `failed` or `refused` (a sweep's cell whose recipe the checks "
+        "refused: nothing ran); a failure's kind: `out_of_memory`, `nan_or_overflow`, `nccl_timeout`, "
+        "`gpu_error`, `signal` (a rank killed by a signal), `killed` or `exception`; the cause with the "
+        "line that says it (a refusal: the checks' message)",
         label="status",
         companions=("cause_kind", "cause"),
         cell=_status,

@@ -16,7 +16,12 @@ from zerolab.summarize.parse import ParsedLog
 from zerolab.summarize.rundir import RunDirFacts
 from zerolab.summarize.stats import Warmup, spread
 
-STATUS_LABELS = {"completed": "completed", "running_or_cut_off": "running or cut off", "failed": "failed"}
+STATUS_LABELS = {
+    "completed": "completed",
+    "running_or_cut_off": "running or cut off",
+    "failed": "failed",
+    "refused": "refused",
+}
 
 
 @dataclass(frozen=True)
@@ -49,6 +54,8 @@ def _rounded(value: float | None, digits: int = 10) -> float | None:
 def _status(log: ParsedLog, facts: RunDirFacts | None) -> dict[str, Any]:
     failure = log.ending.failure
     state = (facts.status.get("state") if facts else None) or None
+    if facts and state == "refused":  # a sweep's cell the checks refused: nothing ran
+        return {"status": "refused", "cause_kind": None, "cause": facts.status.get("cause")}
     completed_by_count = bool(
         log.iteration_count and log.train_iters and log.iterations["iteration"][-1] >= log.train_iters
     )
