@@ -137,6 +137,25 @@ OVERRIDE_CASES = [
         ["train.iters=null", "train.epochs=1", "data.path=data/none"],
         ["train.epochs", "data/none.idx", "zerolab prep"],
     ),
+    (
+        "save interval in epochs without the dataset",
+        GPT2,
+        ["train.save_interval_epochs=1", "data.path=data/none"],
+        ["train.save_interval_epochs", "data/none.idx", "train.save_interval (iterations)"],
+    ),
+    (
+        "save interval in epochs and in iterations",
+        GPT2,
+        ["train.save_interval_epochs=1", "train.save_interval=100"],
+        ["train.save_interval", "train.save_interval_epochs", "once"],
+    ),
+    ("save interval of 0 epochs", GPT2, ["train.save_interval_epochs=0"], ["train.save_interval_epochs"]),
+    (
+        "save interval in words",
+        GPT2,
+        ["train.save_interval_epochs=1 epoch"],
+        ["train.save_interval_epochs", "valid number"],
+    ),
     ("no such recipe", "recipes/gpt2-z1.yaml", [], ["no such recipe", "did you mean `gpt2_z1`"]),
     (
         "recompute method without full",
