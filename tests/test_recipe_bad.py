@@ -22,6 +22,12 @@ OVERRIDE_CASES = [
     ),
     ("unknown section", GPT2, ["optimizer.lr=1"], ["unknown key `optimizer`", "valid keys here"]),
     (
+        "misspelt section",
+        GPT2,
+        ["trian.iters=1"],
+        ["override `trian.iters=1`: unknown key `trian`", "`train`"],
+    ),
+    (
         "unknown zero key",
         GPT2,
         ["zero.offload=true"],
