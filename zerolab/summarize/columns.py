@@ -156,6 +156,12 @@ COLUMNS: tuple[Column, ...] = (
         show=lambda value: value or "",
     ),
     Column("path", "the run directory or log file"),
+    Column(
+        "sweep",
+        "a sweep's cell (`zerolab sweep`, docs/sweep.md): its value of each swept key, `{key: value}`; "
+        "null outside a sweep. The tables show each swept key as a column after `run` (summary.csv: "
+        "`sweep.KEY`)",
+    ),
     Column("model", "the model (e.g. `gpt2-1.5b`)", label="model", show=lambda v: v or "", terminal=False),
     Column(
         "num_layers",
@@ -334,6 +340,23 @@ COLUMNS: tuple[Column, ...] = (
 
 TABLE: tuple[Column, ...] = tuple(column for column in COLUMNS if column.label)
 """summary.md's columns, in order (the printed table leaves out those not `terminal`)."""
+
+
+def swept_column(key: str) -> Column:
+    """The table column of a swept key: each row's value of it (empty outside the sweep)."""
+    from zerolab.sweep.values import value_text
+
+    def cell(row: Row) -> str:
+        values = row["sweep"] or {}
+        return value_text(values[key]) if key in values else ""
+
+    return Column(f"sweep.{key}", f"the swept key `{key}`", label=key, cell=cell)
+
+
+def table_columns(sweep_keys: list[str]) -> tuple[Column, ...]:
+    """TABLE with a column for each swept key after the run's name."""
+    return (TABLE[0], *(swept_column(key) for key in sweep_keys), *TABLE[1:])
+
 
 METRICS: tuple[Column, ...] = tuple(column for column in COLUMNS if column.better)
 """What `zerolab compare` divides by the baseline's."""

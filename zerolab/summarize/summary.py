@@ -248,6 +248,7 @@ def summarize_run(run: Run, log: ParsedLog, facts: RunDirFacts | None, options: 
             tflops.append(found[0])
             tflops_source = tflops_source or found[1]
     row: dict[str, Any] = {"name": _run_name(run, facts), "setup": setup_label(cfg), "path": str(run.path)}
+    row["sweep"] = None  # a sweep's cell: zerolab.summarize.sweeps
     row.update({k: v for k, v in cfg.items() if k not in ("recompute", "epoch_tokens")})
     row.update(_status(log, facts))
     row["anomalies"] = _anomalies(log)

@@ -9,7 +9,7 @@ import json
 from typing import Any
 
 from zerolab.summarize.collect import Collection
-from zerolab.summarize.columns import ROW_KEYS, TABLE
+from zerolab.summarize.columns import ROW_KEYS, table_columns
 
 JSON_SCHEMA_VERSION = 1
 
@@ -27,35 +27,44 @@ def _footnotes(collection: Collection) -> list[str]:
 
 def to_markdown(collection: Collection) -> str:
     """summary.md: the table and its footnotes."""
-    headers = [column.table_header for column in TABLE]
+    columns = table_columns(collection.sweep_keys)
+    headers = [column.table_header for column in columns]
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     for summary in collection.runs:
-        cells = [column.table_cell(summary.row).replace("|", "\\|") for column in TABLE]
+        cells = [column.table_cell(summary.row).replace("|", "\\|") for column in columns]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n\n" + "\n".join(f"- {note}" for note in _footnotes(collection)) + "\n"
 
 
 def to_csv(collection: Collection) -> str:
-    """summary.csv: every row key as a column; lists joined with `; `, unknown values empty."""
+    """summary.csv: every row key as a column (`sweep` as one `sweep.KEY` column per swept key);
+    lists joined with `; `, unknown values empty."""
     buffer = io.StringIO()
-    keys = list(ROW_KEYS)
+    swept = {f"sweep.{key}": key for key in collection.sweep_keys}
+    keys = [name for key in ROW_KEYS for name in (swept if key == "sweep" else [key])]
     writer = csv.DictWriter(buffer, fieldnames=keys, lineterminator="\n")
     writer.writeheader()
     for summary in collection.runs:
+        values = summary.row["sweep"] or {}
+        row = {name: values.get(key) for name, key in swept.items()} | {
+            k: v for k, v in summary.row.items() if k != "sweep"
+        }
         writer.writerow(
-            {
-                k: "; ".join(v) if isinstance(v, list) else ("" if v is None else v)
-                for k, v in summary.row.items()
-            }
+            {k: "; ".join(v) if isinstance(v, list) else ("" if v is None else v) for k, v in row.items()}
         )
     return buffer.getvalue()
 
 
 def to_json(collection: Collection) -> dict[str, Any]:
-    """summary.json's object: {schema_version, warmup, runs: [row...], skipped: [{path, reason}]}."""
+    """summary.json's object: {schema_version, warmup, sweeps: [{name, recipe, swept}], runs:
+    [row...], skipped: [{path, reason}]}."""
     return {
         "schema_version": JSON_SCHEMA_VERSION,
         "warmup": collection.options.warmup.describe(),
+        "sweeps": [
+            {"name": plan.name, "recipe": plan.recipe, "swept": [entry.model_dump() for entry in plan.swept]}
+            for plan in collection.sweeps
+        ],
         "runs": [summary.row for summary in collection.runs],
         "skipped": [{"path": path, "reason": reason} for path, reason in collection.skipped],
     }
@@ -70,7 +79,7 @@ def rich_table(collection: Collection) -> Any:
     """The table for the terminal (a rich Table)."""
     from rich.table import Table
 
-    columns = [column for column in TABLE if column.terminal]
+    columns = [column for column in table_columns(collection.sweep_keys) if column.terminal]
     table = Table(title="zerolab summary", caption="\n".join(_footnotes(collection)), caption_justify="left")
     for column in columns:
         table.add_column(column.table_header, overflow="fold")
