@@ -191,7 +191,7 @@ def safe_name(text: str, *, digest_of: str) -> str:
 def _cell_name(values: dict[str, Any], overrides: tuple[str, ...]) -> str:
     """`zero-z1_train.micro_batch_size-2`: each swept key and its value."""
     return safe_name(
-        "_".join(f"{key}-{_UNSAFE.sub('_', value_text(value))}" for key, value in values.items()),
+        "_".join(f"{key}-{_UNSAFE.sub('_', value_text(value)).strip('_')}" for key, value in values.items()),
         digest_of=" ".join(overrides),
     )
 

@@ -175,8 +175,9 @@ def move_aside(directory: Path, cell: PlannedCell, state: str | None) -> Path:
 @contextlib.contextmanager
 def locked(directory: Path) -> Iterator[None]:
     """Hold the sweep directory's lock; UserError when another zerolab sweep holds it. A directory
-    this creates is removed again when what runs under the lock raises before writing into it."""
-    created = not directory.exists()
+    this creates (and the parents it needed) is removed again when what runs under the lock
+    raises before writing into it."""
+    created = [parent for parent in (directory, *directory.parents) if not parent.exists()]
     directory.mkdir(parents=True, exist_ok=True)
     lock = directory / LOCK_FILE
     try:
@@ -194,7 +195,8 @@ def locked(directory: Path) -> Iterator[None]:
     except BaseException:
         if created and [entry.name for entry in directory.iterdir()] == [LOCK_FILE]:
             lock.unlink()
-            directory.rmdir()
+            for parent in created:  # the directory, then the parents it needed
+                parent.rmdir()
         raise
 
 
