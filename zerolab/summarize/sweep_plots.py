@@ -54,15 +54,15 @@ def plot_file(plan: Plan, key: str, several: bool) -> str:
     return stem.replace("/", "_") + ".png"
 
 
-def axis(plan: Plan, key: str) -> tuple[list[Any], list[float], bool]:
-    """The swept values of `key` in sweep order, their x positions, and whether the axis is
-    numeric (log 2 when every value is positive and they span 8x or more)."""
+def axis(plan: Plan, key: str) -> tuple[list[Any], list[float], str]:
+    """The swept values of `key` in sweep order, their x positions, and the axis's scale:
+    `categorical` (one position per value, in sweep order), or for numbers `linear`, or `log2`
+    when every value is positive and they span 8x or more."""
     values = next(entry.values for entry in plan.swept if entry.key == key)
     if all(is_number(value) for value in values):
         numbers = [float(value) for value in values]
-        log = min(numbers) > 0 and max(numbers) / min(numbers) >= 8
-        return values, numbers, log
-    return values, [float(index) for index in range(len(values))], False
+        return values, numbers, "log2" if min(numbers) > 0 and max(numbers) / min(numbers) >= 8 else "linear"
+    return values, [float(index) for index in range(len(values))], "categorical"
 
 
 def series(plan: Plan, key: str, rows: list[RunSummary]) -> Iterator[tuple[str, list[RunSummary]]]:
@@ -136,7 +136,7 @@ def _figure(plan: Plan, key: str, rows: list[RunSummary], path: Path) -> None:
     import matplotlib
     import matplotlib.pyplot as plt
 
-    values, positions, log = axis(plan, key)
+    values, positions, scale = axis(plan, key)
     xs = {value_text(value): x for value, x in zip(values, positions, strict=True)}
     groups = list(series(plan, key, rows))
     missing = not_drawn(key, rows)
@@ -178,12 +178,16 @@ def _figure(plan: Plan, key: str, rows: list[RunSummary], path: Path) -> None:
         panel.set_ylabel(column.label or metric)
         panel.grid(alpha=0.3)
         panel.margins(y=0.15)
-    if log:
+    low, high = min(positions), max(positions)
+    if scale == "log2":
         axes.flat[0].set_xscale("log", base=2)
-    elif not all(is_number(value) for value in values):
+        pad = 2 ** (0.08 * math.log2(high / low))
+        axes.flat[0].set_xlim(low / pad, high * pad)
+    elif scale == "categorical":
         axes.flat[0].set_xlim(-0.5, len(values) - 0.5)
     else:
-        axes.flat[0].margins(x=0.08)
+        pad = 0.08 * ((high - low) or 1.0)
+        axes.flat[0].set_xlim(low - pad, high + pad)
     rotate = len(values) > 6 or max(len(value_text(value)) for value in values) > 12
     for panel in axes[1]:
         panel.set_xticks(positions, [_tick(value, missing) for value in values])

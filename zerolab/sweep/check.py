@@ -77,14 +77,20 @@ def checked_and_locked(
 
 def record_refusal(directory: Path, item: Checked) -> rundir.Status:
     """status.json `refused` in the cell's run directory, its cause the refusal's problems (the
-    whole message, with the keys and the fix: the dry run); an earlier refusal's is rewritten, an
-    earlier attempt of another state is moved aside."""
+    whole message, with the keys and the fix: the dry run). An earlier refusal for the same cause
+    is left as it is (another cause rewrites it); an earlier attempt of another state is moved
+    aside."""
     run_dir = cell_dir(directory, item.cell)
-    if item.state not in (None, rundir.REFUSED):
+    cause = headline(item.refusal or "")
+    if item.state == rundir.REFUSED:
+        earlier, _ = rundir.read_status(run_dir)
+        if earlier is not None and earlier.cause == cause:
+            return earlier
+    elif item.state is not None:
         move_aside(directory, item.cell, item.state)
     if not run_dir.exists():
         rundir.claim(run_dir)
-    return rundir.write_refusal(run_dir, headline(item.refusal or ""))
+    return rundir.write_refusal(run_dir, cause)
 
 
 def refuse_if_nothing_runs(checked: list[Checked]) -> None:
