@@ -96,6 +96,7 @@ def test_a_comma_value_that_is_no_single_value_is_swept():
         (["trian.iters=1,2"], ["trian.iters", "did you mean `train`"]),
         (["zero=z0,z9"], ["no building block `zero/z9`"]),
         (["zero=z0,,z1"], ["an empty value between commas"]),
+        (["train.micro_batch_size=2,4,2"], ["the value `2` is given twice"]),
         (["zero=z0,z1", "zero=z2,z3"], ["`zero` is swept twice"]),
         (["train.iters=1,2", "train.iters=3"], ["`train.iters=3`: `train.iters` is swept; give it once"]),
         (["train.iters=5"], ["nothing to sweep"]),

@@ -115,7 +115,12 @@ def expand(recipe: str, words: list[str]) -> Sweep:
         _refuse_ambiguous(word, key, pieces)
         if any(other.key == key for other in swept.values()):
             raise UserError(f"`{key}` is swept twice; give all its values in one word: {key}=A,B,C")
-        swept[position] = Swept(key, tuple(pieces), tuple(_value(word, key, piece) for piece in pieces))
+        values = tuple(_value(word, key, piece) for piece in pieces)
+        texts = [value_text(value) for value in values]
+        twice = [text for text in dict.fromkeys(texts) if texts.count(text) > 1]
+        if twice:
+            raise UserError(f"`{word}`: the value `{twice[0]}` is given twice; give each value once")
+        swept[position] = Swept(key, tuple(pieces), values)
     if not swept:
         raise UserError(
             "nothing to sweep: give at least one KEY=V1,V2,... (e.g. zero=z0,z1,z2 or "

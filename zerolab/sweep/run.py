@@ -11,6 +11,7 @@ every cell refused, is a UserError (2) before anything is written."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -57,16 +58,11 @@ def dry_run(sweep: Sweep, name: str | None, *, retry_failed: bool) -> int:
     """Print each cell with its check (ok, or refused with the message) or why it is skipped;
     write nothing."""
     from zerolab.engine.paths import engine_missing
-    from zerolab.launch.launcher import prepare
 
     plan, directory, _ = planned(sweep, name)
     missing = engine_missing()
     note = f"the engine is not set up ({missing}): cells checked without it" if missing else None
-
-    def check(cell: PlannedCell) -> Any:
-        return prepare([plan.recipe, *cell.overrides], name=cell.name, engine_required=False)
-
-    checked = check_cells(plan, directory, check, retry_failed=retry_failed)
+    checked = check_cells(plan, directory, _checker(plan, engine_required=False), retry_failed=retry_failed)
     print(dry_run_text(plan, directory, checked, note), end="")
     return 0
 
@@ -79,15 +75,17 @@ def run_sweep(sweep: Sweep, name: str | None, *, retry_failed: bool, console: An
     missing = engine_missing()
     if missing:
         raise UserError(f"cannot run the sweep: {missing}")
-    with checked_and_locked(plan, directory, _prepare(plan), retry_failed=retry_failed) as checked:
+    with checked_and_locked(plan, directory, _checker(plan), retry_failed=retry_failed) as checked:
         return _run(plan, directory, checked, console, recorded)
 
 
-def _prepare(plan: Plan) -> Any:
+def _checker(plan: Plan, *, engine_required: bool = True) -> Callable[[PlannedCell], Any]:
+    """A cell's check: `zerolab launch`'s prepare() of the recipe with the cell's overrides,
+    the run named after the cell."""
     from zerolab.launch.launcher import prepare
 
     def check(cell: PlannedCell) -> Any:
-        return prepare([plan.recipe, *cell.overrides], name=cell.name)
+        return prepare([plan.recipe, *cell.overrides], name=cell.name, engine_required=engine_required)
 
     return check
 
@@ -105,6 +103,7 @@ def _run(plan: Plan, directory: Path, checked: list[Checked], console: Any, reco
         f"{display_path(directory)}/: {len(to_run)} to run, "
         f"{sum(item.action == REFUSE for item in checked)} refused, {len(skipped)} skipped",
         soft_wrap=True,
+        markup=False,
     )
     for item in skipped:
         console.print(f"{item.cell.name}  skipped: {item.why_skipped}", soft_wrap=True, markup=False)
