@@ -10,11 +10,13 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import shutil
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -85,11 +87,22 @@ def statuses(work: Path) -> dict[str, str]:
     return {name: (sweep_dir(work) / name / "status.json").read_text() for name in CELLS.values()}
 
 
+@contextlib.contextmanager
+def inside(directory: Path) -> Iterator[None]:
+    """The current directory is `directory` meanwhile (contextlib.chdir needs Python 3.11)."""
+    before = Path.cwd()
+    os.chdir(directory)
+    try:
+        yield
+    finally:
+        os.chdir(before)
+
+
 def run_sweep(work: Path, words: list[str], *extra: str) -> tuple[int, float, str]:
     """`zerolab sweep` in-process from `work`: its exit status, seconds and output."""
     started = time.monotonic()
     out = io.StringIO()
-    with contextlib.chdir(work), contextlib.redirect_stdout(out):
+    with inside(work), contextlib.redirect_stdout(out):
         code = main([*words, *extra])
     return code, time.monotonic() - started, out.getvalue()
 
@@ -173,7 +186,7 @@ def test_the_same_command_runs_the_unfinished_cells_one_failing_with_its_cause(w
 def test_checkpoints_every_given_fraction_of_an_epoch(work, resumed):
     run_dir = sweep_dir(work) / CELLS[(GOOD, 2)]
     recipe = load_recipe(run_dir / rundir.RECIPE_FILE)
-    with contextlib.chdir(work):
+    with inside(work):
         assert save_interval(recipe) == 1
     saved = sorted(p.name for p in (run_dir / rundir.CHECKPOINTS_DIR).iterdir() if p.is_dir())
     assert saved == ["global_step1", "global_step2"]  # DeepSpeed's names

@@ -18,11 +18,17 @@ def register(subparsers: Any) -> None:
         "Running the same command again resumes: completed cells are skipped. Exit status: 0 when every "
         "cell that could run completed, 1 when one failed, 2 for bad input, 130 when stopped by Ctrl-C."
     )
-    parser = subparsers.add_parser("sweep", help="run a recipe over swept values", description=description)
+    parser = subparsers.add_parser(
+        "sweep",
+        help="run a recipe over swept values",
+        description=description,
+        usage="zerolab sweep RECIPE KEY=V1,V2,... [KEY=VALUE ...] [--dry-run] [--name NAME] "
+        "[--retry-failed] [--slurm [--image IMAGE] [--partition P] [--account A] [--time T]]",
+    )
     parser.add_argument(
         "words",
         nargs="+",
-        metavar="RECIPE KEY=V1,V2,... [KEY=VALUE ...]",
+        metavar="RECIPE",
         help="recipe file or name under recipes/, then swept keys (zero=z0,z1,z2, "
         "train.micro_batch_size=1,2,4) and fixed overrides (train.iters=50)",
     )
