@@ -29,11 +29,16 @@ PANEL_TITLES = {
         "Training throughput per GPU",
         "steady-state median, whiskers: 10th-90th percentile",
     ),
-    "max_allocated_GiB": ("Peak accelerator memory allocated per GPU", "largest over ranks"),
+    "max_allocated_GiB": (
+        "Peak accelerator memory allocated per GPU",
+        "largest over ranks (CPU runs: DeepSpeed's process memory)",
+    ),
     "peak_host_GiB": ("Peak host memory", "the launcher's process tree"),
     "last_loss": ("Training loss", "at the last logged interval"),
 }
 """Each panel's title and what its value is."""
+MIN_RELATIVE_SPAN = 0.04
+"""A panel's y axis spans at least this fraction of its values."""
 MEASURED = "completed"
 """Only rows of this status are drawn as measurements."""
 
@@ -178,6 +183,7 @@ def _figure(plan: Plan, key: str, rows: list[RunSummary], path: Path) -> None:
         panel.set_ylabel(column.label or metric)
         panel.grid(alpha=0.3)
         panel.margins(y=0.15)
+        _at_least_relative_span(panel)
     low, high = min(positions), max(positions)
     if scale == "log2":
         axes.flat[0].set_xscale("log", base=2)
@@ -212,6 +218,17 @@ def _figure(plan: Plan, key: str, rows: list[RunSummary], path: Path) -> None:
     fig.suptitle(f"Sweep {plan.name}: each metric against {key}\n{note}", fontsize=11)
     save_png(fig, path, dpi=DPI)
     plt.close(fig)
+
+
+def _at_least_relative_span(panel: Any) -> None:
+    """Plain tick labels (no offset such as `1e-6+8.6353`), and a y range of at least
+    MIN_RELATIVE_SPAN of its middle: equal values read as a flat line, not as a difference."""
+    panel.ticklabel_format(axis="y", style="plain", useOffset=False)
+    bottom, top = panel.get_ylim()
+    middle, half = (bottom + top) / 2, (top - bottom) / 2
+    least = MIN_RELATIVE_SPAN * abs(middle) / 2
+    if half < least:
+        panel.set_ylim(middle - least, middle + least)
 
 
 def _tick(value: Any, missing: dict[str, list[str]]) -> str:
