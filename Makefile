@@ -34,5 +34,5 @@ docs: dev  ## regenerate the generated docs: recipe-reference.md (schema), summa
 setup: dev  ## the engine: a venv in ~/.cache/zerolab with the pins of zerolab/engine/pins.toml, Megatron-DeepSpeed at the pinned commit, its builds (on CUDA: apex, fused kernels) (ZEROLAB_ENGINE_SRC / ZEROLAB_APEX_SRC=local git dirs to clone from)
 	$(BIN)/zerolab engine install
 
-demo: setup  ## set up, then the CPU demo: five ZeRO setups of a tiny GPT-2 (2 ranks), summarized in logs/demo/
+demo: setup  ## set up, then the CPU demo: one sweep over five ZeRO setups of a tiny GPT-2 (2 ranks), runs and summary in logs/sweeps/demo/
 	$(BIN)/zerolab demo

@@ -1,42 +1,34 @@
-"""The CPU demo's five setups and its progress line (the runs themselves: `make demo`, and
-the engine tests of tests/test_launch_engine.py)."""
+"""The CPU demo is one sweep whose five cells launch exactly what the five CPU recipes launch
+(the runs themselves: `make demo`; a real sweep: tests/test_sweep_engine.py)."""
 
 from __future__ import annotations
 
-import io
-from pathlib import Path
-
-from rich.console import Console
-
-from zerolab.demo.cli import RECIPES
-from zerolab.demo.progress import RunProgress
+from zerolab.demo.cli import NAME, RECIPE, demo_sweep
 from zerolab.recipe import load_recipe, render
-from zerolab.rundir import Status
+
+FIVE_RECIPES = ("cpu/tiny_dp", "cpu/tiny_z1", "cpu/tiny_z2", "cpu/tiny_z3", "cpu/tiny_z3_offload")
 
 
-def test_the_five_setups_differ_only_in_zero():
-    recipes = [load_recipe(name) for name in RECIPES]
-    assert [(r.zero.stage, r.zero.offload_optimizer) for r in recipes] == [
-        (0, False),
-        (1, False),
-        (2, False),
-        (3, False),
-        (3, True),
+def test_the_demo_sweep_launches_exactly_the_five_cpu_recipes():
+    sweep = demo_sweep([])
+    assert [cell.name for cell in sweep.cells] == [
+        "zero-z0",
+        "zero-z1",
+        "zero-z2",
+        "zero-z3",
+        "zero-z3_offload",
     ]
-    for recipe in recipes:
-        launch = render(recipe)
-        assert launch.world_size == 2 and launch.env["DS_ACCELERATOR"] == "cpu"
-        assert recipe.train == recipes[0].train and recipe.model == recipes[0].model
+    for cell, name in zip(sweep.cells, FIVE_RECIPES, strict=True):
+        swept, recipe = load_recipe(RECIPE, cell.overrides), load_recipe(name)
+        assert render(swept, run_dir="/runs/x") == render(recipe, run_dir="/runs/x"), name
+        # the resolved recipes differ only in zero.pin_memory, which renders nothing without offload
+        unused = {"base": True, "description": True, "zero": {"pin_memory"}}
+        assert swept.model_dump(exclude=unused) == recipe.model_dump(exclude=unused)
+        assert swept.zero.pin_memory is False
+    assert [(cell.values["zero"]) for cell in sweep.cells] == ["z0", "z1", "z2", "z3", "z3_offload"]
 
 
-def test_progress_follows_iterations_and_loss_from_real_log_lines():
-    console = Console(file=io.StringIO(), width=120)
-    progress = RunProgress(console, "[1/5] tiny_dp")
-    progress.line(
-        " iteration       10/      60 | consumed samples:           80 | elapsed time per iteration (ms): "
-        "508.5 | learning rate: 9.818E-04 | global batch size:     8 | lm loss: 1.070141E+01 |\n"
-    )
-    progress.done(Status(state="completed"), Path("logs/tiny_dp/20261122-074124"))
-    assert progress.first_loss == 10.70141
-    assert "tiny_dp: completed" in console.file.getvalue()
-    assert "logs/tiny_dp/20261122-074124" in console.file.getvalue()
+def test_demo_overrides_apply_to_every_setup():
+    sweep = demo_sweep(["train.iters=100"])
+    assert all(cell.overrides[-1] == "train.iters=100" for cell in sweep.cells)
+    assert sweep.default_name() != NAME and sweep.keys == ("zero",)

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
 
 from zerolab.cli import main
 from zerolab.errors import UserError
-from zerolab.rundir import claim, create
+from zerolab.rundir import claim, create, read_status, write_refusal
 
 
 def test_each_launch_gets_a_new_directory_even_within_one_second(tmp_path):
@@ -42,3 +43,18 @@ def test_dry_run_prints_the_render_and_writes_nothing(tmp_path, capsys, monkeypa
 def test_launch_without_a_recipe_is_a_usage_error(capsys):
     assert main(["launch"]) == 2
     assert "give a RECIPE" in capsys.readouterr().err
+
+
+def test_a_refused_run_is_a_summary_row_with_the_checks_message(tmp_path):
+    cell = claim(tmp_path / "sweep" / "train.micro_batch_size-3")
+    message = "recipe.yaml: 1 problem(s) found before launch:\n- global batch 8 is not a multiple of 6\n"
+    status = write_refusal(cell, message)
+    assert read_status(cell) == (status, [])
+    assert status.state == "refused" and status.cause == (
+        "recipe.yaml: 1 problem(s) found before launch: - global batch 8 is not a multiple of 6"
+    )
+    assert main(["summarize", str(tmp_path / "sweep"), "--out", str(tmp_path / "out"), "--no-plots"]) == 0
+    (row,) = json.loads((tmp_path / "out" / "summary.json").read_text())["runs"]
+    assert (row["name"], row["status"], row["cause"]) == ("train.micro_batch_size-3", "refused", status.cause)
+    assert row["tokens_per_s_per_gpu"] is None and row["iterations_done"] is None
+    assert "| refused: recipe.yaml: 1 problem(s)" in (tmp_path / "out" / "summary.md").read_text()

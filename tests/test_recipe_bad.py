@@ -52,6 +52,12 @@ OVERRIDE_CASES = [
     ),
     ("unknown section", GPT2, ["optimizer.lr=1"], ["unknown key `optimizer`", "valid keys here"]),
     (
+        "misspelt section",
+        GPT2,
+        ["trian.iters=1"],
+        ["override `trian.iters=1`: unknown key `trian`", "`train`"],
+    ),
+    (
         "unknown zero key",
         GPT2,
         ["zero.offload=true"],
@@ -172,6 +178,25 @@ OVERRIDE_CASES = [
         GPT2,
         ["train.iters=null", "train.epochs=1", "data.path=data/none"],
         ["train.epochs", "data/none.idx", "zerolab prep"],
+    ),
+    (
+        "save interval in epochs without the dataset",
+        GPT2,
+        ["train.save_interval_epochs=1", "data.path=data/none"],
+        ["train.save_interval_epochs", "data/none.idx", "train.save_interval (iterations)"],
+    ),
+    (
+        "save interval in epochs and in iterations",
+        GPT2,
+        ["train.save_interval_epochs=1", "train.save_interval=100"],
+        ["train.save_interval", "train.save_interval_epochs", "once"],
+    ),
+    ("save interval of 0 epochs", GPT2, ["train.save_interval_epochs=0"], ["train.save_interval_epochs"]),
+    (
+        "save interval in words",
+        GPT2,
+        ["train.save_interval_epochs=1 epoch"],
+        ["train.save_interval_epochs", "valid number"],
     ),
     ("no such recipe", "recipes/gpt2-z1.yaml", [], ["no such recipe", "did you mean `gpt2_z1`"]),
     (

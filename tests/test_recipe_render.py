@@ -239,6 +239,17 @@ def test_length_in_epochs_counts_the_prepared_training_split():
     assert check_inputs(recipe) == []
 
 
+def test_save_interval_in_epochs_is_rendered_in_iterations_of_the_prepared_split():
+    # 247 samples per epoch (above) in steps of 8: one epoch is 30.9 iterations, rounded up
+    data = [f"data.path={FIXTURE_PREFIX}", "data.split=100,0,0", "train.iters=100"]
+    for epochs, iterations in (("1", "31"), ("0.5", "16"), ("2", "62"), ("0.001", "1")):
+        argv = render(load_recipe("cpu/tiny_z1", [*data, f"train.save_interval_epochs={epochs}"])).argv
+        assert option(argv, "--save-interval") == iterations
+        assert "--save" in argv
+    argv = render(load_recipe("cpu/tiny_z1", [*data, "train.save_interval=7"])).argv
+    assert option(argv, "--save-interval") == "7"
+
+
 def test_check_inputs_names_missing_data_and_tokenizer():
     recipe = load_recipe("cpu/tiny_z1", ["data.path=data/absent", "data.vocab_file=nowhere/vocab.json"])
     problems = check_inputs(recipe)

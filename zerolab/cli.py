@@ -14,6 +14,7 @@ from zerolab.errors import UserError
 COMMAND_MODULES: tuple[str, ...] = (
     "zerolab.recipe.cli",
     "zerolab.launch.cli",
+    "zerolab.sweep.cli",
     "zerolab.engine.cli",
     "zerolab.data_prep.cli",
     "zerolab.demo.cli",

@@ -12,6 +12,14 @@ class UserError(Exception):
     """
 
 
+def headline(message: str) -> str:
+    """A UserError's message in one line: its problems (the lines that start with `- `, a list of
+    problems' first lines), else its first line."""
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    problems = [line[2:] for line in lines if line.startswith("- ")]
+    return "; ".join(problems) if problems else (lines[0] if lines else "")
+
+
 def json_error_text(error: json.JSONDecodeError, *, with_line: bool = False) -> str:
     """A JSON decoding error as one phrase, e.g. `Unterminated string starting at column 10`
     (some of json's messages end in "at", before the position it appends itself)."""

@@ -38,6 +38,8 @@ LATEST_CHECKPOINT = "latest_checkpointed_iteration.txt"
 STAMP_FORMAT = "%Y%m%d-%H%M%S"
 
 RUNNING, COMPLETED, FAILED, KILLED = "running", "completed", "failed", "killed"
+REFUSED = "refused"
+"""A sweep's cell whose recipe was refused before launch: its directory holds only status.json."""
 
 Count = Annotated[int, Field(ge=0, le=2**63 - 1)]
 """A size or count: a whole number >= 0 that fits in 64 bits."""
@@ -82,12 +84,13 @@ class Status(BaseModel):
 
     model_config = ConfigDict(extra="ignore")
 
-    state: Literal["running", "completed", "failed", "killed"]
+    state: Literal["running", "completed", "failed", "killed", "refused"]
     exit_code: int | None = None
     started: str | None = None
     ended: str | None = None
     cause: str | None = None
-    """One line, when failed or killed: a rank killed by a signal, the first error, or the exit code."""
+    """One line, when failed, killed or refused: a rank killed by a signal, the first error, the
+    exit code, or why the checks refused the recipe."""
     last_lines: list[str] = []
     """When a rank was killed by a signal: the last lines it printed before it."""
 
@@ -161,6 +164,17 @@ def write_status(run_dir: Path, status: Status) -> Status:
     """status.json; returns what was written."""
     write_json_atomic(run_dir / STATUS_FILE, status.model_dump(mode="json"))
     return status
+
+
+def write_refusal(run_dir: Path, message: str) -> Status:
+    """status.json of a run the checks refused before launch (a sweep's cell): state `refused`,
+    the message as its one-line cause."""
+    return write_status(run_dir, Status(state=REFUSED, ended=now_iso(), cause=one_line(message)))
+
+
+def one_line(text: str) -> str:
+    """`text` on one line: its lines stripped and joined by a space."""
+    return " ".join(line.strip() for line in text.splitlines() if line.strip())
 
 
 def read_facts(run_dir: Path) -> tuple[RunFacts | None, list[str]]:

@@ -1,11 +1,14 @@
-"""An sbatch script that runs a recipe's launch across the nodes of a SLURM allocation.
+"""An sbatch script that runs a recipe's launch across the nodes of a SLURM allocation, and an
+array job of several such runs (`zerolab sweep --slurm`: one array task per cell).
 
 One task per node: each starts the recipe's launcher (torchrun, or deepspeed without SSH) with
 its node rank from SLURM, the first node of the allocation as rendezvous address, and the same
 environment, Megatron arguments and DeepSpeed config as a single-node launch: the render of
 `zerolab.recipe.render`, placed by the job (Placement.scheduled) and writing into the job's run
 directory (docs/run-directory.md) `logs/NAME/slurm-JOBID/`: recipe facts, ds_config.json, the
-combined train.log, checkpoints and status.json. Submit it from the repository root.
+combined train.log, checkpoints and status.json. Submit it from the repository root. An
+array job's task i does the same for run i, into the run directory it names (an earlier one
+there is moved aside first).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from pathlib import Path
 from string import Template
 
 from zerolab import rundir
+from zerolab.errors import UserError
 from zerolab.recipe.render import Launch, Placement, Resume, render, shell_variable
 from zerolab.recipe.schema import Recipe
 
@@ -27,6 +31,7 @@ IMAGE_REPO_DIR = "/workspace/zerolab"
 """The repository root inside the image, the launch's working directory."""
 
 TEMPLATE = Path(__file__).with_name("sbatch.tmpl")
+RUN_DIR_TEMPLATE = Path(__file__).with_name("run_dir.tmpl")
 
 RUN_DIR = shell_variable("RUN_DIR")
 """The job's run directory, set by the script: logs/NAME/slurm-JOBID."""
@@ -47,40 +52,95 @@ class SlurmOptions:
 
 
 def sbatch_for_recipe(recipe: Recipe, options: SlurmOptions, *, resume: Resume | None = None) -> str:
-    """The sbatch script of a loaded recipe (`zerolab.recipe.load_recipe`), continuing `resume`."""
-    from zerolab.recipe import run_facts
-    from zerolab.recipe.output import resolved_yaml
+    """The sbatch script of a loaded recipe (`zerolab.recipe.load_recipe`), continuing `resume`:
+    one job writing logs/NAME/slurm-JOBID/."""
+    launch = _render(recipe, options, resume)
+    return _job(
+        title=f"Recipe {recipe.name} on a SLURM allocation, one task per node.",
+        rendered_by="zerolab render --slurm",
+        directives=_directives(launch, recipe.name, options, output="logs/slurm-%x-%j.out"),
+        run=_run_dir_block(recipe, launch, f'"logs/{recipe.name}/slurm-${{SLURM_JOB_ID}}"'),
+        launch=launch,
+        options=options,
+        mounts=_mounts([recipe]),
+    )
 
-    launch = render(
+
+@dataclass(frozen=True)
+class ArrayTask:
+    """One task of an array job: a loaded recipe run into `run_dir` (relative to the directory
+    the job is submitted from), an earlier run directory there moved first to `previous` + the
+    job's array ids."""
+
+    recipe: Recipe
+    run_dir: str
+    previous: str
+
+
+def sbatch_array(tasks: list[ArrayTask], name: str, options: SlurmOptions, *, rendered_by: str) -> str:
+    """One sbatch array job, task i running tasks[i] as `sbatch_for_recipe` runs a recipe (the
+    same render, placed on the task's nodes). Every task gets the same allocation: UserError when
+    the recipes ask for different nodes or GPUs per node."""
+    launches = [_render(task.recipe, options, None) for task in tasks]
+    shapes = sorted({(launch.nodes, launch.procs_per_node) for launch in launches})
+    if len(shapes) > 1:
+        asked = ", ".join(f"{nodes} node(s) x {procs}" for nodes, procs in shapes)
+        raise UserError(
+            f"the cells ask for different allocations ({asked}), and an array job's tasks all get one; "
+            "sweep hardware.nodes or hardware.procs_per_node with one job per value "
+            "(`zerolab render --slurm` each)"
+        )
+    branches = []
+    for index, (task, launch) in enumerate(zip(tasks, launches, strict=True)):
+        run_dir = shlex.quote(task.run_dir)
+        previous = shlex.quote(task.previous) + '"${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}"'
+        branches.append(
+            f"{index})\n"
+            f"if [[ -e {run_dir} ]]; then\n"
+            f"  mkdir -p {shlex.quote(str(Path(task.previous).parent))}\n"
+            f"  mv {run_dir} {previous}\n"
+            "fi\n"
+            f"{_run_dir_block(task.recipe, launch, run_dir)}\n;;"
+        )
+    choose = (
+        'case "${SLURM_ARRAY_TASK_ID}" in\n'
+        + "\n".join(branches)
+        + '\n*) echo "no task ${SLURM_ARRAY_TASK_ID} in this array of '
+        + f'{len(tasks)}" >&2; exit 2;;\nesac'
+    )
+    return _job(
+        title=f"{name}: {len(tasks)} runs as one array job, one task per run, each on its own allocation.",
+        rendered_by=rendered_by,
+        directives=[
+            f"--array=0-{len(tasks) - 1}",
+            *_directives(launches[0], name, options, output="logs/slurm-%x-%A_%a.out"),
+        ],
+        run=choose,
+        launch=launches[0],
+        options=options,
+        mounts=_mounts([task.recipe for task in tasks]),
+    )
+
+
+def _render(recipe: Recipe, options: SlurmOptions, resume: Resume | None) -> Launch:
+    """The recipe's launch as a job runs it: into the job's run directory, placed by SLURM."""
+    return render(
         recipe,
         run_dir=RUN_DIR,
         resume=resume,
         placement=Placement.scheduled(RUN_DIR),
         engine=IMAGE_ENGINE_DIR if options.image else None,
     )
-    outside = sorted({str(Path(path).parent) for path in _input_paths(recipe) if Path(path).is_absolute()})
-    return render_sbatch(
-        launch,
-        name=recipe.name,
-        options=options,
-        facts=run_facts(recipe),
-        recipe_yaml=resolved_yaml(recipe),
-        mounts=outside,
-    )
 
 
-def render_sbatch(
-    launch: Launch,
-    *,
-    name: str,
-    options: SlurmOptions,
-    facts: rundir.RunFacts,
-    recipe_yaml: str,
-    mounts: list[str] | None = None,
-) -> str:
-    """The sbatch script for `launch` (a render of recipe `name`, whose run.json is `facts` and
-    resolved recipe `recipe_yaml`); with an image, `mounts` are host directories (absolute input
-    paths) mounted at the same path beside logs/ and data/."""
+def _mounts(recipes: list[Recipe]) -> list[str]:
+    """The host directories of the absolute input paths of `recipes` (mounted with an image)."""
+    paths = [path for recipe in recipes for path in _input_paths(recipe)]
+    return sorted({str(Path(path).parent) for path in paths if path and Path(path).is_absolute()})
+
+
+def _directives(launch: Launch, name: str, options: SlurmOptions, *, output: str) -> list[str]:
+    """The #SBATCH options of a job running `launch`."""
     directives = [
         f"--job-name={name}",
         f"--nodes={launch.nodes}",
@@ -88,26 +148,58 @@ def render_sbatch(
         f"--gpus-per-node={launch.procs_per_node}",
         "--exclusive",
         f"--time={options.time_limit}",
-        "--output=logs/slurm-%x-%j.out",
+        f"--output={output}",
     ]
     if options.partition:
         directives.append(f"--partition={options.partition}")
     if options.account:
         directives.append(f"--account={options.account}")
+    return directives
+
+
+def _run_dir_block(recipe: Recipe, launch: Launch, run_dir: str) -> str:
+    """Shell lines that set RUN_DIR to `run_dir` (a shell word), write the run's files there
+    (ds_config.json, run.json, recipe.yaml) and set `command` to the launch."""
+    from zerolab.recipe import run_facts
+    from zerolab.recipe.output import resolved_yaml
+
+    return (
+        Template(RUN_DIR_TEMPLATE.read_text())
+        .substitute(
+            run_dir=run_dir,
+            ds_config_file=rundir.DS_CONFIG_FILE,
+            run_file=rundir.RUN_FILE,
+            recipe_file=rundir.RECIPE_FILE,
+            recipe_yaml=resolved_yaml(recipe),
+            ds_config=json.dumps(launch.ds_config, indent=2),
+            run_json=json.dumps(rundir.facts_json(run_facts(recipe)), indent=2),
+            command=shlex.quote(f"exec {launch.words()}"),
+        )
+        .rstrip("\n")
+    )
+
+
+def _job(
+    *,
+    title: str,
+    rendered_by: str,
+    directives: list[str],
+    run: str,
+    launch: Launch,
+    options: SlurmOptions,
+    mounts: list[str],
+) -> str:
+    """The sbatch script: `run` (shell lines that set RUN_DIR and `command` and write the run's
+    files), then the allocation's hostfile, one task per node running `command`, status.json."""
     return Template(TEMPLATE.read_text()).substitute(
-        name=name,
+        title=title,
+        rendered_by=rendered_by,
         directives="\n".join(f"#SBATCH {line}" for line in directives),
+        run=run,
         slots=launch.procs_per_node,
         hostfile=rundir.HOSTFILE,
-        ds_config_file=rundir.DS_CONFIG_FILE,
-        run_file=rundir.RUN_FILE,
-        recipe_file=rundir.RECIPE_FILE,
-        recipe_yaml=recipe_yaml,
-        ds_config=json.dumps(launch.ds_config, indent=2),
-        run_json=json.dumps(rundir.facts_json(facts), indent=2),
         environment=_environment(options),
-        srun=_srun(options, mounts or []),
-        command=shlex.quote(f"exec {launch.words()}"),
+        srun=_srun(options, mounts),
         write_status=rundir.status_shell(
             '"${RUN_DIR}"', '"${state}"', '"${exit_code}"', '"${started}"', '"$(date -u +%Y-%m-%dT%H:%M:%SZ)"'
         ),

@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from zerolab import __version__, rundir
 from zerolab.engine.paths import engine_bin_dir, engine_missing
@@ -35,30 +36,35 @@ class Prepared:
         return self.recipe.name
 
 
-def prepare(words: list[str], *, resume: Path | None = None) -> Prepared:
+def prepare(
+    words: list[str], *, resume: Path | None = None, name: str | None = None, engine_required: bool = True
+) -> Prepared:
     """Load and check a recipe (RECIPE then KEY=VALUE words), or the resolved recipe of the run
     being resumed with the words as overrides; every problem is a UserError before anything is
-    written. Warns when the memory estimate exceeds the visible GPU's memory."""
+    written. `name` names the run instead of the recipe file (a sweep's cell). Without
+    `engine_required` (a dry run), a missing engine is no problem and extras it would judge are
+    left unjudged, with a warning. Warns when the memory estimate exceeds the visible GPU's memory."""
     from zerolab.estimate.gpu import warn_before_launch
     from zerolab.recipe import check_inputs, render
     from zerolab.recipe.extras import check_extras
     from zerolab.recipe.selection import select
 
-    recipe, resumption = select(words, resume)
+    recipe, resumption = select(words, resume, name=name)
     problems = check_inputs(recipe)
     if problems:
         raise UserError(
             "cannot launch, inputs missing:\n" + "\n".join(f"- {problem}" for problem in problems)
         )
     missing = engine_missing()
-    if missing:
+    if missing and engine_required:
         raise UserError(f"cannot launch: {missing}")
     launcher = recipe.hardware.launcher
-    if shutil.which(launcher, path=f"{engine_bin_dir()}{os.pathsep}{os.environ.get('PATH', '')}") is None:
+    path = f"{engine_bin_dir()}{os.pathsep}{os.environ.get('PATH', '')}"
+    if not missing and shutil.which(launcher, path=path) is None:
         raise UserError(
             f"`{launcher}` is not in the engine environment ({engine_bin_dir()}); run: make setup"
         )
-    check_extras(recipe, render(recipe), required=True)
+    check_extras(recipe, render(recipe), required=engine_required)
     warn_before_launch(recipe)
     return Prepared(recipe, resumption)
 
@@ -69,8 +75,10 @@ def launch(
     logs_root: Path = DEFAULT_LOGS,
     run_dir: Path | None = None,
     echo: Callable[[str], None] | None = None,
+    doctor: dict[str, Any] | None = None,
 ) -> tuple[Path, rundir.Status]:
-    """Create the run directory, write its files, run the training; returns (run dir, status)."""
+    """Create the run directory, write its files, run the training; returns (run dir, status).
+    `doctor` is the doctor report to record (default: collected now; a sweep collects it once)."""
     from zerolab.engine.doctor import collect
     from zerolab.recipe import render, run_facts
     from zerolab.recipe.output import resolved_yaml
@@ -86,7 +94,7 @@ def launch(
     resuming = f" (resuming {display_path(prepared.resume.run_dir)})" if prepared.resume else ""
     note = f"{prepared.name}{resuming}, launched {rundir.now_iso()} by zerolab {__version__}"
     rundir.write_command(directory, rendered.script(Path.cwd(), note))
-    rundir.write_doctor(directory, collect(cached=True))
+    rundir.write_doctor(directory, doctor if doctor is not None else collect(cached=True))
     rundir.write_facts(directory, facts)
 
     say = echo or _print

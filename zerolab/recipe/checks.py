@@ -303,6 +303,18 @@ def _one_training_length(recipe: Recipe) -> Problem | None:
 
 
 @check
+def _one_save_interval(recipe: Recipe) -> Problem | None:
+    train = recipe.train
+    if train.save_interval is None or train.save_interval_epochs is None:
+        return None
+    return Problem(
+        ("train.save_interval", "train.save_interval_epochs"),
+        "give the checkpoint interval once: in iterations or in epochs",
+        "keep one of train.save_interval and train.save_interval_epochs and set the other to null",
+    )
+
+
+@check
 def _warmup_shorter_than_training(recipe: Recipe) -> Problem | None:
     from zerolab.recipe.length import train_iters
 

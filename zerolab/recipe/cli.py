@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from zerolab.cluster.arguments import add_slurm_arguments
 from zerolab.errors import UserError
 
 
@@ -52,19 +53,9 @@ def register(subparsers: Any) -> None:
     render_parser.add_argument(
         "--out", type=Path, help="also write ds_config.json and command.sh into this new directory"
     )
-    render_parser.add_argument(
-        "--slurm",
-        action="store_true",
-        help="print an sbatch script that runs the recipe across its nodes instead (docs/multinode.md)",
-    )
-    render_parser.add_argument(
-        "--image",
-        help="with --slurm: the container image pyxis runs on each node (default: the hosts' engine)",
-    )
-    render_parser.add_argument("--partition", help="with --slurm: #SBATCH --partition")
-    render_parser.add_argument("--account", help="with --slurm: #SBATCH --account")
-    render_parser.add_argument(
-        "--time", default="02:00:00", help="with --slurm: #SBATCH --time (default 02:00:00)"
+    add_slurm_arguments(
+        render_parser,
+        "print an sbatch script that runs the recipe across its nodes instead (docs/multinode.md)",
     )
     render_parser.set_defaults(run=run_render)
 
@@ -84,6 +75,7 @@ def register(subparsers: Any) -> None:
 
 def run_render(args: argparse.Namespace) -> int:
     """Print (and with --out, write) the render."""
+    from zerolab.cluster.arguments import refuse_slurm_options_without_slurm
     from zerolab.recipe import render
     from zerolab.recipe.extras import check_extras
     from zerolab.recipe.output import render_text, warn_missing_inputs
@@ -92,9 +84,7 @@ def run_render(args: argparse.Namespace) -> int:
 
     if args.slurm and (args.json or args.out is not None):
         raise UserError("--slurm prints an sbatch script; it does not combine with --json or --out")
-    slurm_only = [option for option in ("image", "partition", "account") if getattr(args, option)]
-    if slurm_only and not args.slurm:
-        raise UserError(f"--{slurm_only[0]} is an option of --slurm; add --slurm, or leave it out")
+    refuse_slurm_options_without_slurm(args)
     recipe, resume = select(list(args.words), args.resume, scheduler_places_nodes=args.slurm)
     warn_missing_inputs(recipe, scheduler_places_nodes=args.slurm)
     if args.slurm:
@@ -115,17 +105,10 @@ def run_render(args: argparse.Namespace) -> int:
 
 def print_sbatch(recipe: Any, resume: Any, args: argparse.Namespace) -> int:
     """Print the recipe's sbatch script (--slurm)."""
-    from zerolab.cluster.slurm import SlurmOptions, sbatch_for_recipe
-    from zerolab.engine.paths import engine_python
+    from zerolab.cluster.arguments import slurm_options
+    from zerolab.cluster.slurm import sbatch_for_recipe
 
-    options = SlurmOptions(
-        image=args.image,
-        partition=args.partition,
-        account=args.account,
-        time_limit=args.time,
-        engine_bin=None if args.image else str(engine_python().parent),
-    )
-    print(sbatch_for_recipe(recipe, options, resume=resume), end="")
+    print(sbatch_for_recipe(recipe, slurm_options(args), resume=resume), end="")
     return 0
 
 

@@ -117,6 +117,21 @@ def apply_override(merged: dict[str, Any], override: str, sources: Sources) -> N
     _record(sources, path, value, source)
 
 
+def override_problem(override: str) -> str | None:
+    """Why `key.path=value` is not a valid override on its own, or None when it is: the key and its
+    value against the schema (type, constraints; for `SECTION=NAME`, the building blocks), as
+    applying it to any recipe would judge them. The cross-key checks are not run: they depend on
+    the rest of the recipe."""
+    merged: dict[str, Any] = {}
+    sources: Sources = {}
+    try:
+        apply_override(merged, override, sources)
+        validate(merged, sources)
+    except UserError as error:
+        return str(error)
+    return None
+
+
 def deep_merge(
     target: dict[str, Any], update: dict[str, Any], source: str, sources: Sources, prefix: KeyPath = ()
 ) -> None:

@@ -1,10 +1,13 @@
-"""Training length: iterations as given, or converted from tokens or epochs.
+"""Training length and checkpoint interval: iterations as given, or converted from tokens or
+epochs.
 
 - `train.tokens`: iterations = ceil(tokens / (global batch x sequence length)).
 - `train.epochs`: Megatron builds the training split from the first documents of the
   prepared dataset (its `--split` rule) and cuts their tokens into samples of
   `seq_length + 1` tokens that overlap by one, (tokens - 1) // seq_length per epoch;
   iterations = ceil(epochs x samples per epoch / global batch). This reads PREFIX.idx.
+- `train.save_interval_epochs`: the checkpoint interval in epochs of the same training split,
+  ceil(epochs x samples per epoch / global batch) iterations (at least 1).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from zerolab.errors import UserError
+from zerolab.recipe.inputs import prepare_hint
 from zerolab.recipe.schema import Recipe
 
 if TYPE_CHECKING:
@@ -29,26 +33,47 @@ def train_iters(recipe: Recipe) -> int:
     if train.tokens is not None:
         return math.ceil(train.tokens / tokens_per_iter)
     assert train.epochs is not None, "checks guarantee one training length"
-    samples = (train_split_tokens(recipe) - 1) // recipe.model.seq_length
+    return _epochs_in_iterations(recipe, train.epochs, EPOCHS)
+
+
+def save_interval(recipe: Recipe) -> int | None:
+    """Iterations between checkpoints: train.save_interval, or train.save_interval_epochs in
+    iterations; None when the recipe saves none."""
+    train = recipe.train
+    if train.save_interval_epochs is None:
+        return train.save_interval
+    return max(1, _epochs_in_iterations(recipe, train.save_interval_epochs, SAVE_INTERVAL_EPOCHS))
+
+
+EPOCHS = ("train.epochs", "give the length as train.iters or train.tokens")
+SAVE_INTERVAL_EPOCHS = ("train.save_interval_epochs", "give the interval as train.save_interval (iterations)")
+"""The keys given in epochs, and the fix that needs no data: for the errors."""
+
+
+def _epochs_in_iterations(recipe: Recipe, epochs: float, asked_by: tuple[str, str]) -> int:
+    """`epochs` passes over the training split, in iterations (rounded up)."""
+    key, fix = asked_by
+    samples = (train_split_tokens(recipe, asked_by) - 1) // recipe.model.seq_length
     if samples < 1:
         raise UserError(
-            f"train.epochs: the training split of {recipe.data.path or recipe.data.train_path} holds "
-            "fewer than "
-            f"{recipe.model.seq_length + 1} tokens, not one sample; use more data or train.iters"
+            f"{key}: the training split of {recipe.data.path or recipe.data.train_path} holds fewer than "
+            f"{recipe.model.seq_length + 1} tokens, not one sample; use more data, or {fix}"
         )
-    return math.ceil(train.epochs * samples / train.global_batch_size)
+    return math.ceil(epochs * samples / recipe.train.global_batch_size)
 
 
-def train_split_tokens(recipe: Recipe) -> int:
+def train_split_tokens(recipe: Recipe, asked_by: tuple[str, str] = EPOCHS) -> int:
     """Tokens in the training split: data.split's leading documents of data.path, or the whole
-    of data.train_path (needs its PREFIX.idx)."""
+    of data.train_path (needs its PREFIX.idx); `asked_by` is the key that needs them and the fix
+    without data, for the error when the data is missing."""
+    asking, fix = asked_by
     key = "path" if recipe.data.path is not None else "train_path"
     path = getattr(recipe.data, key)
     idx = Path(path + ".idx")
     if not idx.is_file():
         raise UserError(
-            f"train.epochs needs the prepared dataset to count its tokens, and {path}.idx is missing "
-            f"(data.{key}): prepare it first, or give the length as train.iters or train.tokens"
+            f"{asking} needs the prepared dataset to count its tokens, and {path}.idx is missing "
+            f"(data.{key}): {prepare_hint(recipe, key)}, or {fix}"
         )
     sizes = document_sizes(idx)
     if key == "train_path":

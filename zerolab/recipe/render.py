@@ -21,7 +21,7 @@ from zerolab.engine.workarounds import ATTENTION_ENV, SDPA
 from zerolab.locations import CHECKOUT
 from zerolab.recipe.destinations import DeepSpeed, Megatron, destinations, one_to_one
 from zerolab.recipe.inputs import tokenizer_file
-from zerolab.recipe.length import train_iters
+from zerolab.recipe.length import save_interval, train_iters
 from zerolab.recipe.schema import Recipe, ZeroSection
 
 ENTRY_MODULE = "zerolab.engine.megatron_entry"
@@ -367,16 +367,12 @@ def activation_checkpointing_args(recipe: Recipe) -> list[str]:
 
 
 def run_dir_args(recipe: Recipe, run_dir: str) -> list[str]:
-    """What the engine writes into the run directory: checkpoints (train.save_interval),
-    TensorBoard events and the W&B run (logging)."""
+    """What the engine writes into the run directory: checkpoints (train.save_interval, or
+    save_interval_epochs in iterations), TensorBoard events and the W&B run (logging)."""
     args: list[str] = []
-    if recipe.train.save_interval is not None:
-        args += [
-            "--save",
-            f"{run_dir}/{rundir.CHECKPOINTS_DIR}",
-            "--save-interval",
-            str(recipe.train.save_interval),
-        ]
+    interval = save_interval(recipe)
+    if interval is not None:
+        args += ["--save", f"{run_dir}/{rundir.CHECKPOINTS_DIR}", "--save-interval", str(interval)]
     logging = recipe.logging
     if logging.tensorboard:
         args += [

@@ -551,6 +551,16 @@ class TrainSection(Section):
         gt=0,
         to=(Megatron("--save-interval", "with --save RUN_DIR/checkpoints"),),
     )
+    save_interval_epochs: float | None = field(
+        None,
+        "the checkpoint interval in passes over the training split of the prepared dataset (needs the "
+        "data), as model zoos save one per epoch: 1 saves every epoch, 0.5 twice an epoch; rendered "
+        "in iterations, ceil(epochs x samples per epoch / global batch), at least 1. Give this or "
+        "save_interval, not both",
+        "epochs",
+        gt=0,
+        to=(Megatron("--save-interval", "in iterations, with --save RUN_DIR/checkpoints"),),
+    )
 
 
 class HardwareSection(Section):

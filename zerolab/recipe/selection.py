@@ -15,14 +15,16 @@ GIVE_A_RECIPE = "give a RECIPE (a file, or a name under recipes/ such as cpu/tin
 
 
 def select(
-    words: list[str], resume: Path | None, *, scheduler_places_nodes: bool = False
+    words: list[str], resume: Path | None, *, scheduler_places_nodes: bool = False, name: str | None = None
 ) -> tuple[Recipe, Resume | None]:
-    """The recipe of `words` (RECIPE then KEY=VALUE overrides), or with `resume` the recipe of that
-    run with `words` as overrides and what it resumes from."""
+    """The recipe of `words` (RECIPE then KEY=VALUE overrides), named `name` instead of the recipe
+    file when given, or with `resume` the recipe of that run (under its name) with `words` as
+    overrides and what it resumes from."""
     if resume is None:
         if not words:
             raise UserError(GIVE_A_RECIPE)
-        return load_recipe(words[0], words[1:], scheduler_places_nodes=scheduler_places_nodes), None
+        recipe = load_recipe(words[0], words[1:], scheduler_places_nodes=scheduler_places_nodes, name=name)
+        return recipe, None
     recipe_file = resume / rundir.RECIPE_FILE
     if not recipe_file.is_file():
         raise UserError(f"--resume {resume}: not a run directory (no {rundir.RECIPE_FILE})")

@@ -142,6 +142,7 @@ def run_summarize(args: argparse.Namespace) -> int:
 
     from zerolab.summarize import tables
     from zerolab.summarize.plots import write_plots
+    from zerolab.summarize.sweep_plots import write_sweep_plots
 
     collection = _collect(args)
     out = args.out or default_out(args.paths)
@@ -151,6 +152,8 @@ def run_summarize(args: argparse.Namespace) -> int:
         for name, text in zip(OUTPUT_FILES, texts, strict=True):
             write_atomic(out / name, text)
         written, skipped_plots = ([], []) if args.no_plots else write_plots(collection, out)
+        if not args.no_plots:
+            written, skipped_plots = _plus(write_sweep_plots(collection, out), written, skipped_plots)
     except OSError as error:
         raise UserError(
             f"cannot write the summary to {out}: {error.strerror or error} (choose another --out)"
@@ -166,6 +169,13 @@ def run_summarize(args: argparse.Namespace) -> int:
     for reason in skipped_plots:
         console.print(f"no plot {reason}", soft_wrap=True)
     return 0
+
+
+def _plus(
+    sweep: tuple[list[Path], list[str]], written: list[Path], skipped: list[str]
+) -> tuple[list[Path], list[str]]:
+    """The plots written and skipped, with a sweep's after the others."""
+    return written + sweep[0], skipped + sweep[1]
 
 
 def run_compare(args: argparse.Namespace) -> int:

@@ -158,6 +158,12 @@ COLUMNS: tuple[Column, ...] = (
         terminal=4,
     ),
     Column("path", "the run directory or log file"),
+    Column(
+        "sweep",
+        "a sweep's cell (`zerolab sweep`, docs/sweep.md): its value of each swept key, `{key: value}`; "
+        "null outside a sweep. The tables show each swept key as a column after `run` (summary.csv: "
+        "`sweep.KEY`)",
+    ),
     Column("model", "the model (e.g. `gpt2-1.5b`)", label="model", show=lambda v: v or ""),
     Column(
         "num_layers",
@@ -185,9 +191,10 @@ COLUMNS: tuple[Column, ...] = (
     Column("precision", "`fp32`, `bf16` or `fp16`", label="precision", show=lambda v: v or "", terminal=15),
     Column(
         "status",
-        "`completed`, `running_or_cut_off` or `failed`; its kind: `out_of_memory`, `nan_or_overflow`, "
-        "`nccl_timeout`, `gpu_error`, `signal` (a rank killed by a signal), `killed` or `exception`; "
-        "the cause with the line that says it",
+        "`completed`, `running_or_cut_off`, `failed` or `refused` (a sweep's cell whose recipe the checks "
+        "refused: nothing ran); a failure's kind: `out_of_memory`, `nan_or_overflow`, `nccl_timeout`, "
+        "`gpu_error`, `signal` (a rank killed by a signal), `killed` or `exception`; the cause with the "
+        "line that says it (a refusal: the checks' message)",
         label="status",
         companions=("cause_kind", "cause"),
         cell=_status,
@@ -345,6 +352,24 @@ COLUMNS: tuple[Column, ...] = (
 
 TABLE: tuple[Column, ...] = tuple(column for column in COLUMNS if column.label)
 """summary.md's columns, in order (the printed table has those with a `terminal` rank)."""
+
+
+def swept_column(key: str) -> Column:
+    """The table column of a swept key: each row's value of it (empty outside the sweep); ranked
+    with the run's name, so a narrow terminal keeps it."""
+    from zerolab.sweep.values import value_text
+
+    def cell(row: Row) -> str:
+        values = row["sweep"] or {}
+        return value_text(values[key]) if key in values else ""
+
+    return Column(f"sweep.{key}", f"the swept key `{key}`", label=key, cell=cell, terminal=1)
+
+
+def table_columns(sweep_keys: list[str]) -> tuple[Column, ...]:
+    """TABLE with a column for each swept key after the run's name."""
+    return (TABLE[0], *(swept_column(key) for key in sweep_keys), *TABLE[1:])
+
 
 METRICS: tuple[Column, ...] = tuple(column for column in COLUMNS if column.better)
 """What `zerolab compare` divides by the baseline's."""

@@ -16,7 +16,12 @@ from zerolab.summarize.parse import ParsedLog
 from zerolab.summarize.rundir import RunDirFacts
 from zerolab.summarize.stats import Warmup, spread
 
-STATUS_LABELS = {"completed": "completed", "running_or_cut_off": "running or cut off", "failed": "failed"}
+STATUS_LABELS = {
+    "completed": "completed",
+    "running_or_cut_off": "running or cut off",
+    "failed": "failed",
+    "refused": "refused",
+}
 
 
 @dataclass(frozen=True)
@@ -53,6 +58,8 @@ def _rounded(value: float | None, digits: int = 10) -> float | None:
 def _status(log: ParsedLog, facts: RunDirFacts | None) -> dict[str, Any]:
     failure = log.ending.failure
     state = (facts.status.get("state") if facts else None) or None
+    if facts and state == "refused":  # a sweep's cell the checks refused: nothing ran
+        return {"status": "refused", "cause_kind": None, "cause": facts.status.get("cause")}
     completed_by_count = bool(
         log.iteration_count and log.train_iters and log.iterations["iteration"][-1] >= log.train_iters
     )
@@ -245,6 +252,7 @@ def summarize_run(run: Run, log: ParsedLog, facts: RunDirFacts | None, options: 
             tflops.append(found[0])
             tflops_source = tflops_source or found[1]
     row: dict[str, Any] = {"name": _run_name(run, facts), "setup": setup_label(cfg), "path": str(run.path)}
+    row["sweep"] = None  # a sweep's cell: zerolab.summarize.sweeps
     row.update({k: v for k, v in cfg.items() if k not in ("recompute", "epoch_tokens")})
     row.update(_status(log, facts))
     row["anomalies"] = _anomalies(log)

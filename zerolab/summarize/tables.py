@@ -11,7 +11,7 @@ from typing import Any
 from rich.cells import cell_len
 
 from zerolab.summarize.collect import Collection
-from zerolab.summarize.columns import ROW_KEYS, TABLE, Column
+from zerolab.summarize.columns import ROW_KEYS, Column, table_columns
 
 JSON_SCHEMA_VERSION = 1
 
@@ -29,35 +29,44 @@ def _footnotes(collection: Collection) -> list[str]:
 
 def to_markdown(collection: Collection) -> str:
     """summary.md: the table and its footnotes."""
-    headers = [column.table_header for column in TABLE]
+    columns = table_columns(collection.sweep_keys)
+    headers = [column.table_header for column in columns]
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     for summary in collection.runs:
-        cells = [column.table_cell(summary.row).replace("|", "\\|") for column in TABLE]
+        cells = [column.table_cell(summary.row).replace("|", "\\|") for column in columns]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n\n" + "\n".join(f"- {note}" for note in _footnotes(collection)) + "\n"
 
 
 def to_csv(collection: Collection) -> str:
-    """summary.csv: every row key as a column; lists joined with `; `, unknown values empty."""
+    """summary.csv: every row key as a column (`sweep` as one `sweep.KEY` column per swept key);
+    lists joined with `; `, unknown values empty."""
     buffer = io.StringIO()
-    keys = list(ROW_KEYS)
+    swept = {f"sweep.{key}": key for key in collection.sweep_keys}
+    keys = [name for key in ROW_KEYS for name in (swept if key == "sweep" else [key])]
     writer = csv.DictWriter(buffer, fieldnames=keys, lineterminator="\n")
     writer.writeheader()
     for summary in collection.runs:
+        values = summary.row["sweep"] or {}
+        row = {name: values.get(key) for name, key in swept.items()} | {
+            k: v for k, v in summary.row.items() if k != "sweep"
+        }
         writer.writerow(
-            {
-                k: "; ".join(v) if isinstance(v, list) else ("" if v is None else v)
-                for k, v in summary.row.items()
-            }
+            {k: "; ".join(v) if isinstance(v, list) else ("" if v is None else v) for k, v in row.items()}
         )
     return buffer.getvalue()
 
 
 def to_json(collection: Collection) -> dict[str, Any]:
-    """summary.json's object: {schema_version, warmup, runs: [row...], skipped: [{path, reason}]}."""
+    """summary.json's object: {schema_version, warmup, sweeps: [{name, recipe, swept}], runs:
+    [row...], skipped: [{path, reason}]}."""
     return {
         "schema_version": JSON_SCHEMA_VERSION,
         "warmup": collection.options.warmup.describe(),
+        "sweeps": [
+            {"name": plan.name, "recipe": plan.recipe, "swept": [entry.model_dump() for entry in plan.swept]}
+            for plan in collection.sweeps
+        ],
         "runs": [summary.row for summary in collection.runs],
         "skipped": [{"path": path, "reason": reason} for path, reason in collection.skipped],
     }
@@ -86,7 +95,8 @@ def terminal_columns(collection: Collection, width: int | None) -> tuple[dict[st
     Columns are taken by their `terminal` rank while they fit at their narrowest; the room left
     widens them up to what their cells need, those needing least first (the most columns without a
     wrapped cell). None: every column, rich's widths."""
-    columns = sorted((column for column in TABLE if column.terminal), key=lambda column: column.terminal or 0)
+    table = table_columns(collection.sweep_keys)
+    columns = sorted((column for column in table if column.terminal), key=lambda column: column.terminal or 0)
     if width is None:
         return {column.key: 0 for column in columns}, []
     needs = {c.key: _widths(c, [c.table_cell(summary.row) for summary in collection.runs]) for c in columns}
@@ -101,7 +111,7 @@ def terminal_columns(collection: Collection, width: int | None) -> tuple[dict[st
         extra = min(room, needs[key][1] - kept[key])
         kept[key] += extra
         room -= extra
-    return kept, [column for column in TABLE if column.terminal and column.key not in kept]
+    return kept, [column for column in table if column.terminal and column.key not in kept]
 
 
 def rich_table(collection: Collection, width: int | None = None) -> Any:
@@ -110,7 +120,7 @@ def rich_table(collection: Collection, width: int | None = None) -> Any:
     from rich.table import Table
 
     widths, left_out = terminal_columns(collection, width)
-    columns = [column for column in TABLE if column.key in widths]
+    columns = [column for column in table_columns(collection.sweep_keys) if column.key in widths]
     notes = _footnotes(collection)
     if left_out:
         names = ", ".join(column.table_header for column in left_out)

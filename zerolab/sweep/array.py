@@ -1,0 +1,75 @@
+"""`zerolab sweep ... --slurm`: the sweep as one sbatch array job instead of running it here, one
+array task per cell to run, each the job `zerolab render --slurm` renders for that cell's recipe
+(zerolab.cluster.slurm) writing into the cell's run directory. The cells to run are chosen as a
+run here chooses them (completed skipped, failed only with --retry-failed); refused cells are
+recorded here, as a run records them, so the sweep's summary shows them."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from zerolab.files import write_atomic
+from zerolab.locations import display_path
+from zerolab.sweep.cells import Sweep
+from zerolab.sweep.check import REFUSE, RUN, Checked, check_cells, checked_and_locked, record_refusal
+from zerolab.sweep.plan import SBATCH_FILE, PlannedCell, cell_dir, previous_prefix, write_plan
+
+RENDERED_BY = "zerolab sweep --slurm"
+
+
+def write_array_job(
+    sweep: Sweep, name: str | None, *, retry_failed: bool, options: Any, dry_run: bool
+) -> int:
+    """Write sweep.json, the refused cells' status and sweep.sbatch into the sweep directory (with
+    `dry_run`: print the script, write nothing); returns 0 (bad input is a UserError)."""
+    from zerolab.recipe.inputs import check_inputs
+    from zerolab.recipe.selection import select
+    from zerolab.sweep.run import planned
+
+    plan, directory, recorded = planned(sweep, name)
+
+    def check(cell: PlannedCell) -> Any:
+        return select([plan.recipe, *cell.overrides], None, scheduler_places_nodes=True, name=cell.name)[0]
+
+    if dry_run:
+        checked = check_cells(plan, directory, check, retry_failed=retry_failed)
+        script = _script(plan.name, directory, checked, options)
+        print(script or f"zerolab sweep {plan.name}: no cell to run\n", end="")
+        return 0
+    with checked_and_locked(plan, directory, check, retry_failed=retry_failed) as checked:
+        script = _script(plan.name, directory, checked, options)
+        if not recorded:
+            write_plan(directory, plan)
+        for item in checked:
+            if item.action == REFUSE:
+                record_refusal(directory, item)
+                print(f"zerolab: {item.cell.name} refused: {item.refusal}", file=sys.stderr)
+        if script is None:
+            print(f"zerolab sweep {plan.name}: no cell left to run (see {display_path(directory)}/)")
+            return 0
+        path = directory / SBATCH_FILE
+        write_atomic(path, script, mode=0o755)
+    runs = [item for item in checked if item.action == RUN]
+    for problem in dict.fromkeys(problem for item in runs for problem in check_inputs(item.ready)):
+        print(f"zerolab: warning: here, {problem}", file=sys.stderr)
+    print(
+        f"wrote {display_path(path)}: {len(runs)} array task(s), one per cell to run; submit it from "
+        f"this directory: sbatch {display_path(path)}; then: zerolab summarize {display_path(directory)}"
+    )
+    return 0
+
+
+def _script(name: str, directory: Path, checked: list[Checked], options: Any) -> str | None:
+    """The array job of the cells to run (None when there is none)."""
+    from zerolab.cluster.slurm import ArrayTask, sbatch_array
+
+    tasks = [
+        ArrayTask(
+            item.ready, display_path(cell_dir(directory, item.cell)), previous_prefix(directory, item.cell)
+        )
+        for item in checked
+        if item.action == RUN
+    ]
+    return sbatch_array(tasks, name, options, rendered_by=RENDERED_BY) if tasks else None

@@ -1,0 +1,79 @@
+"""A sweep's terminal: a rich progress bar over the cells it runs, the running cell's iteration
+and loss beside it, and one line per finished cell (name, state, seconds, cause). Every rank's
+output goes to the cell's train.log, not the terminal."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from zerolab import rundir
+from zerolab.locations import display_path
+
+_ITERATION = re.compile(r"iteration\s+(\d+)/\s*(\d+) .*?lm loss: ([0-9.E+-]+)")
+_STATE_STYLE = {rundir.COMPLETED: "green", rundir.REFUSED: "yellow"}
+
+
+def finished_line(name: str, status: rundir.Status, seconds: float | None, run_dir: Any = None) -> str:
+    """One line for a finished (or refused) cell, `NAME  STATE  N s: CAUSE -> RUN_DIR`, in rich
+    markup (the state coloured)."""
+    from rich.markup import escape
+
+    style = _STATE_STYLE.get(status.state, "red")
+    took = f"  {seconds:.0f} s" if seconds is not None else ""
+    cause = f": {status.cause}" if status.cause else ""
+    where = f" -> {display_path(run_dir)}" if run_dir is not None and status.state != rundir.REFUSED else ""
+    return f"{escape(name)}  [{style}]{status.state}[/]{took}{escape(cause + where)}"
+
+
+class SweepProgress:
+    """The progress bar over `total` cells; use as a context manager."""
+
+    def __init__(self, console: Any, total: int) -> None:
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            SpinnerColumn,
+            TextColumn,
+            TimeElapsedColumn,
+        )
+
+        self.console = console
+        self.progress = Progress(
+            SpinnerColumn(),
+            BarColumn(bar_width=24),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("{task.description}"),
+            console=console,
+            transient=True,
+        )
+        self.task = self.progress.add_task("", total=total)
+        self.label = ""
+
+    def __enter__(self) -> SweepProgress:
+        self.progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.progress.stop()
+
+    def start(self, name: str) -> None:
+        """A cell starts."""
+        self.label = name
+        self.progress.update(self.task, description=f"{name}: starting")
+
+    def echo(self, text: str) -> None:
+        """A line of the running cell's output: its iteration and loss go into the description."""
+        match = _ITERATION.search(text)
+        if match:
+            iteration, total, loss = match[1], match[2], float(match[3])
+            self.progress.update(
+                self.task, description=f"{self.label}: iteration {iteration}/{total}, lm loss {loss:.3f}"
+            )
+
+    def done(self, line: str) -> None:
+        """A cell finished: its line above the bar, and the bar one further."""
+        self.progress.console.print(line, soft_wrap=True)
+        self.progress.advance(self.task)

@@ -1,0 +1,151 @@
+"""`zerolab sweep`: run every cell of a sweep in turn, each through `zerolab launch`'s prepare()
+and launch() into its own run directory under logs/sweeps/NAME/, then summarize them.
+
+Re-running the same command resumes: completed cells are skipped, failed ones too unless
+--retry-failed; a killed cell (Ctrl-C) or one a stopped sweep left behind runs again, its
+earlier attempt moved into .previous/. Ctrl-C stops the running cell (its status `killed`) and
+the sweep with it. Exit status: 0 when every cell that could run completed (refused cells
+included), 1 when any failed, the stopped cell's (130 on Ctrl-C) when stopped; bad input, or
+every cell refused, is a UserError (2) before anything is written."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from zerolab import rundir
+from zerolab.errors import UserError
+from zerolab.locations import display_path
+from zerolab.sweep.cells import Sweep
+from zerolab.sweep.check import (
+    REFUSE,
+    RUN,
+    SKIP,
+    Checked,
+    check_cells,
+    checked_and_locked,
+    dry_run_text,
+    record_refusal,
+)
+from zerolab.sweep.plan import (
+    Plan,
+    PlannedCell,
+    cell_dir,
+    cell_state,
+    check_same_sweep,
+    move_aside,
+    plan_of,
+    sweep_dir,
+    write_plan,
+)
+from zerolab.sweep.progress import SweepProgress, finished_line
+
+
+def planned(sweep: Sweep, name: str | None) -> tuple[Plan, Path, bool]:
+    """The plan of `sweep` under `name` (default: from the recipe and the swept keys), its
+    directory, and whether that directory holds it already; UserError when it holds another sweep."""
+    from zerolab.recipe.compose import resolve_recipe_path
+
+    plan = plan_of(sweep, name or sweep.default_name(), display_path(resolve_recipe_path(sweep.recipe)))
+    directory = sweep_dir(plan.name)
+    existing = check_same_sweep(directory, plan)
+    return existing or plan, directory, existing is not None
+
+
+def dry_run(sweep: Sweep, name: str | None, *, retry_failed: bool) -> int:
+    """Print each cell with its check (ok, or refused with the message) or why it is skipped;
+    write nothing."""
+    from zerolab.engine.paths import engine_missing
+
+    plan, directory, _ = planned(sweep, name)
+    missing = engine_missing()
+    note = f"the engine is not set up ({missing}): cells checked without it" if missing else None
+    checked = check_cells(plan, directory, _checker(plan, engine_required=False), retry_failed=retry_failed)
+    print(dry_run_text(plan, directory, checked, note), end="")
+    return 0
+
+
+def run_sweep(sweep: Sweep, name: str | None, *, retry_failed: bool, console: Any) -> int:
+    """Run the sweep's cells that need running, then summarize the sweep; returns the exit status."""
+    from zerolab.engine.paths import engine_missing
+
+    plan, directory, recorded = planned(sweep, name)
+    missing = engine_missing()
+    if missing:
+        raise UserError(f"cannot run the sweep: {missing}")
+    with checked_and_locked(plan, directory, _checker(plan), retry_failed=retry_failed) as checked:
+        return _run(plan, directory, checked, console, recorded)
+
+
+def _checker(plan: Plan, *, engine_required: bool = True) -> Callable[[PlannedCell], Any]:
+    """A cell's check: `zerolab launch`'s prepare() of the recipe with the cell's overrides,
+    the run named after the cell."""
+    from zerolab.launch.launcher import prepare
+
+    def check(cell: PlannedCell) -> Any:
+        return prepare([plan.recipe, *cell.overrides], name=cell.name, engine_required=engine_required)
+
+    return check
+
+
+def _run(plan: Plan, directory: Path, checked: list[Checked], console: Any, recorded: bool) -> int:
+    from zerolab.engine.doctor import collect
+    from zerolab.launch.launcher import launch
+
+    if not recorded:
+        write_plan(directory, plan)
+    to_run = [item for item in checked if item.action == RUN]
+    skipped = [item for item in checked if item.action == SKIP]
+    console.print(
+        f"zerolab sweep {plan.name}: {len(plan.cells)} cells ({' x '.join(plan.keys)}) in "
+        f"{display_path(directory)}/: {len(to_run)} to run, "
+        f"{sum(item.action == REFUSE for item in checked)} refused, {len(skipped)} skipped",
+        soft_wrap=True,
+        markup=False,
+    )
+    for item in skipped:
+        console.print(f"{item.cell.name}  skipped: {item.why_skipped}", soft_wrap=True, markup=False)
+    for item in checked:
+        if item.action == REFUSE:
+            status = record_refusal(directory, item)
+            console.print(finished_line(item.cell.name, status, None), soft_wrap=True)
+    if not to_run:
+        return _finish(plan, directory, console)
+    doctor = collect(cached=True)
+    with SweepProgress(console, len(to_run)) as progress:
+        for item in to_run:
+            if item.state is not None:
+                move_aside(directory, item.cell, item.state)
+            progress.start(item.cell.name)
+            started = time.monotonic()
+            run_dir, status = launch(
+                item.ready, run_dir=cell_dir(directory, item.cell), echo=progress.echo, doctor=doctor
+            )
+            progress.done(finished_line(item.cell.name, status, time.monotonic() - started, run_dir))
+            if status.state == rundir.KILLED:
+                left = len(to_run) - to_run.index(item) - 1
+                console.print(
+                    f"zerolab sweep: {item.cell.name} {status.cause}; {left} more cell(s) not run. "
+                    "Run the same command again to run the unfinished cells.",
+                    soft_wrap=True,
+                    markup=False,
+                )
+                return int(status.exit_code or 130)
+    return _finish(plan, directory, console)
+
+
+def _finish(plan: Plan, directory: Path, console: Any) -> int:
+    """Summarize the sweep; 1 when a cell failed, else 0."""
+    from zerolab.cli import main
+
+    states = [cell_state(directory, cell) for cell in plan.cells]
+    counts = {state: states.count(state) for state in dict.fromkeys(states)}
+    console.print(
+        f"zerolab sweep {plan.name}: " + ", ".join(f"{count} {state}" for state, count in counts.items()),
+        soft_wrap=True,
+        markup=False,
+    )
+    main(["summarize", str(directory)])
+    return 1 if rundir.FAILED in states else 0
