@@ -2,8 +2,9 @@
 (tokens/s per GPU with its 10th-90th percentile, max allocated GPU memory, peak host memory, the
 last training loss) against that key, one line per combination of the other swept keys. Only
 completed cells are drawn; a value whose cells were refused or failed says so under its tick.
-A numeric key is a numeric axis (log 2 when it spans 8x or more), any other key one tick per
-value in sweep order."""
+A numeric key is a numeric axis (log 2 when it spans 8x or more) with each series a line; any
+other key is one tick per value in sweep order, its points unjoined (the values have no order
+between them) and, with several series, set side by side around the tick."""
 
 from __future__ import annotations
 
@@ -41,6 +42,8 @@ MIN_RELATIVE_SPAN = 0.04
 """A panel's y axis spans at least this fraction of its values."""
 MEASURED = "completed"
 """Only rows of this status are drawn as measurements."""
+DODGE = 0.5
+"""On a categorical axis, the width around a tick that its series' points spread over."""
 
 
 @dataclass(frozen=True)
@@ -144,6 +147,7 @@ def _figure(plan: Plan, key: str, rows: list[RunSummary], path: Path) -> None:
     values, positions, scale = axis(plan, key)
     xs = {value_text(value): x for value, x in zip(values, positions, strict=True)}
     groups = list(series(plan, key, rows))
+    measured = [label for label, members in groups if any(m.row["status"] == MEASURED for m in members)]
     missing = not_drawn(key, rows)
     fig, axes = plt.subplots(2, 2, figsize=(12.0, 8.2), sharex=True, layout="constrained")
     palette = matplotlib.colormaps["tab10"]
@@ -157,6 +161,7 @@ def _figure(plan: Plan, key: str, rows: list[RunSummary], path: Path) -> None:
             drawn = True
             at = {point.x: point for point in found}
             line = [at.get(x) for x in positions]  # None: no measurement there, a gap in the line
+            shift = _dodge(measured.index(label), len(measured)) if scale == "categorical" else 0.0
             ys = [point.y if point else math.nan for point in line]
             errors = None
             if metric in SPREAD:
@@ -165,9 +170,10 @@ def _figure(plan: Plan, key: str, rows: list[RunSummary], path: Path) -> None:
                     [point.high - point.y if point and point.high is not None else 0.0 for point in line],
                 ]
             panel.errorbar(
-                positions,
+                [x + shift for x in positions],
                 ys,
                 yerr=errors,
+                linestyle="none" if scale == "categorical" else "-",
                 marker="o",
                 markersize=5,
                 capsize=4,
@@ -218,6 +224,14 @@ def _figure(plan: Plan, key: str, rows: list[RunSummary], path: Path) -> None:
     fig.suptitle(f"Sweep {plan.name}: each metric against {key}\n{note}", fontsize=11)
     save_png(fig, path, dpi=DPI)
     plt.close(fig)
+
+
+def _dodge(index: int, count: int) -> float:
+    """The offset from its tick of series `index` of the `count` series drawn on a categorical
+    axis (a series with no completed cell takes no place)."""
+    if count < 2:
+        return 0.0
+    return DODGE * (index / (count - 1) - 0.5)
 
 
 def _at_least_relative_span(panel: Any) -> None:
