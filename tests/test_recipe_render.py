@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from zerolab.cli import main
+from zerolab.errors import UserError
 from zerolab.recipe import check_inputs, load_recipe, render, run_facts
 
 REPO = Path(__file__).resolve().parents[1]
@@ -429,3 +430,26 @@ def test_a_missing_split_dataset_is_named_with_the_prep_command_that_writes_it(c
         "data.train_path: d/x_train_text_document.bin and d/x_train_text_document.idx not found; prepare it "
         "with `zerolab prep CORPUS --out d/x --split TRAIN,VALID,TEST`"
     ) in capsys.readouterr().err
+
+
+def test_epochs_of_a_split_dataset_count_the_whole_training_dataset():
+    # data.train_path is the training split itself: 247 samples per epoch (above), whatever data.split says
+    splits = ["data.path=null", f"data.train_path={FIXTURE_PREFIX}", "data.split=50,50,0"]
+    recipe = load_recipe(
+        "cpu/tiny_z1", [*splits, "train.iters=null", "train.epochs=2", "train.save_interval_epochs=1"]
+    )
+    argv = render(recipe).argv
+    assert (option(argv, "--train-iters"), option(argv, "--save-interval")) == ("62", "31")
+
+
+def test_epochs_of_a_missing_split_dataset_name_the_prep_command_that_writes_it():
+    splits = ["data.path=null", "data.train_path=d/x_train_text_document", "train.save_interval_epochs=1"]
+    with pytest.raises(UserError) as error:
+        render(load_recipe("cpu/tiny_z1", splits))
+    message = str(error.value)
+    assert message.startswith("train.save_interval_epochs needs the prepared dataset to count its tokens")
+    assert (
+        "(data.train_path): prepare it with `zerolab prep CORPUS --out d/x --split TRAIN,VALID,TEST`"
+        in message
+    )
+    assert message.endswith("or give the interval as train.save_interval (iterations)")
