@@ -151,9 +151,12 @@ def run_summarize(args: argparse.Namespace) -> int:
         texts = (tables.to_markdown(collection), tables.to_csv(collection), tables.json_text(collection))
         for name, text in zip(OUTPUT_FILES, texts, strict=True):
             write_atomic(out / name, text)
-        written, skipped_plots = ([], []) if args.no_plots else write_plots(collection, out)
-        if not args.no_plots:
-            written, skipped_plots = _plus(write_sweep_plots(collection, out), written, skipped_plots)
+        written: list[Path] = []
+        skipped_plots: list[str] = []
+        for write in () if args.no_plots else (write_plots, write_sweep_plots):  # a sweep's after the others
+            found, skipped = write(collection, out)
+            written += found
+            skipped_plots += skipped
     except OSError as error:
         raise UserError(
             f"cannot write the summary to {out}: {error.strerror or error} (choose another --out)"
@@ -169,13 +172,6 @@ def run_summarize(args: argparse.Namespace) -> int:
     for reason in skipped_plots:
         console.print(f"no plot {reason}", soft_wrap=True)
     return 0
-
-
-def _plus(
-    sweep: tuple[list[Path], list[str]], written: list[Path], skipped: list[str]
-) -> tuple[list[Path], list[str]]:
-    """The plots written and skipped, with a sweep's after the others."""
-    return written + sweep[0], skipped + sweep[1]
 
 
 def run_compare(args: argparse.Namespace) -> int:

@@ -14,6 +14,7 @@ def attach_sweeps(runs: list[RunSummary]) -> list[Plan]:
     """Set `sweep` on the rows of sweep cells and put each sweep's rows in cell order (where its
     first row stood); returns the sweeps met. An unreadable sweep.json is named in the row's notes."""
     plans: dict[Path, tuple[Plan | None, str | None]] = {}
+    first: dict[Path, int] = {}  # where each directory's first row stood
     place: dict[int, tuple[int, int, int]] = {}
     met: list[Plan] = []
     for position, summary in enumerate(runs):
@@ -21,6 +22,7 @@ def attach_sweeps(runs: list[RunSummary]) -> list[Plan]:
         parent = run_dir.parent.resolve()
         if parent not in plans:
             plans[parent] = read_plan(run_dir.parent)
+            first[parent] = position
         plan, problem = plans[parent]
         if problem:
             summary.row["notes"].append(problem)
@@ -31,7 +33,6 @@ def attach_sweeps(runs: list[RunSummary]) -> list[Plan]:
         if plan not in met:
             met.append(plan)
         summary.row["sweep"] = dict(plan.cells[cells[run_dir.name]].values)
-        first = min(p for p, s in enumerate(runs) if Path(s.row["path"]).parent.resolve() == parent)
-        place[id(summary)] = (first, 1, cells[run_dir.name])
+        place[id(summary)] = (first[parent], 1, cells[run_dir.name])
     runs.sort(key=lambda summary: place[id(summary)])
     return met

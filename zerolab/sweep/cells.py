@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import re
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -203,9 +204,7 @@ def _cell_name(values: dict[str, Any], overrides: tuple[str, ...]) -> str:
 
 def _make_unique(cells: list[Cell]) -> None:
     """Cells whose names coincide (values that differ only in unsafe characters) end in a hash."""
-    counts: dict[str, int] = {}
-    for cell in cells:
-        counts[cell.name.lower()] = counts.get(cell.name.lower(), 0) + 1
+    counts = Counter(cell.name.lower() for cell in cells)
     for index, cell in enumerate(cells):
         if counts[cell.name.lower()] > 1:
             name = f"{cell.name[: MAX_NAME - 9]}-{_digest(' '.join(cell.overrides))}"
