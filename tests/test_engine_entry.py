@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -45,3 +46,26 @@ def test_the_deepspeed_launchers_local_rank_before_the_script_reaches_the_script
         "--num-layers",
         "2",
     ]
+
+
+PIECEWISE_PRINTER = """import sys
+tag = sys.argv[-1]
+for number in range(5000):
+    print(tag * 40, number, "end", flush=True)  # several writes per line, as Megatron's argument dump
+"""
+
+
+def test_ranks_sharing_one_output_never_split_each_others_lines(tmp_path):
+    # every launcher runs the ranks unbuffered into one pipe (train.log); a line split by another
+    # rank's output broke the parsing of the 2-rank engine logs (`remote_device ... cpu` read as
+    # `cpudeepspeed_not_implemented`)
+    script = tmp_path / "pretrain_gpt.py"
+    script.write_text(PIECEWISE_PRINTER)
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "PYTHONUNBUFFERED": "1", "RANK": "1"}
+    command = f"{sys.executable} -m zerolab.engine.megatron_entry {script} A & "
+    command += f"{sys.executable} -m zerolab.engine.megatron_entry {script} B & wait"
+    result = subprocess.run(["bash", "-c", command], env=env, capture_output=True, text=True, check=True)
+    lines = result.stdout.splitlines()
+    assert len(lines) == 10_000
+    split = [line for line in lines if not re.fullmatch(r"(A{40}|B{40}) \d+ end", line)]
+    assert split == []

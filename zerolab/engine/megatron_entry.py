@@ -3,9 +3,10 @@
 Applies zerolab's workarounds and the opt-in patches its environment asks for
 (zerolab.engine.workarounds), prints each one applied (rank 0), then runs PRETRAIN_SCRIPT as
 `__main__` with sys.argv = [PRETRAIN_SCRIPT, *ARGS], exactly as `python PRETRAIN_SCRIPT ARGS...`
-would. The DeepSpeed launcher puts `--local_rank=N` before PRETRAIN_SCRIPT; the script gets it
-first, as from `python PRETRAIN_SCRIPT --local_rank=N ARGS...` (Megatron's parser reads an option
-anywhere). Standard library only: it runs inside the engine's environment.
+would. Its output is written a whole line at a time, so that the ranks sharing one train.log
+never split each other's lines. The DeepSpeed launcher puts `--local_rank=N` before
+PRETRAIN_SCRIPT; the script gets it first, as from `python PRETRAIN_SCRIPT --local_rank=N ARGS...`
+(Megatron's parser reads an option anywhere). Standard library only: it runs inside the engine's environment.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ def main(argv: list[str]) -> None:
     arguments under the workarounds. Options before the script are the launcher's own: the
     deepspeed launcher starts a module as `-m MODULE --local_rank=N SCRIPT ARGS...`, and the
     script reads them as it would from `python SCRIPT --local_rank=N ARGS...`."""
+    write_whole_lines()
     launcher_options = list(itertools.takewhile(lambda token: token.startswith("-"), argv))
     rest = argv[len(launcher_options) :]
     if not rest:
@@ -51,6 +53,16 @@ def main(argv: list[str]) -> None:
     sys.argv = [str(script), *launcher_options, *rest[1:]]
     sys.path.insert(0, str(script.parent))
     runpy.run_path(str(script), run_name="__main__")
+
+
+def write_whole_lines() -> None:
+    """Make stdout and stderr write each line in one piece. The launchers run every rank unbuffered
+    (PYTHONUNBUFFERED, `python -u`) into one shared pipe, where `print(a, b)` is several writes and
+    another rank's output lands between them: `remote_device ... cpu` became `cpudeepspeed_not_
+    implemented` in a 2-rank log. Line buffering keeps output prompt and lines whole (a pipe write
+    up to 4 KiB is atomic)."""
+    for stream in (sys.stdout, sys.stderr):
+        stream.reconfigure(line_buffering=True, write_through=False)
 
 
 if __name__ == "__main__":
