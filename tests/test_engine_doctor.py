@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 
 from zerolab.cli import main
@@ -161,3 +162,22 @@ def test_an_engine_at_another_commit_says_so(tmp_path, monkeypatch, capsys):
     rows = table_rows(capsys.readouterr().out)
     pin = load_pins().engine_commit
     assert rows["Megatron-DeepSpeed"] == f"{commit[:12]} at {checkout}: not the pinned {pin[:12]}"
+
+
+def test_checkouts_side_by_side_share_the_engine_probe(engine, tmp_path, monkeypatch):
+    # a worktree or CI clone has its own probe.py, of another time and the same content: the
+    # probe's cached result serves it, where keying by time re-ran the probe at each switch
+    from zerolab.engine import doctor
+
+    packages = load_pins().python
+    first = doctor.probe_engine(packages, cached=True)
+    other_checkout = tmp_path / "probe.py"
+    other_checkout.write_bytes(doctor.PROBE_SCRIPT.read_bytes())
+    os.utime(other_checkout, (1, 1))
+    monkeypatch.setattr(doctor, "PROBE_SCRIPT", other_checkout)
+
+    def probe_run_again(*args, **kwargs):
+        raise AssertionError(f"the probe ran again: {args}")
+
+    monkeypatch.setattr(doctor.subprocess, "run", probe_run_again)
+    assert doctor.probe_engine(packages, cached=True) == first

@@ -13,7 +13,7 @@ from typing import Any
 
 def write_atomic(path: Path, data: str | bytes, *, mode: int | None = None) -> None:
     """Write `data` (text as UTF-8) to `path` whole; `mode` sets its permissions."""
-    partial = path.with_name(f".{path.name}.partial")
+    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")  # writers side by side: one each
     if isinstance(data, str):
         partial.write_text(data, encoding="utf-8")
     else:

@@ -26,6 +26,7 @@ from zerolab.engine.checkout import checkout_commit
 from zerolab.engine.install import read_record
 from zerolab.engine.paths import engine_dir, engine_python, torch_extensions_dir, zerolab_home
 from zerolab.engine.pins import load_pins
+from zerolab.files import write_json_atomic
 from zerolab.locations import REPO_ROOT
 
 PROBE_SCRIPT = Path(__file__).resolve().parent / "probe.py"
@@ -168,7 +169,7 @@ def probe_engine(packages: dict[str, str], *, cached: bool) -> dict[str, Any]:
         "python": str(python),
         "site_packages": _site_packages_stamp(python),
         "packages": sorted(packages),
-        "probe": PROBE_SCRIPT.stat().st_mtime,
+        "probe": sha256_of(PROBE_SCRIPT),  # its content, not its time: checkouts side by side share
     }
     cache = zerolab_home() / PROBE_CACHE
     result = None
@@ -197,7 +198,7 @@ def probe_engine(packages: dict[str, str], *, cached: bool) -> dict[str, Any]:
                 else {"packages": {}, "torch_error": "probe failed"}
             )
         cache.parent.mkdir(parents=True, exist_ok=True)
-        cache.write_text(json.dumps({"key": key, "probe": result}))
+        write_json_atomic(cache, {"key": key, "probe": result})
     extensions = result.get("torch_extensions_dir")
     for name, op in result.get("ops", {}).items():
         op["jit_built"] = bool(extensions) and (Path(extensions) / name / f"{name}.so").is_file()
