@@ -113,6 +113,40 @@ def test_signal_stops_every_rank_and_records_killed(tmp_path, signal_number, nam
     assert still_running(tmp_path / "pids") == []
 
 
+CTRL_C_AS_THE_RANKS_START = """
+import os, signal, subprocess, sys
+from pathlib import Path
+from zerolab.launch.execute import execute
+start = subprocess.Popen
+def start_then_ctrl_c(*args, **kwargs):
+    subprocess.Popen = start
+    process = start(*args, **kwargs)
+    os.kill(os.getpid(), signal.SIGINT)  # the launcher is running, nothing is watching it yet
+    return process
+subprocess.Popen = start_then_ctrl_c
+status = execute(Path(sys.argv[1]), sys.argv[2:], dict(os.environ), Path.cwd())
+sys.exit(status.exit_code)
+"""
+
+
+def test_ctrl_c_the_moment_the_ranks_start_stops_them(tmp_path):
+    # a Ctrl-C between the launcher's start and the stopper's install left the ranks running in
+    # their own session, out of the terminal's reach
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    argv = standin(tmp_path / "pids", "--iters", "1000", "--sleep", "0.05")
+    launch = subprocess.run(
+        [sys.executable, "-c", CTRL_C_AS_THE_RANKS_START, str(run_dir), *argv],
+        stdout=subprocess.DEVNULL,
+        timeout=60,
+        check=False,
+    )
+    assert launch.returncode == 128 + signal.SIGINT
+    status = json.loads((run_dir / "status.json").read_text())
+    assert (status["state"], status["exit_code"]) == ("killed", 128 + signal.SIGINT)
+    assert still_running(tmp_path / "pids") == []
+
+
 def test_samples_measure_the_resident_memory_of_the_whole_tree(tmp_path):
     # Two ranks whose helpers (grandchildren of the launcher) each hold 128 MiB.
     status, run_dir = run(tmp_path, "--iters", "25", "--sleep", "0.1", "--hold-mib", "128")

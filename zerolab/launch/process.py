@@ -46,7 +46,9 @@ def run_training(
     """Run `argv` to the end; returns its Outcome. The exit code is the command's own, or
     128 + the signal number when it was stopped by SIGINT/SIGTERM sent to us."""
     echo = echo or _to_stdout
-    with (run_dir / LOG_FILE).open("w", buffering=1, errors="replace") as log:
+    stopper = _Stopper()
+    with (run_dir / LOG_FILE).open("w", buffering=1, errors="replace") as log, stopper:
+        # the stopper is in place before the ranks start: a Ctrl-C at any moment reaches them
         process = subprocess.Popen(
             argv,
             env=env,
@@ -56,12 +58,11 @@ def run_training(
             stderr=subprocess.STDOUT,
             start_new_session=True,  # its own process group: signals reach every rank, and only them
         )
+        stopper.watch(process)
         sampler = Sampler(run_dir / SAMPLES_FILE, process.pid, interval_s=sample_interval_s).start()
         reader = threading.Thread(target=_pump, args=(process, log, echo), name="zerolab-log", daemon=True)
         reader.start()
-        stopper = _Stopper(process)
-        with stopper:
-            exit_code = process.wait()
+        exit_code = process.wait()
         sampler.stop()
         _stop_leftovers(process.pid, list(sampler.seen.values()))
         reader.join(timeout=10)
@@ -88,11 +89,12 @@ def _pump(process: subprocess.Popen, log, echo) -> None:
 
 
 class _Stopper:
-    """While installed: SIGINT/SIGTERM to us -> SIGTERM to the training's process group, then
-    SIGKILL after GRACE_S if anything is still running."""
+    """While installed: SIGINT/SIGTERM to us -> SIGTERM to the watched training's process group,
+    then SIGKILL after GRACE_S if anything is still running. A signal that comes before the
+    training is watched is passed on as soon as it is."""
 
-    def __init__(self, process: subprocess.Popen) -> None:
-        self.process = process
+    def __init__(self) -> None:
+        self.process: subprocess.Popen | None = None
         self.signal_number: int | None = None
         self._previous: dict[int, object] = {}
 
@@ -106,16 +108,27 @@ class _Stopper:
         for number, handler in self._previous.items():
             signal.signal(number, handler)
 
+    def watch(self, process: subprocess.Popen) -> None:
+        """Stop `process`'s group on a signal; at once if one has come already."""
+        self.process = process
+        if self.signal_number is not None:
+            self._stop()
+
     def _handle(self, number: int, frame: object) -> None:
         if self.signal_number is None:
             self.signal_number = number
             print(f"\nzerolab: {_SIGNAL_NAMES[number]}: stopping every rank", file=sys.stderr, flush=True)
-            _signal_group(self.process.pid, signal.SIGTERM)
-            timer = threading.Timer(GRACE_S, _signal_group, args=(self.process.pid, signal.SIGKILL))
-            timer.daemon = True
-            timer.start()
-        else:  # a second Ctrl-C: no more waiting
+            if self.process is not None:
+                self._stop()
+        elif self.process is not None:  # a second Ctrl-C: no more waiting
             _signal_group(self.process.pid, signal.SIGKILL)
+
+    def _stop(self) -> None:
+        assert self.process is not None
+        _signal_group(self.process.pid, signal.SIGTERM)
+        timer = threading.Timer(GRACE_S, _signal_group, args=(self.process.pid, signal.SIGKILL))
+        timer.daemon = True
+        timer.start()
 
 
 def _signal_group(pgid: int, number: int) -> None:
