@@ -4,13 +4,12 @@ output goes to the cell's train.log, not the terminal."""
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from zerolab import rundir
 from zerolab.locations import display_path
+from zerolab.summarize.megatron import find_iteration, parse_iteration
 
-_ITERATION = re.compile(r"iteration\s+(\d+)/\s*(\d+) .*?lm loss: ([0-9.E+-]+)")
 _STATE_STYLE = {rundir.COMPLETED: "green", rundir.REFUSED: "yellow"}
 
 
@@ -65,12 +64,15 @@ class SweepProgress:
         self.progress.update(self.task, description=f"{name}: starting")
 
     def echo(self, text: str) -> None:
-        """A line of the running cell's output: its iteration and loss go into the description."""
-        match = _ITERATION.search(text)
-        if match:
-            iteration, total, loss = match[1], match[2], float(match[3])
+        """A line of the running cell's output: its iteration and loss (read as summarize reads
+        them) go into the description."""
+        match = find_iteration(text)
+        record = parse_iteration(text, match) if match else None
+        if record is not None and record.loss is not None:
             self.progress.update(
-                self.task, description=f"{self.label}: iteration {iteration}/{total}, lm loss {loss:.3f}"
+                self.task,
+                description=f"{self.label}: iteration {record.iteration}/{record.train_iters}, "
+                f"lm loss {record.loss:.3f}",
             )
 
     def done(self, line: str) -> None:
