@@ -6,6 +6,7 @@ sweep on the real engine: tests/test_sweep_engine.py."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -18,6 +19,9 @@ from zerolab.errors import UserError
 from zerolab.locations import REPO_ROOT, display_path
 from zerolab.recipe import load_recipe, render
 from zerolab.recipe.compose import resolve_recipe_path
+from zerolab.summarize.collect import summarize_paths
+from zerolab.summarize.summary import Options
+from zerolab.summarize.sweep_plots import points
 from zerolab.sweep.cells import MAX_NAME, check_name, expand, split_values
 from zerolab.sweep.plan import PLAN_FILE, locked, plan_of, read_plan, write_plan
 
@@ -187,6 +191,29 @@ def test_the_same_command_resumes_from_the_cells_states(tmp_path, monkeypatch, c
     assert main(["sweep", "cpu/tiny_dp", *words, "--name", "s", "--dry-run", "--retry-failed"]) == 0
     out = capsys.readouterr().out
     assert "zero-z1  ok (again: failed earlier)" in out and "zero-z0  skip: completed earlier" in out
+
+
+def test_sweeps_of_the_same_cells_summarized_together_each_draw_their_own(tmp_path, monkeypatch):
+    # the same swept values under two names (another fixed override gives the same cell names):
+    # each sweep's rows and figure hold its own cells, not the other's of the same name
+    monkeypatch.chdir(tmp_path)
+    logs = Path(__file__).resolve().parent / "fixtures" / "logs" / "cpu-engine"
+    words = ["train.micro_batch_size=1,2", f"data.path={DATA}"]
+    for name, log in (("first", "final_z0.log"), ("second", "final_z1.log")):
+        directory = recorded(tmp_path, words, name, {0: "completed", 1: "completed"})
+        for cell in ("train.micro_batch_size-1", "train.micro_batch_size-2"):
+            shutil.copy(logs / log, directory / cell / rundir.LOG_FILE)
+    sweeps = tmp_path / "logs" / "sweeps"
+    collection = summarize_paths([sweeps], Options())
+    rows = {s.plan.name: [Path(r.row["path"]).parent.name for r in s.runs] for s in collection.sweeps}
+    assert rows == {"first": ["first", "first"], "second": ["second", "second"]}
+    for sweep in collection.sweeps:
+        xs = {"1": 1.0, "2": 2.0}
+        drawn = points("tokens_per_s_per_gpu", "train.micro_batch_size", xs, sweep.runs)
+        assert [point.x for point in drawn] == [1.0, 2.0]
+    assert main(["summarize", str(sweeps), "--out", str(tmp_path / "out")]) == 0
+    written = {path.name for path in (tmp_path / "out").glob("sweep-*.png")}
+    assert written == {"sweep-first-train.micro_batch_size.png", "sweep-second-train.micro_batch_size.png"}
 
 
 def test_a_directory_holding_another_sweep_is_refused_with_the_fix(tmp_path, monkeypatch, capsys):

@@ -196,7 +196,8 @@ def test_the_plots_draw_completed_cells_only(work, resumed):
     written = {p.name for p in sweep_dir(work).glob("sweep-*.png")}
     assert written == {"sweep-data.path.png", "sweep-train.micro_batch_size.png"}
     collection = summarize_paths([sweep_dir(work)], Options())
-    (plan,) = collection.sweeps
+    (sweep,) = collection.sweeps
+    plan = sweep.plan
     assert axis(plan, "train.micro_batch_size") == ([2, 3], [2.0, 3.0], "linear")
     assert axis(plan, "data.path") == ([GOOD, BROKEN], [0.0, 1.0], "categorical")
     xs = {value_text(value): x for value, x in zip(*axis(plan, "data.path")[:2], strict=True)}

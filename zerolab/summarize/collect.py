@@ -12,8 +12,7 @@ from zerolab.summarize.discover import Run, discover
 from zerolab.summarize.parse import ParsedLog, parse_log
 from zerolab.summarize.rundir import read_run_dir
 from zerolab.summarize.summary import Options, RunSummary, summarize_run
-from zerolab.summarize.sweeps import attach_sweeps
-from zerolab.sweep.plan import Plan
+from zerolab.summarize.sweeps import SweepRuns, attach_sweeps
 
 SETUP_ORDER = ("dp", "z1", "z2", "z3", "z3_offload", "z3_offload_param")
 
@@ -25,13 +24,13 @@ class Collection:
     runs: list[RunSummary] = field(default_factory=list)
     skipped: list[tuple[str, str]] = field(default_factory=list)
     options: Options = field(default_factory=Options)
-    sweeps: list[Plan] = field(default_factory=list)
-    """The sweeps (`zerolab sweep`) the runs are cells of, in the order first met."""
+    sweeps: list[SweepRuns] = field(default_factory=list)
+    """The sweeps (`zerolab sweep`) the runs are cells of, in the order first met, each with its rows."""
 
     @property
     def sweep_keys(self) -> list[str]:
         """Every swept key of those sweeps, in order."""
-        return list(dict.fromkeys(key for plan in self.sweeps for key in plan.keys))
+        return list(dict.fromkeys(key for sweep in self.sweeps for key in sweep.plan.keys))
 
 
 def setup_rank(summary: RunSummary) -> tuple[int, str]:

@@ -117,8 +117,8 @@ def write_sweep_plots(collection: Collection, out: Path) -> tuple[list[Path], li
     written: list[Path] = []
     skipped: list[str] = []
     several = len(collection.sweeps) > 1
-    for plan in collection.sweeps:
-        rows = [s for s in collection.runs if s.row["sweep"] is not None and _of(plan, s)]
+    for sweep in collection.sweeps:
+        plan, rows = sweep.plan, sweep.runs
         for key in plan.keys:
             path = out / plot_file(plan, key, several)
             if not any(s.row["status"] == MEASURED for s in rows):
@@ -127,13 +127,6 @@ def write_sweep_plots(collection: Collection, out: Path) -> tuple[list[Path], li
             _figure(plan, key, rows, path)
             written.append(path)
     return written, skipped
-
-
-def _of(plan: Plan, summary: RunSummary) -> bool:
-    """Whether the row is a cell of `plan` (its directory is one of the plan's, in a directory
-    holding that plan)."""
-    run_dir = Path(summary.row["path"])
-    return any(cell.run_dir == run_dir.name and cell.values == summary.row["sweep"] for cell in plan.cells)
 
 
 def _column(key: str) -> Column:

@@ -65,7 +65,7 @@ def to_json(collection: Collection) -> dict[str, Any]:
         "warmup": collection.options.warmup.describe(),
         "sweeps": [
             {"name": plan.name, "recipe": plan.recipe, "swept": [entry.model_dump() for entry in plan.swept]}
-            for plan in collection.sweeps
+            for plan in (sweep.plan for sweep in collection.sweeps)
         ],
         "runs": [summary.row for summary in collection.runs],
         "skipped": [{"path": path, "reason": reason} for path, reason in collection.skipped],
