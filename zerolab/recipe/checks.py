@@ -288,10 +288,14 @@ def _split_datasets_need_a_training_one(recipe: Recipe) -> Problem | None:
     )
 
 
+def _lengths_given(recipe: Recipe) -> list[str]:
+    """The train keys among iters, tokens and epochs that the recipe sets."""
+    return [key for key in ("iters", "tokens", "epochs") if getattr(recipe.train, key) is not None]
+
+
 @check
 def _one_training_length(recipe: Recipe) -> Problem | None:
-    train = recipe.train
-    given = [name for name in ("iters", "tokens", "epochs") if getattr(train, name) is not None]
+    given = _lengths_given(recipe)
     if len(given) == 1:
         return None
     return Problem(
@@ -319,7 +323,7 @@ def _warmup_shorter_than_training(recipe: Recipe) -> Problem | None:
     from zerolab.recipe.length import train_iters
 
     train = recipe.train
-    given = [key for key in ("iters", "tokens", "epochs") if getattr(train, key) is not None]
+    given = _lengths_given(recipe)
     if len(given) != 1:
         return None  # the one-length check reports it
     try:
