@@ -58,9 +58,9 @@ def main(argv: list[str]) -> None:
 def write_whole_lines() -> None:
     """Make stdout and stderr write each line in one piece. The launchers run every rank unbuffered
     (PYTHONUNBUFFERED, `python -u`) into one shared pipe, where `print(a, b)` is several writes and
-    another rank's output lands between them: `remote_device ... cpu` became `cpudeepspeed_not_
-    implemented` in a 2-rank log. Line buffering keeps output prompt and lines whole (a pipe write
-    up to 4 KiB is atomic)."""
+    another rank's output lands between them (a 2-rank log read `remote_device ... cpu` as
+    `cpudeepspeed_not_implemented`). Line buffering keeps output prompt and lines whole (a pipe
+    write of up to 4 KiB is atomic)."""
     for stream in (sys.stdout, sys.stderr):
         stream.reconfigure(line_buffering=True, write_through=False)
 
