@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: help test lint dev docs setup demo
+.PHONY: help test lint dev docs setup demo gpu-kit gpu-check
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -36,3 +36,10 @@ setup: dev  ## the engine: a venv in ~/.cache/zerolab with the pins of zerolab/e
 
 demo: setup  ## set up, then the CPU demo: one sweep over five ZeRO setups of a tiny GPT-2 (2 ranks), runs and summary in logs/sweeps/demo/
 	$(BIN)/zerolab demo
+
+gpu-kit: setup  ## on a machine with network access: DIR=folder [MACHINE=pip-freeze-of-the-GPU-machine.txt] [PYTHON_VERSION=3.12]: what an offline GPU machine needs for gpu-check
+	@test -n "$(DIR)" || { echo "usage: make gpu-kit DIR=folder [MACHINE=freeze.txt] [PYTHON_VERSION=3.12]" >&2; exit 2; }
+	$(BIN)/python -m zerolab.gpucheck.kit "$(DIR)" $(if $(MACHINE),--machine "$(MACHINE)") $(if $(PYTHON_VERSION),--python-version $(PYTHON_VERSION))
+
+gpu-check:  ## on a GPU machine, with its own CUDA torch (PYTHON=python3): [KIT=folder] [RESULTS=folder] [ARGS=--dry-run|--only STEP]: build, seed study, peer benchmark, benchmarks/gpu.md
+	$(PYTHON) -m zerolab.gpucheck $(if $(KIT),--kit "$(KIT)") $(if $(RESULTS),--results "$(RESULTS)") $(ARGS)

@@ -58,7 +58,7 @@ def test_on_a_cpu_machine_the_cuda_rows_say_not_needed(engine, capsys, monkeypat
     assert main(["doctor"]) == 0
     rows = table_rows(capsys.readouterr().out)
     assert rows["CUDA"].startswith("not used: no GPU, and torch ") and "is a CPU build" in rows["CUDA"]
-    assert rows["apex"] == rows["fused kernels"] == "not needed: the engine trains on CPU"
+    assert rows["apex"] == rows["fused kernels"] == "not built: CUDA is not used here (the CUDA row says why)"
     assert rows["data helpers"].endswith(": build_sample_idx answers correctly (smoke check)")
 
 

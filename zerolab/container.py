@@ -24,6 +24,15 @@ BASE_IMAGE_PACKAGES = ("torch",)
 its torch is built against the image's CUDA, cuDNN and NCCL, and apex's extensions are
 compiled against it. A PyPI torch would replace it and break apex."""
 
+
+def kept_builds(image: str | None, torch_cuda: str | None) -> tuple[str, ...]:
+    """The packages of BASE_IMAGE_PACKAGES the engine environment keeps as it has them, whatever
+    their pins: in the GPU image (`image`, ZEROLAB_IMAGE), and wherever its torch is a CUDA build
+    (`torch_cuda`, torch.version.cuda): the machine's own, which pip's build of the pinned
+    version would replace (on a bare GPU machine, offline, it could not even be fetched)."""
+    return BASE_IMAGE_PACKAGES if image or torch_cuda else ()
+
+
 _NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
 
 

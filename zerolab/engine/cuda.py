@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -88,6 +88,40 @@ def nvcc_version(nvcc: Path) -> str | None:
     except (OSError, subprocess.TimeoutExpired):
         return None
     return nvcc_release(result.stdout) if result.returncode == 0 else None
+
+
+def pip_toolkit(python: Path) -> Path | None:
+    """The CUDA toolkit that NVIDIA's pip wheels (nvidia-cuda-nvcc with its headers, e.g. through
+    `cuda-toolkit[nvcc,cccl]`) put into `python`'s environment, `site-packages/nvidia/cu13`
+    (CUDA 13's layout: bin/nvcc, include, lib), or None."""
+    found = sorted((python.parent.parent / "lib").glob("python3*/site-packages/nvidia/cu*/bin/nvcc"))
+    return found[-1].parent.parent if found else None
+
+
+def toolkit_home(python: Path, inherited: Mapping[str, str]) -> Path | None:
+    """The CUDA_HOME to give the engine for the pip toolkit in `python`'s environment: torch's
+    extension builder looks for nvcc only in CUDA_HOME, on PATH and in /usr/local/cuda, and Megatron
+    runs `$CUDA_HOME/bin/nvcc -V` at every CUDA start. None when `inherited` sets CUDA_HOME itself
+    or there is no pip toolkit. Its libraries need their unversioned names (link_libraries) on
+    LIBRARY_PATH: the wheels ship libcudart.so.13 alone, and builds link with -lcudart."""
+    return None if inherited.get("CUDA_HOME") else pip_toolkit(python)
+
+
+def link_libraries(toolkit: Path, link_dir: Path) -> list[str]:
+    """Link each versioned library of `toolkit`/lib (libcudart.so.13) that has no unversioned name
+    there under that name (libcudart.so) in `link_dir`; returns the names linked."""
+    link_dir.mkdir(parents=True, exist_ok=True)
+    linked = []
+    for library in sorted((toolkit / "lib").glob("lib*.so.*")):
+        name = library.name.split(".so.", 1)[0] + ".so"
+        if (toolkit / "lib" / name).exists() or name in linked:
+            continue
+        link = link_dir / name
+        if link.is_symlink() or link.exists():
+            link.unlink()
+        link.symlink_to(library)
+        linked.append(name)
+    return linked
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from typing import Any
 from zerolab import __version__
 from zerolab.assets import GPT2_SHA256
 from zerolab.checksums import sha256_of
-from zerolab.container import BASE_IMAGE_PACKAGES
+from zerolab.container import kept_builds
 from zerolab.engine import cuda, data_helpers, fused_kernels
 from zerolab.engine.apex import APEX_MODULES, APEX_SRC_VARIABLE
 from zerolab.engine.checkout import checkout_commit
@@ -98,13 +98,14 @@ def collect(*, cached: bool = False) -> dict[str, Any]:
 
 
 def _probe_problems(probe: dict[str, Any], pins: dict[str, str]) -> list[dict[str, str]]:
-    """Pins the engine environment does not meet. In the GPU image (ZEROLAB_IMAGE set), the
-    base image's own builds of BASE_IMAGE_PACKAGES (torch) stand in for their CPU pins."""
+    """Pins the engine environment does not meet. In the GPU image (ZEROLAB_IMAGE set), or where
+    the engine's torch is a CUDA build, the machine's own builds of BASE_IMAGE_PACKAGES (torch)
+    stand in for their CPU pins (container.kept_builds)."""
     problems = []
-    from_image = BASE_IMAGE_PACKAGES if os.environ.get("ZEROLAB_IMAGE") else ()
+    kept = kept_builds(os.environ.get("ZEROLAB_IMAGE"), probe.get("cuda_version"))
     for name, wanted in pins.items():
         have = probe["packages"].get(name)
-        if name in from_image and have is not None:
+        if name in kept and have is not None:
             continue
         if have is None or have.split("+")[0] != wanted:
             problems.append(
@@ -309,7 +310,7 @@ def _compiled_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
         apex_row = f"{apex['version'] or '-'}: {modules}"
         kernels_row = f"{len(kernels['built'])} of {len(fused_kernels.KERNELS)} built in {kernels['dir']}"
     else:
-        apex_row = kernels_row = "not needed: the engine trains on CPU"
+        apex_row = kernels_row = "not built: CUDA is not used here (the CUDA row says why)"
     if not helpers["built"]:
         helpers_row = f"MISSING: {helpers['module']}"
     elif helpers["ok"]:

@@ -22,9 +22,11 @@ from pathlib import Path
 from rich.console import Console
 
 from zerolab import __version__
+from zerolab.container import BASE_IMAGE_PACKAGES, kept_builds
 from zerolab.engine import cuda, data_helpers
 from zerolab.engine.checkout import checkout_commit, ensure_checkout
 from zerolab.engine.paths import (
+    cuda_link_dir,
     engine_dir,
     engine_python,
     install_record,
@@ -41,6 +43,8 @@ STEPS = 9
 CPU_OPS = {"deepspeed_shm_comm": "ShareMemCommBuilder", "cpu_adam": "CPUAdamBuilder"}
 """DeepSpeed's ops a CPU run loads (shared-memory communication, ZeRO offload's Adam), by their
 builders: JIT-built into torch_extensions_dir() at setup rather than by the first run."""
+
+CPU_STEP = "DeepSpeed's CPU ops"
 
 BUILD = "zerolab.engine.build"
 """The engine's build steps, run by its own Python (as the Dockerfile runs them)."""
@@ -129,6 +133,19 @@ def pin_mismatches(python: Path, pins: dict[str, str]) -> dict[str, str | None]:
     }
 
 
+def torch_cuda(python: Path) -> str | None:
+    """The CUDA version `python`'s torch is built for (torch.version.cuda); None for a CPU build or
+    no torch."""
+    result = subprocess.run(
+        [str(python), "-c", "import torch; print(torch.version.cuda or '')"],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=_clean_env(),
+    )
+    return (result.stdout.strip() or None) if result.returncode == 0 else None
+
+
 def zerolab_location(python: Path) -> Path | None:
     """The zerolab package directory that `python` imports, or None when it has none."""
     result = subprocess.run(
@@ -169,6 +186,14 @@ def install(
 
     console.print(f"[bold]2/{STEPS}[/] pinned packages ({len(pins.python)} pins)")
     missing = pin_mismatches(python, pins.python)
+    own_build = any(name in missing for name in BASE_IMAGE_PACKAGES) and torch_cuda(python)
+    kept = kept_builds(os.environ.get("ZEROLAB_IMAGE"), own_build or None)
+    for name in kept:
+        if missing.get(name) is not None:
+            console.print(
+                f"  {name} {missing.pop(name)}: this environment's own CUDA build, kept (pins.toml's "
+                f"{pins.python[name]} is for the CPU set-up; pip's build of it would replace this one)"
+            )
     if "torch" in missing:
         # torch first and explicitly, at its pin: left to a dependency resolver it picks the
         # newest build (on PyPI, a multi-GB CUDA one).
@@ -178,7 +203,7 @@ def install(
         _pip(python, [f"{name}=={pins.python[name]}" for name in rest])
     if not missing:
         console.print("  every pin already installed")
-    still = pin_mismatches(python, pins.python)
+    still = {name: have for name, have in pin_mismatches(python, pins.python).items() if name not in kept}
     if still:
         raise UserError(f"after pip install, still not at their pins: {still} (see pip's output above)")
 
@@ -226,6 +251,15 @@ def prebuild_all(python: Path, pins: Pins, console: Console) -> dict:
     the helpers' smoke check (with the workaround runs use when it fails)."""
     from zerolab.engine.doctor import probe_engine
 
+    toolkit = cuda.toolkit_home(python, os.environ)
+    if toolkit is not None:
+        linked = cuda.link_libraries(toolkit, cuda_link_dir())
+        os.environ["CUDA_HOME"] = str(toolkit)
+        paths = [str(cuda_link_dir()), os.environ.get("LIBRARY_PATH")]
+        os.environ["LIBRARY_PATH"] = os.pathsep.join(path for path in paths if path)
+        console.print(
+            f"  CUDA toolkit from pip: CUDA_HOME={toolkit} ({len(linked)} link names in {cuda_link_dir()})"
+        )
     probe = probe_engine(pins.python, cached=False)
     plan = cuda.plan(probe, cuda.query_gpus(), cuda.env_arch_list())
     console.print(f"[bold]5/{STEPS}[/] CUDA: {plan.reason if plan.needed else 'not used: ' + plan.reason}")
@@ -252,12 +286,11 @@ def prebuild_all(python: Path, pins: Pins, console: Console) -> dict:
             lambda: _run(apex, env | {cuda.ARCH_LIST_VARIABLE: plan.arch_list}),
         ),
         ("Megatron's fused kernels", plan.needed, lambda: _run(kernels, env)),
-        ("DeepSpeed's CPU ops", not plan.needed, lambda: _cpu_ops(python, probe, env, console)),
+        (CPU_STEP, not plan.needed, lambda: _cpu_ops(python, probe, env, console)),
     ]
     for number, (step, needed, build) in enumerate(steps, start=6):
-        console.print(
-            f"[bold]{number}/{STEPS}[/] {step}" + ("" if needed else ": not needed, the engine trains on CPU")
-        )
+        skipped = "not needed: the CUDA builds are" if step == CPU_STEP else f"skipped: {plan.reason}"
+        console.print(f"[bold]{number}/{STEPS}[/] {step}" + ("" if needed else f": {skipped}"))
         if needed:
             recorded |= build() or {}
     return recorded

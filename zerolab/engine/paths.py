@@ -49,6 +49,11 @@ def torch_extensions_dir() -> Path:
     return Path(os.environ.get("TORCH_EXTENSIONS_DIR") or zerolab_home() / "torch_extensions")
 
 
+def cuda_link_dir() -> Path:
+    """Unversioned names of a pip-installed CUDA toolkit's libraries (zerolab.engine.cuda.link_libraries)."""
+    return zerolab_home() / "cuda-lib"
+
+
 def install_record() -> Path:
     """The JSON record of what `zerolab engine install` set up last."""
     return zerolab_home() / "install.json"

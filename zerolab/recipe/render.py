@@ -15,8 +15,15 @@ from pathlib import Path
 from typing import Any
 
 from zerolab import rundir
+from zerolab.engine.cuda import toolkit_home
 from zerolab.engine.megatron_entry import FLASH_V2
-from zerolab.engine.paths import engine_bin_dir, engine_dir, torch_extensions_dir
+from zerolab.engine.paths import (
+    cuda_link_dir,
+    engine_bin_dir,
+    engine_dir,
+    engine_python,
+    torch_extensions_dir,
+)
 from zerolab.engine.workarounds import ATTENTION_ENV, SDPA
 from zerolab.locations import CHECKOUT
 from zerolab.recipe.destinations import DeepSpeed, Megatron, destinations, one_to_one
@@ -143,8 +150,10 @@ class Launch:
         """What the launcher gets besides the rendered environment: the engine's bin directory first
         on PATH (torchrun, deepspeed, the engine's python), this checkout's zerolab first on
         PYTHONPATH and the start directory off sys.path (every rank imports this zerolab whatever
-        that directory holds), unbuffered output, and zerolab's own build directory for
-        DeepSpeed's JIT-built ops. PATH and PYTHONPATH extend `inherited`'s, or with None the
+        that directory holds), unbuffered output, zerolab's own build directory for DeepSpeed's
+        JIT-built ops, and where the CUDA toolkit is when it came from pip into the engine
+        environment (CUDA_HOME, and LIBRARY_PATH for its libraries' link names). PATH, PYTHONPATH
+        and LIBRARY_PATH extend `inherited`'s, or with None the
         shell's own (`$PATH`, for a script)."""
 
         def first_on(variable: str, directory: str) -> str:
@@ -156,6 +165,10 @@ class Launch:
         env = {"PATH": first_on("PATH", str(engine_bin_dir()))}
         if CHECKOUT is not None:  # an installed zerolab is the engine environment's own
             env["PYTHONPATH"] = first_on("PYTHONPATH", str(CHECKOUT))
+        toolkit = toolkit_home(engine_python(), os.environ if inherited is None else inherited)
+        if toolkit is not None:
+            env["CUDA_HOME"] = str(toolkit)
+            env["LIBRARY_PATH"] = first_on("LIBRARY_PATH", str(cuda_link_dir()))
         return env | {
             "PYTHONSAFEPATH": "1",
             "PYTHONUNBUFFERED": "1",

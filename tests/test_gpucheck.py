@@ -1,0 +1,162 @@
+"""The GPU check without a GPU: its kit (gathered for real: the engine, a git repository standing in
+for apex's pinned commit, wheels from the package index), its dry run end to end over that kit, its
+refusals, and what it and the engine set-up do with the machine's own CUDA builds."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from zerolab.container import kept_builds
+from zerolab.engine import cuda
+from zerolab.engine.pins import load_pins
+from zerolab.gpucheck import kit as kits
+from zerolab.gpucheck.__main__ import main
+from zerolab.gpucheck.check import STEP_NAMES, SWEEP_NAME
+
+PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
+
+
+def git(*args: str, cwd: Path) -> str:
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def gathered(engine, tmp_path_factory) -> tuple[kits.Kit, object]:
+    """A kit gathered for this Python, with a local repository as apex's pinned source (no network
+    reaches apex's upstream here); the machine has numpy at another version and rich at any."""
+    root = tmp_path_factory.mktemp("kit")
+    apex = root / "apex-source"
+    apex.mkdir()
+    git("init", "-q", cwd=apex)
+    (apex / "setup.py").write_text("# apex stands in\n")
+    git("add", ".", cwd=apex)
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "apex", cwd=apex)
+    pins = replace(load_pins(), apex_repo=str(apex), apex_commit=git("rev-parse", "HEAD", cwd=apex))
+    machine = {"numpy": "1.26.0", "rich": "13.0.0", "pyyaml": "6.0.1"}
+    gathered = kits.gather(
+        root / "kit", engine_python=engine[1], python_version=PYTHON, machine=machine, pins=pins
+    )
+    return gathered, pins
+
+
+def test_a_kit_holds_the_pinned_commits_and_the_wheels_the_machine_lacks(gathered):
+    kit, pins = gathered
+    assert kits.read_kit(kit.root, pins) == kit
+    assert git("rev-parse", kits.PINNED_REF, cwd=kit.engine_git) == pins.engine_commit
+    assert git("rev-parse", kits.PINNED_REF, cwd=kit.apex_git) == pins.apex_commit
+    names = {kits.wheel_identity(wheel)[0]: kits.wheel_identity(wheel)[1] for wheel in kit.wheels}
+    assert names["deepspeed"] == pins.python["deepspeed"] and names["numpy"] == pins.python["numpy"]
+    assert {"torch", "tensorboard", "wandb", "datasets"}.isdisjoint(names)  # the machine's, or not needed
+    assert "rich" not in names and "pyyaml" not in names  # zerolab's own, by range: the machine's will do
+    assert {"pydantic", "zstandard", "hjson", "transformers"} <= set(names)
+    assert kit.manifest["left_out"] and kit.manifest["python"] == PYTHON
+    assert not list(kit.root.parent.glob(".kit-partial-*"))
+
+
+def test_the_dry_run_prints_every_step_over_the_kit_and_runs_nothing(gathered, tmp_path, monkeypatch, capsys):
+    kit, pins = gathered
+    monkeypatch.setattr(kits, "load_pins", lambda: pins)
+    monkeypatch.setenv("ZEROLAB_HOME", str(tmp_path / "home"))
+    assert main(["--kit", str(kit.root), "--dry-run", "--results", str(tmp_path / "results")]) == 0
+    out = capsys.readouterr().out
+    numbered = [line.split(" ", 1)[1].split(":")[0] for line in out.splitlines() if line[:1].isdigit()]
+    assert numbered == list(STEP_NAMES)
+    assert f"--no-index --no-deps {kit.wheels[0]}" in out
+    assert f"ZEROLAB_ENGINE_SRC={kit.engine_git} ZEROLAB_APEX_SRC={kit.apex_git}" in out
+    assert "sweep gpt2_dp zero=z0,z1,z2,z3,z3_offload hardware.procs_per_node=1 train.iters=30" in out
+    assert (
+        f"--name {SWEEP_NAME}" in out
+        and "gpu_vs_peer.py --data logs/gpu-check/data/dolly_text_document" in out
+    )
+    assert f"--results {tmp_path / 'results'}" in out
+    assert not (tmp_path / "home").exists() and not (tmp_path / "results").exists()
+
+
+def test_a_kit_for_another_python_is_refused_with_the_command_that_makes_the_right_one(
+    gathered, tmp_path, monkeypatch, capsys
+):
+    kit, pins = gathered
+    monkeypatch.setattr(kits, "load_pins", lambda: pins)
+    other = tmp_path / "other"
+    other.mkdir()
+    for part in (kits.ENGINE_GIT, kits.APEX_GIT):
+        (other / part).mkdir()
+    (other / kits.MANIFEST).write_text(json.dumps({**kit.manifest, "python": "3.99"}))
+    assert main(["--kit", str(other), "--dry-run"]) == 2
+    assert f"make gpu-kit DIR={other} PYTHON_VERSION={PYTHON}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--only", "seeds,warmup"], "no step warmup"),
+        (["--iters", "3"], "--iters 3: at least 10"),
+        (["--kit", "/nonexistent/kit"], "/nonexistent/kit/kit.json: not found"),
+    ],
+)
+def test_bad_options_exit_2_with_the_reason(args, message, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("ZEROLAB_HOME", str(tmp_path))
+    assert main([*args, "--dry-run"]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_an_engine_environment_the_check_did_not_make_is_refused(tmp_path, monkeypatch, capsys):
+    python = tmp_path / "venv" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.write_text("")
+    monkeypatch.setenv("ZEROLAB_HOME", str(tmp_path))
+    assert main(["--dry-run"]) == 2
+    assert "ZEROLAB_HOME set to another folder" in capsys.readouterr().err
+
+
+def test_what_the_kit_leaves_out():
+    wheels = [Path("numpy-2.4.6-cp312-cp312-manylinux_2_28_x86_64.whl"), Path("rich-15.0.0-py3-none-any.whl"),
+              Path("six-1.17.0-py2.py3-none-any.whl"), Path("hjson-3.1.0-py3-none-any.whl")]  # fmt: skip
+    machine = kits.parse_freeze("numpy==2.5.2\nsix==1.17.0\nRich==13.9.4\n-e git+x#egg=y\n")
+    dropped = kits.left_out(wheels, {"numpy", "six"}, machine)
+    assert dropped == {
+        "rich-15.0.0-py3-none-any.whl": "the machine has rich 13.9.4",
+        "six-1.17.0-py2.py3-none-any.whl": "the machine has six 1.17.0, the pinned version",
+    }
+
+
+def test_the_machines_own_cuda_torch_is_kept_its_cpu_torch_is_not():
+    assert kept_builds(None, "13.0") == ("torch",)
+    assert kept_builds("nvcr.io/nvidia/pytorch:25.06-py3", None) == ("torch",)
+    assert kept_builds(None, None) == ()
+
+
+def test_a_pip_installed_toolkit_is_found_and_its_libraries_get_link_names(tmp_path):
+    """The layout NVIDIA's CUDA 13 wheels install (nvidia/cu13/{bin,lib}), laid out here."""
+    venv = tmp_path / "venv"
+    toolkit = venv / "lib" / "python3.12" / "site-packages" / "nvidia" / "cu13"
+    (toolkit / "bin").mkdir(parents=True)
+    (toolkit / "lib").mkdir()
+    (toolkit / "bin" / "nvcc").write_text("")
+    for name in ("libcudart.so.13", "libcublas.so.13", "libnvrtc.so.13", "libcufft.so.12", "libnvvm.so.4"):
+        (toolkit / "lib" / name).write_text("")
+    (toolkit / "lib" / "libnvvm.so").write_text("")
+    python = venv / "bin" / "python"
+    assert cuda.toolkit_home(python, {}) == toolkit
+    assert cuda.toolkit_home(python, {"CUDA_HOME": "/usr/local/cuda"}) is None
+    assert cuda.toolkit_home(tmp_path / "other" / "bin" / "python", {}) is None
+    links = tmp_path / "links"
+    assert cuda.link_libraries(toolkit, links) == [
+        "libcublas.so",
+        "libcudart.so",
+        "libcufft.so",
+        "libnvrtc.so",
+    ]
+    assert (links / "libcudart.so").resolve() == toolkit / "lib" / "libcudart.so.13"
+    assert cuda.link_libraries(toolkit, links) == [
+        "libcublas.so",
+        "libcudart.so",
+        "libcufft.so",
+        "libnvrtc.so",
+    ]

@@ -1,0 +1,233 @@
+"""The GPU check's steps, in order, each one command (or a few) with its log: a virtual environment
+over the machine's own Python and CUDA torch, filled from the kit; `zerolab engine install`
+(apex, the fused kernels and the data helpers built for the GPU here); `zerolab doctor`; the
+bundled dolly sample prepared; the five seed recipes on one GPU (one sweep over the zero block,
+which is all they differ in); benchmarks/gpu_vs_peer.py; then the report (zerolab.gpucheck.report).
+
+A step that completed is recorded in logs/gpu-check/steps/ and skipped when the check runs again,
+so that a check cut short by a time limit goes on where it stopped. Standard library only: the
+machine's Python runs the first step before zerolab's dependencies are installed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import site
+import subprocess
+import sys
+import sysconfig
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from zerolab.gpucheck.kit import Kit
+from zerolab.locations import REPO_ROOT, SAMPLES_DIR
+
+WORK = Path("logs") / "gpu-check"
+"""Where the check keeps its state, logs, data and runs (relative to the repository root)."""
+SWEEP_NAME = "gpu-check"
+SEED_RECIPE = "gpt2_dp"
+SEED_SETUPS = "zero=z0,z1,z2,z3,z3_offload"
+"""recipes/gpt2_{dp,z1,z2,z3,z3_offload}.yaml differ only in their zero block: one sweep of
+gpt2_dp over it launches exactly the five seed recipes."""
+SAMPLE = SAMPLES_DIR / "dolly151.jsonl"
+LINKS = "zerolab-gpu-check.pth"
+"""The .pth file that marks the check's environment and links zerolab and the machine's packages."""
+STEP_NAMES = ("environment", "engine", "doctor", "data", "seeds", "peer", "report")
+
+
+@dataclass
+class Step:
+    """One step: the commands it runs (argv, extra environment), or an action of the check's own."""
+
+    name: str
+    what: str
+    commands: list[tuple[list[str], dict[str, str]]] = field(default_factory=list)
+    action: Callable[[], None] | None = None
+    action_text: str = ""
+    fatal: bool = True
+
+
+@dataclass(frozen=True)
+class Options:
+    """What the check was asked for."""
+
+    kit: Kit | None
+    python: Path
+    iters: int
+    data: str | None
+    results: Path | None
+    home: Path
+
+
+def venv_python(options: Options) -> Path:
+    """The Python of the check's environment (the engine's: ZEROLAB_HOME/venv)."""
+    return options.home / "venv" / "bin" / "python"
+
+
+def data_prefix(options: Options) -> str:
+    """The dataset the runs read: --data, else the bundled dolly sample prepared by the data step."""
+    return options.data or str(WORK / "data" / "dolly_text_document")
+
+
+def site_packages(python: Path) -> Path:
+    """The site-packages directory of the virtual environment whose Python is `python`."""
+    relative = Path(sysconfig.get_path("purelib")).relative_to(sysconfig.get_path("data"))
+    return python.parent.parent / relative
+
+
+def path_links() -> str:
+    """A .pth file's text that puts this checkout's zerolab, then every package of the Python
+    running the check (the machine's own, which may itself be a virtual environment, which
+    --system-site-packages would reach past) on the check environment's path, after the
+    environment's own packages."""
+    directories = [path for path in site.getsitepackages() if Path(path).is_dir()]
+    return "".join([f"{REPO_ROOT}\n", *(f"import site; site.addsitedir({path!r})\n" for path in directories)])
+
+
+def steps(options: Options) -> list[Step]:
+    """The check's steps for these options."""
+    python = str(venv_python(options))
+    zerolab = [python, "-m", "zerolab"]
+    kit = options.kit
+    links = site_packages(venv_python(options)) / LINKS
+    environment = Step(
+        "environment",
+        f"a virtual environment over {options.python} (its CUDA torch), "
+        + (f"filled from the kit {kit.root}" if kit else "filled from the package index"),
+        commands=[([str(options.python), "-m", "venv", str(options.home / "venv")], {})],
+        action=lambda: links.write_text(path_links()),
+        action_text=f"write {links}: zerolab from {REPO_ROOT}, then {options.python}'s packages",
+    )
+    if kit:
+        wheels = [str(path) for path in kit.wheels]
+        install = [python, "-m", "pip", "install", "--no-index", "--no-deps", *wheels]
+        environment.commands.append((install, {}))
+    else:
+        requirements = str(REPO_ROOT / "docker" / "requirements-zerolab.txt")
+        environment.commands.append(([python, "-m", "pip", "install", "-r", requirements], {}))
+    sources = {}
+    if kit:
+        sources = {"ZEROLAB_ENGINE_SRC": str(kit.engine_git), "ZEROLAB_APEX_SRC": str(kit.apex_git)}
+    jobs = {"MAX_JOBS": str(os.cpu_count() or 4)}
+    prefix = data_prefix(options)
+    sweep = [
+        *zerolab,
+        "sweep",
+        SEED_RECIPE,
+        SEED_SETUPS,
+        "hardware.procs_per_node=1",
+        f"train.iters={options.iters}",
+        "train.log_interval=1",
+        f"data.path={prefix}",
+        "--name",
+        SWEEP_NAME,
+    ]
+    peer = [
+        python,
+        str(REPO_ROOT / "benchmarks" / "gpu_vs_peer.py"),
+        "--data",
+        prefix,
+        "--iters",
+        str(options.iters),
+        "--work",
+        str(WORK / "gpu_vs_peer"),
+        "--out",
+        str(WORK / "gpu_vs_peer.md"),
+    ]
+    report = [python, "-m", "zerolab.gpucheck.report", "--work", str(WORK)]
+    if options.results:
+        report += ["--results", str(options.results)]
+    data = Step("data", f"the bundled dolly sample ({SAMPLE.name}) as an indexed dataset")
+    if not options.data:
+        data.commands.append(
+            ([*zerolab, "prep", "dolly", "--input", str(SAMPLE), "--out", str(WORK / "data" / "dolly")], {})
+        )
+    return [
+        environment,
+        Step(
+            "engine",
+            "zerolab engine install: the pins, the engine, apex, the fused kernels for this GPU",
+            commands=[([*zerolab, "engine", "install"], sources | jobs)],
+        ),
+        Step("doctor", "zerolab doctor", commands=[([*zerolab, "doctor"], {})], fatal=False),
+        data,
+        Step(
+            "seeds",
+            f"the five seed recipes on one GPU, {options.iters} iterations each (one sweep)",
+            commands=[(sweep, {})],
+        ),
+        Step(
+            "peer",
+            "benchmarks/gpu_vs_peer.py: zerolab against plain PyTorch, 124M and 1.5B, ZeRO-0 and 2",
+            commands=[(peer, {})],
+        ),
+        Step("report", "benchmarks/gpu.md, its plots, and the runs as one tarball", commands=[(report, {})]),
+    ]
+
+
+def describe(step: Step, number: int, total: int) -> list[str]:
+    """The lines the check prints for a step before it runs it (and all that --dry-run prints)."""
+    lines = [f"{number}/{total} {step.name}: {step.what}"]
+    for argv, env in step.commands:
+        settings = " ".join(f"{key}={shlex.quote(value)}" for key, value in env.items())
+        lines.append(f"  $ {settings + ' ' if settings else ''}{shlex.join(argv)}")
+    if step.action_text:
+        lines.append(f"  - {step.action_text}")
+    return lines
+
+
+def state_file(name: str) -> Path:
+    """Where a completed step is recorded."""
+    return REPO_ROOT / WORK / "steps" / f"{name}.json"
+
+
+def run(options: Options, *, only: list[str] | None, dry_run: bool) -> int:
+    """Run (or with `dry_run` print) the steps; a step recorded as completed is skipped unless
+    `only` names it. 0 when every fatal step succeeded."""
+    plan = steps(options)
+    total = len(plan)
+    for number, step in enumerate(plan, start=1):
+        selected = only is None or step.name in only
+        done = state_file(step.name).is_file()
+        if not selected or (done and only is None):
+            if not dry_run or done:
+                print(f"{number}/{total} {step.name}: " + ("done before" if done else "not asked for"))
+            continue
+        for line in describe(step, number, total):
+            print(line, flush=True)
+        if dry_run:
+            continue
+        started = time.monotonic()
+        failed = _execute(step)
+        seconds = time.monotonic() - started
+        if failed is not None and step.fatal:
+            print(f"{number}/{total} {step.name}: FAILED after {seconds:.0f} s: {failed}", flush=True)
+            return 1
+        outcome = "done" if failed is None else f"done, with a problem: {failed}"
+        print(f"{number}/{total} {step.name}: {outcome} in {seconds:.0f} s", flush=True)
+        state_file(step.name).parent.mkdir(parents=True, exist_ok=True)
+        state_file(step.name).write_text(json.dumps({"seconds": round(seconds, 1), "problem": failed}) + "\n")
+    return 0
+
+
+def _execute(step: Step) -> str | None:
+    """Run a step's commands from the repository root; what failed, or None."""
+    for argv, env in step.commands:
+        if argv[:3] == [argv[0], "-m", "venv"] and Path(argv[-1], "bin", "python").is_file():
+            print(f"  {argv[-1]} exists", flush=True)
+            continue
+        code = subprocess.call(argv, cwd=REPO_ROOT, env={**os.environ, **env})
+        if code != 0:
+            return f"`{shlex.join(argv[:4])} ...` exited with {code}"
+    if step.action:
+        step.action()
+    return None
+
+
+def machine_python() -> Path:
+    """The Python the check was started with: the machine's own, with its CUDA torch."""
+    return Path(sys.executable)
