@@ -32,3 +32,15 @@ def test_demo_overrides_apply_to_every_setup():
     sweep = demo_sweep(["train.iters=100"])
     assert all(cell.overrides[-1] == "train.iters=100" for cell in sweep.cells)
     assert sweep.default_name() != NAME and sweep.keys == ("zero",)
+
+
+def test_the_demo_sample_and_dolly_15k_never_share_a_path():
+    """make demo prepares the 151-record sample where the CPU recipes read it, never where the
+    dolly-15k recipes do; and those refuse a dataset that small (tests/test_launch_rundir.py)."""
+    from zerolab.demo.cli import DATA_OUT
+    from zerolab.recipe.inputs import SUFFIX
+
+    cpu, gpu = load_recipe(RECIPE), load_recipe("gpt2_z1")
+    assert cpu.data.path == f"{DATA_OUT}{SUFFIX}" != gpu.data.path
+    assert (cpu.data.name, cpu.data.min_documents) == ("dolly-sample", None)
+    assert (gpu.data.name, gpu.data.min_documents) == ("dolly", 15000)

@@ -136,7 +136,8 @@ def test_summarize_puts_the_estimate_next_to_the_measured_memory(tmp_path: Path,
     assert "20.6 (+5.6%)" in (tmp_path / "out" / "summary.md").read_text()
 
 
-def test_a_length_in_epochs_needs_no_data(capsys):
+def test_a_length_in_epochs_needs_no_data(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # no data/ here, whatever the checkout holds (make demo writes one)
     assert main(["estimate", "gpt2_z1", "train.iters=null", "train.epochs=1"]) == 0
     assert "training length unknown" in capsys.readouterr().out
 

@@ -5,6 +5,7 @@ refusals, and what it and the engine set-up do with the machine's own CUDA build
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from dataclasses import replace
@@ -71,8 +72,7 @@ def test_the_dry_run_prints_every_step_over_the_kit_and_runs_nothing(gathered, t
     assert f"ZEROLAB_ENGINE_SRC={kit.engine_git} ZEROLAB_APEX_SRC={kit.apex_git}" in out
     assert "sweep gpt2_dp zero=z0,z1,z2,z3,z3_offload hardware.procs_per_node=1 train.iters=30" in out
     assert (
-        f"--name {SWEEP_NAME}" in out
-        and "gpu_vs_peer.py --data logs/gpu-check/data/dolly_text_document" in out
+        f"--name {SWEEP_NAME}" in out and "gpu_vs_peer.py --iters 30 --work logs/gpu-check/gpu_vs_peer" in out
     )
     assert f"--results {tmp_path / 'results'}" in out
     assert not (tmp_path / "home").exists() and not (tmp_path / "results").exists()
@@ -160,3 +160,19 @@ def test_a_pip_installed_toolkit_is_found_and_its_libraries_get_link_names(tmp_p
         "libcufft.so",
         "libnvrtc.so",
     ]
+
+
+def test_on_a_machine_without_a_gpu_the_check_refuses_before_any_step(engine, tmp_path):
+    """Run by the engine's own Python, whose torch is a CPU build here."""
+    home = tmp_path / "home"
+    result = subprocess.run(
+        [str(engine[1]), "-m", "zerolab.gpucheck"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "ZEROLAB_HOME": str(home)},
+        check=False,
+    )
+    assert result.returncode == 2, result.stderr
+    assert "is a CPU build (run the check with the Python of the machine's CUDA torch" in result.stderr
+    assert "nvidia-smi sees no GPU" in result.stderr
+    assert not home.exists() and result.stdout == ""

@@ -9,6 +9,7 @@ import pytest
 
 from zerolab.cli import main
 from zerolab.errors import UserError
+from zerolab.locations import SAMPLES_DIR
 from zerolab.rundir import claim, create, read_status, write_refusal
 
 
@@ -58,3 +59,59 @@ def test_a_refused_run_is_a_summary_row_with_the_checks_message(tmp_path):
     assert (row["name"], row["status"], row["cause"]) == ("train.micro_batch_size-3", "refused", status.cause)
     assert row["tokens_per_s_per_gpu"] is None and row["iterations_done"] is None
     assert "| refused: recipe.yaml: 1 problem(s)" in (tmp_path / "out" / "summary.md").read_text()
+
+
+def test_a_cuda_recipe_launched_on_a_machine_without_a_gpu_is_refused_before_any_rank(
+    tmp_path, capsys, monkeypatch
+):
+    from zerolab.engine.cuda import query_gpus
+
+    if query_gpus():
+        pytest.skip("nvidia-smi sees a GPU here: this machine can launch a CUDA recipe")
+    monkeypatch.chdir(tmp_path)
+    assert (
+        main(
+            [
+                "prep",
+                "dolly",
+                "--input",
+                str(SAMPLES_DIR / "dolly151.jsonl"),
+                "--out",
+                "data/dolly",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
+    capsys.readouterr()
+    assert main(["launch", "gpt2_z1", "train.iters=20"]) == 2
+    err = capsys.readouterr().err
+    assert "nvidia-smi sees no GPU on this machine" in err and "zerolab launch cpu/tiny_z1" in err
+    assert not (tmp_path / "logs").exists()
+    # Writing a job for GPU nodes elsewhere, and rendering, are no launch here.
+    assert main(["render", "gpt2_z1", "--slurm"]) == 0
+    assert main(["launch", "gpt2_z1", "--dry-run"]) == 0
+
+
+def test_a_dolly_recipe_refuses_the_demo_sample_prepared_where_dolly_15k_belongs(
+    tmp_path, capsys, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)
+    sample = str(SAMPLES_DIR / "dolly151.jsonl")
+    assert main(["prep", "dolly", "--input", sample, "--out", "data/dolly", "--quiet"]) == 0
+    capsys.readouterr()
+    on_cpu = ["hardware=cpu-2ranks", "precision=fp32", "model=gpt2-tiny", "train.iters=20"]
+    assert main(["launch", "gpt2_z1", *on_cpu]) == 2
+    err = capsys.readouterr().err
+    assert (
+        "data.path: data/dolly_text_document holds 151 documents, fewer than data.min_documents (15,000)"
+        in err
+    )
+    assert f"`zerolab prep dolly` from {sample}" in err
+    assert "Prepare it with `zerolab prep dolly --out data/dolly --force`" in err
+    assert not (tmp_path / "logs").exists()
+    assert main(["render", "gpt2_z1"]) == 0  # render shows the launch, and warns
+    assert "holds 151 documents" in capsys.readouterr().err
+    from zerolab.launch.launcher import prepare
+
+    assert prepare(["gpt2_z1", *on_cpu, "data.min_documents=null"], engine_required=False)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
 import stat
 import subprocess
@@ -12,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from summarize_helpers import make_run_dir
 
 from zerolab.cli import main
 
@@ -189,3 +191,51 @@ def test_summaries_and_plots_get_the_permissions_of_any_new_file(umask: int, mod
     assert {path.name: stat.S_IMODE(path.stat().st_mode) for path in outputs} == {
         path.name: mode for path in outputs
     }
+
+
+def _cut_after_iteration(log: Path, iteration: int, cut_into_next: bool) -> str:
+    """The real log up to `iteration`'s line, and (with `cut_into_next`) half of the next one."""
+    text = log.read_text()
+    lines = text.splitlines(keepends=True)
+    marker = f" iteration {iteration:>8}/"
+    end = next(i for i, line in enumerate(lines) if line.startswith(marker)) + 1
+    following = next(i for i in range(end, len(lines)) if lines[i].startswith(" iteration "))
+    kept = "".join(lines[:end] + lines[end:following])
+    return kept + (lines[following][: len(lines[following]) // 2] if cut_into_next else "")
+
+
+def test_a_completed_run_whose_log_stops_early_is_truncated_at_its_last_iteration(tmp_path: Path, capsys):
+    """status.json says completed (as a copied or cut-off log leaves it); the log says otherwise."""
+    directory = make_run_dir(tmp_path / "logs", "tiny_z1", "final_z1", state="completed")
+    (directory / "train.log").write_text(_cut_after_iteration(CPU / "final_z1.log", 10, cut_into_next=True))
+    row = _summary(capsys, str(tmp_path / "logs"), "--out", str(tmp_path / "out"))["runs"][0]
+    assert row["status"] == "truncated"
+    assert row["cause"] == "status.json says completed, but train.log ends at iteration 10 of 20"
+    assert row["iterations_done"] == 10  # the half line is no iteration 15 of NaNs
+    assert any("the file ends inside this iteration line (left out)" in note for note in row["notes"])
+    assert row["anomalies"] == []
+
+
+def test_a_completed_run_whose_log_is_noise_is_truncated_with_no_figures(tmp_path: Path, capsys):
+    directory = make_run_dir(tmp_path / "logs", "tiny_z1", "final_z1", state="completed")
+    (directory / "train.log").write_bytes(random.Random(5).randbytes(20_000))
+    row = _summary(capsys, str(tmp_path / "logs"), "--out", str(tmp_path / "out"))["runs"]
+    assert [(r["status"], r["cause"]) for r in row] == [
+        ("truncated", "status.json says completed, but train.log holds no iteration line")
+    ]
+
+
+def test_a_run_that_never_reached_iteration_1_has_no_figures_and_no_estimate(tmp_path: Path, capsys):
+    """The real log of a run that died at start up, after DeepSpeed reported its memory."""
+    directory = make_run_dir(tmp_path / "logs", "tiny_z1", "final_z1", state="failed")
+    lines = (CPU / "final_z1.log").read_text().splitlines(keepends=True)
+    first_step = next(
+        i for i, line in enumerate(lines) if "CurrSamplesPerSec" in line or " iteration " in line
+    )
+    assert any("Max_MA 0.43 GB" in line for line in lines[:first_step])  # DeepSpeed's memory at start
+    (directory / "train.log").write_text("".join(lines[:first_step]))
+    row = _summary(capsys, str(tmp_path / "logs"), "--out", str(tmp_path / "out"))["runs"][0]
+    assert row["status"] == "failed" and row["iterations_done"] is None
+    for key in ("max_allocated_GiB", "peak_host_GiB", "estimated_peak_GiB", "estimate_error_pct",
+                "tokens_per_s_per_gpu"):  # fmt: skip
+        assert row[key] is None, key

@@ -87,10 +87,13 @@ def test_a_line_wrapped_inside_a_number_is_joined(tmp_path: Path):
     assert log.iterations["tokens_per_s_per_gpu"][0] == 1324.869
 
 
-def test_a_truncated_last_value_is_not_taken(tmp_path: Path):
+def test_an_iteration_line_the_file_ends_inside_is_left_out(tmp_path: Path):
     path = tmp_path / "cut.log"
-    path.write_text(ITERATION.removesuffix(".869 | TFLOPs: 0.03 |"))
+    path.write_text(
+        f"{ITERATION}\n" + ITERATION.replace("      5/", "     10/").removesuffix(".869 | TFLOPs: 0.03 |")
+    )
     log = parse_log(path)
-    assert log.iteration_count == 1
-    assert log.iterations["ms_per_iter"][0] == 386.5
-    assert str(log.iterations["tokens_per_s_per_gpu"][0]) == "nan"  # `1324` was cut: not a value
+    assert log.iteration_count == 1 and log.iterations["iteration"][0] == 5  # not a 10 of cut values
+    assert log.ends_mid_line == 2
+    path.write_text(f"{ITERATION}\n")  # a whole last line
+    assert parse_log(path).ends_mid_line is None

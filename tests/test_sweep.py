@@ -160,7 +160,7 @@ def test_missing_inputs_refuse_a_cell(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     assert main(["sweep", "cpu/tiny_dp", f"data.path='{DATA}','data/none'", "--dry-run"]) == 0
     out = capsys.readouterr().out
-    assert "refused: cannot launch, inputs missing:" in out and "data/none.bin" in out
+    assert "refused: cannot launch, inputs missing or not the recipe's:" in out and "data/none.bin" in out
 
 
 def recorded(

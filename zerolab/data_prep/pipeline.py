@@ -353,6 +353,18 @@ def _merge(job: PrepJob, workdir: Path, outputs: dict, counts: Counts, fingerpri
     return facts
 
 
+def manifest_source(prefix: str | Path) -> str | None:
+    """What the dataset at `prefix` was prepared from, by its manifest (`zerolab prep dolly from
+    data_prep/samples/dolly151.jsonl`), or None without a readable one."""
+    try:
+        manifest = json.loads(Path(f"{prefix}.manifest.json").read_text())
+        source = manifest["source"]
+        inputs = [entry["path"] for entry in source.get("files", [])] or [str(source.get("dataset"))]
+        return f"`zerolab prep {manifest['corpus']}` from {', '.join(inputs)}"
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
 def _manifest(job: PrepJob, name: str, counts: Counts, files: dict, fingerprint: str) -> dict:
     return {
         "zerolab_version": __version__,

@@ -17,7 +17,8 @@ block, and tiny_z3_offload also sets zero.pin_memory false (nothing to pin on a 
 other setup renders it), so these cells launch exactly what those five recipes launch."""
 NAME = "demo"
 SAMPLE = SAMPLES_DIR / "dolly151.jsonl"
-DATA_OUT = "data/dolly"
+DATA_OUT = "data/dolly-sample"
+"""The sample's prefix: configs/data/dolly-sample.yaml, which the CPU recipes read."""
 
 
 def register(subparsers: Any) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from zerolab.engine.paths import zerolab_home
 from zerolab.errors import UserError
-from zerolab.gpucheck.check import LINKS, STEP_NAMES, Options, machine_python, run
+from zerolab.gpucheck.check import LINKS, STEP_NAMES, Options, machine_problems, machine_python, run
 from zerolab.gpucheck.kit import read_kit
 
 
@@ -63,6 +63,11 @@ def main(argv: list[str] | None = None) -> int:
         results=args.results.resolve() if args.results else None,
         home=zerolab_home(),
     )
+    problems = machine_problems()
+    for problem in problems:
+        print(f"{'note' if args.dry_run else 'zerolab: error'}: {problem}", file=sys.stderr)
+    if problems and not args.dry_run:
+        return 2
     return run(options, only=only, dry_run=args.dry_run)
 
 

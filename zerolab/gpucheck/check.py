@@ -39,13 +39,23 @@ LINKS = "zerolab-gpu-check.pth"
 STEP_NAMES = ("environment", "engine", "doctor", "data", "seeds", "peer", "report")
 
 
+@dataclass(frozen=True)
+class Command:
+    """One command of a step: its argv, what it adds to the environment, and a path whose
+    existence makes it unnecessary (`unless`)."""
+
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+    unless: Path | None = None
+
+
 @dataclass
 class Step:
-    """One step: the commands it runs (argv, extra environment), or an action of the check's own."""
+    """One step: the commands it runs, then an action of the check's own."""
 
     name: str
     what: str
-    commands: list[tuple[list[str], dict[str, str]]] = field(default_factory=list)
+    commands: list[Command] = field(default_factory=list)
     action: Callable[[], None] | None = None
     action_text: str = ""
     fatal: bool = True
@@ -96,19 +106,23 @@ def steps(options: Options) -> list[Step]:
     links = site_packages(venv_python(options)) / LINKS
     environment = Step(
         "environment",
-        f"a virtual environment over {options.python} (its CUDA torch), "
+        f"a virtual environment over {options.python} (for its CUDA torch), "
         + (f"filled from the kit {kit.root}" if kit else "filled from the package index"),
-        commands=[([str(options.python), "-m", "venv", str(options.home / "venv")], {})],
+        commands=[
+            Command(
+                [str(options.python), "-m", "venv", str(options.home / "venv")], unless=venv_python(options)
+            )
+        ],
         action=lambda: links.write_text(path_links()),
         action_text=f"write {links}: zerolab from {REPO_ROOT}, then {options.python}'s packages",
     )
     if kit:
         wheels = [str(path) for path in kit.wheels]
         install = [python, "-m", "pip", "install", "--no-index", "--no-deps", *wheels]
-        environment.commands.append((install, {}))
+        environment.commands.append(Command(install))
     else:
         requirements = str(REPO_ROOT / "docker" / "requirements-zerolab.txt")
-        environment.commands.append(([python, "-m", "pip", "install", "-r", requirements], {}))
+        environment.commands.append(Command([python, "-m", "pip", "install", "-r", requirements]))
     sources = {}
     if kit:
         sources = {"ZEROLAB_ENGINE_SRC": str(kit.engine_git), "ZEROLAB_APEX_SRC": str(kit.apex_git)}
@@ -122,6 +136,7 @@ def steps(options: Options) -> list[Step]:
         "hardware.procs_per_node=1",
         f"train.iters={options.iters}",
         "train.log_interval=1",
+        *([] if options.data else ["data=dolly-sample"]),
         f"data.path={prefix}",
         "--name",
         SWEEP_NAME,
@@ -129,8 +144,7 @@ def steps(options: Options) -> list[Step]:
     peer = [
         python,
         str(REPO_ROOT / "benchmarks" / "gpu_vs_peer.py"),
-        "--data",
-        prefix,
+        *(["--data", options.data] if options.data else []),  # else it prepares the sample itself
         "--iters",
         str(options.iters),
         "--work",
@@ -144,37 +158,42 @@ def steps(options: Options) -> list[Step]:
     data = Step("data", f"the bundled dolly sample ({SAMPLE.name}) as an indexed dataset")
     if not options.data:
         data.commands.append(
-            ([*zerolab, "prep", "dolly", "--input", str(SAMPLE), "--out", str(WORK / "data" / "dolly")], {})
+            Command(
+                [*zerolab, "prep", "dolly", "--input", str(SAMPLE), "--out", str(WORK / "data" / "dolly")]
+            )
         )
     return [
         environment,
         Step(
             "engine",
             "zerolab engine install: the pins, the engine, apex, the fused kernels for this GPU",
-            commands=[([*zerolab, "engine", "install"], sources | jobs)],
+            commands=[Command([*zerolab, "engine", "install"], sources | jobs)],
         ),
-        Step("doctor", "zerolab doctor", commands=[([*zerolab, "doctor"], {})], fatal=False),
+        Step("doctor", "zerolab doctor", commands=[Command([*zerolab, "doctor"])], fatal=False),
         data,
         Step(
             "seeds",
             f"the five seed recipes on one GPU, {options.iters} iterations each (one sweep)",
-            commands=[(sweep, {})],
+            commands=[Command(sweep)],
         ),
         Step(
             "peer",
             "benchmarks/gpu_vs_peer.py: zerolab against plain PyTorch, 124M and 1.5B, ZeRO-0 and 2",
-            commands=[(peer, {})],
+            commands=[Command(peer)],
         ),
-        Step("report", "benchmarks/gpu.md, its plots, and the runs as one tarball", commands=[(report, {})]),
+        Step(
+            "report", "benchmarks/gpu.md, its plots, and the runs as one tarball", commands=[Command(report)]
+        ),
     ]
 
 
 def describe(step: Step, number: int, total: int) -> list[str]:
     """The lines the check prints for a step before it runs it (and all that --dry-run prints)."""
     lines = [f"{number}/{total} {step.name}: {step.what}"]
-    for argv, env in step.commands:
-        settings = " ".join(f"{key}={shlex.quote(value)}" for key, value in env.items())
-        lines.append(f"  $ {settings + ' ' if settings else ''}{shlex.join(argv)}")
+    for command in step.commands:
+        settings = " ".join(f"{key}={shlex.quote(value)}" for key, value in command.env.items())
+        unless = f"  (unless {command.unless} exists)" if command.unless else ""
+        lines.append(f"  $ {settings + ' ' if settings else ''}{shlex.join(command.argv)}{unless}")
     if step.action_text:
         lines.append(f"  - {step.action_text}")
     return lines
@@ -215,14 +234,14 @@ def run(options: Options, *, only: list[str] | None, dry_run: bool) -> int:
 
 
 def _execute(step: Step) -> str | None:
-    """Run a step's commands from the repository root; what failed, or None."""
-    for argv, env in step.commands:
-        if argv[:3] == [argv[0], "-m", "venv"] and Path(argv[-1], "bin", "python").is_file():
-            print(f"  {argv[-1]} exists", flush=True)
+    """Run a step's commands from the repository root, then its action; what failed, or None."""
+    for command in step.commands:
+        if command.unless is not None and command.unless.exists():
+            print(f"  {command.unless} exists", flush=True)
             continue
-        code = subprocess.call(argv, cwd=REPO_ROOT, env={**os.environ, **env})
+        code = subprocess.call(command.argv, cwd=REPO_ROOT, env={**os.environ, **command.env})
         if code != 0:
-            return f"`{shlex.join(argv[:4])} ...` exited with {code}"
+            return f"`{shlex.join(command.argv[:4])} ...` exited with {code}"
     if step.action:
         step.action()
     return None
@@ -231,3 +250,26 @@ def _execute(step: Step) -> str | None:
 def machine_python() -> Path:
     """The Python the check was started with: the machine's own, with its CUDA torch."""
     return Path(sys.executable)
+
+
+def machine_problems() -> list[str]:
+    """What this machine lacks for the check: a CUDA build of torch in this Python, a GPU."""
+    problems = []
+    try:
+        import torch
+    except ImportError:
+        problems.append(
+            f"{sys.executable} has no torch (run the check with the Python of the machine's CUDA torch: "
+            "make gpu-check PYTHON=...)"
+        )
+    else:
+        if torch.version.cuda is None:
+            problems.append(
+                f"{sys.executable}'s torch {torch.__version__} is a CPU build (run the check with "
+                "the Python of the machine's CUDA torch: make gpu-check PYTHON=...)"
+            )
+    from zerolab.engine.cuda import query_gpus
+
+    if not query_gpus():
+        problems.append("nvidia-smi sees no GPU")
+    return problems

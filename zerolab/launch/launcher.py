@@ -50,10 +50,13 @@ def prepare(
     from zerolab.recipe.selection import select
 
     recipe, resumption = select(words, resume, name=name)
+    if engine_required:
+        check_local_gpus(recipe)
     problems = check_inputs(recipe)
     if problems:
         raise UserError(
-            "cannot launch, inputs missing:\n" + "\n".join(f"- {problem}" for problem in problems)
+            "cannot launch, inputs missing or not the recipe's:\n"
+            + "\n".join(f"- {problem}" for problem in problems)
         )
     missing = engine_missing()
     if missing and engine_required:
@@ -67,6 +70,22 @@ def prepare(
     check_extras(recipe, render(recipe), required=engine_required)
     warn_before_launch(recipe)
     return Prepared(recipe, resumption)
+
+
+def check_local_gpus(recipe: Recipe) -> None:
+    """Refuse to start a CUDA recipe's ranks on this machine when nvidia-smi sees no GPU here (they
+    would die at their first CUDA call, or train nothing). Writing a SLURM job (render --slurm,
+    sweep --slurm) and rendering are not launches here, and are never refused for it."""
+    from zerolab.engine.cuda import query_gpus
+
+    if recipe.hardware.device != "cuda" or query_gpus():
+        return
+    raise UserError(
+        f"cannot launch {recipe.name} here: hardware.device is cuda ({recipe.hardware.nodes} node(s) x "
+        f"{recipe.hardware.procs_per_node} GPUs), but nvidia-smi sees no GPU on this machine. Run it on a "
+        "GPU machine, or as a SLURM job (zerolab render --slurm); to train on this machine's CPU, use a "
+        "CPU recipe (zerolab launch cpu/tiny_z1) or hardware=cpu-2ranks precision=fp32 model=gpt2-tiny"
+    )
 
 
 def launch(

@@ -11,7 +11,8 @@ import shlex
 from pathlib import Path
 
 from zerolab.assets import GPT2_MERGES, GPT2_VOCAB
-from zerolab.data_prep.pipeline import SUFFIX
+from zerolab.data_prep.indexed import read_index
+from zerolab.data_prep.pipeline import SUFFIX, manifest_source
 from zerolab.data_prep.tokenizer import VOCAB_SIZE
 from zerolab.locations import display_path
 from zerolab.recipe.schema import Recipe
@@ -98,6 +99,8 @@ def check_inputs(recipe: Recipe, *, scheduler_places_nodes: bool = False) -> lis
         if missing:
             files = " and ".join(f"{path}{suffix}" for suffix in missing)
             problems.append(f"data.{key}: {files} not found; {prepare_hint(recipe, key)}")
+    if not problems:
+        problems += size_problems(recipe)
     hostfile = recipe.hardware.hostfile
     if hostfile is not None and not scheduler_places_nodes and not Path(hostfile).is_file():
         problems.append(
@@ -112,3 +115,36 @@ def check_inputs(recipe: Recipe, *, scheduler_places_nodes: bool = False) -> lis
                 "(null: the file bundled with zerolab)"
             )
     return problems
+
+
+def size_problems(recipe: Recipe) -> list[str]:
+    """A dataset smaller than data.min_documents (counted in the .idx files the recipe reads), with
+    what it was made from and the command that makes the right one."""
+    wanted = recipe.data.min_documents
+    if wanted is None:
+        return []
+    counts = {}
+    for path in dataset_paths(recipe).values():
+        try:
+            counts[path] = len(read_index(Path(f"{path}.idx")))
+        except (OSError, ValueError):
+            return []  # unreadable: the engine's own error says more than a count could
+    held = sum(counts.values())
+    if held >= wanted:
+        return []
+    key = "path" if recipe.data.path is not None else "train_path"
+    origins = {path: origin for path in counts if (origin := manifest_source(path))}
+    if len(counts) == 1:
+        made = f" (made by {next(iter(origins.values()))})" if origins else ""
+    else:
+        made = (
+            f" (made by {'; '.join(f'{path}: {origin}' for path, origin in origins.items())})"
+            if origins
+            else ""
+        )
+    return [
+        f"data.{key}: {', '.join(counts)} holds {held:,} documents, fewer than data.min_documents "
+        f"({wanted:,}) for {recipe.data.name}{made}: not the dataset this recipe is for. Prepare it with "
+        f"`{recipe.data.prepare_command} --force`, point data.{key} at it, or set data.min_documents=null "
+        "to train on this one anyway"
+    ]

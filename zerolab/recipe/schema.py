@@ -425,6 +425,17 @@ class DataSection(Section):
         to=(Zerolab("the hint when the data is missing"),),
         names_run=False,
     )
+    min_documents: int | None = field(
+        None,
+        "the fewest documents the dataset must hold (counted in its .idx files; with data.train_path, "
+        "all splits together): a smaller one, such as the CPU demo's 151-record sample prepared where a "
+        "full corpus belongs, is refused before launch (render warns), naming data.prepare_command; "
+        "null: any size",
+        "documents",
+        ge=1,
+        to=(Zerolab("the launch check"),),
+        names_run=False,
+    )
     split: str = field(
         "98,2,0",
         "train,validation,test weights over the documents of data.path (Megatron --split)",

@@ -191,7 +191,8 @@ COLUMNS: tuple[Column, ...] = (
     Column("precision", "`fp32`, `bf16` or `fp16`", label="precision", show=lambda v: v or "", terminal=15),
     Column(
         "status",
-        "`completed`, `running_or_cut_off`, `failed` or `refused` (a sweep's cell whose recipe the checks "
+        "`completed`, `running_or_cut_off`, `truncated` (status.json says completed, but the log ends "
+        "before the last iteration), `failed` or `refused` (a sweep's cell whose recipe the checks "
         "refused: nothing ran); a failure's kind: `out_of_memory`, `nan_or_overflow`, `nccl_timeout`, "
         "`gpu_error`, `signal` (a rank killed by a signal), `killed` or `exception`; the cause with the "
         "line that says it (a refusal: the checks' message)",

@@ -25,6 +25,8 @@ class Line:
     source: str | None
     text: str
     cut: bool = False
+    unterminated: bool = False
+    """The file ends inside this line (no newline after it)."""
 
 
 def read_lines(path: Path) -> Iterator[Line]:
@@ -44,11 +46,12 @@ def read_lines(path: Path) -> Iterator[Line]:
             cut = not complete and len(raw) >= MAX_LINE_BYTES
             skipping = cut
             text = raw.decode("utf-8", errors="replace")
+            last = not complete and not cut  # the file ends inside this line
             for segment in text.rstrip("\r\n").split("\r"):
-                yield clean_line(number, segment, cut)
+                yield clean_line(number, segment, cut, last)
 
 
-def clean_line(number: int, text: str, cut: bool = False) -> Line:
+def clean_line(number: int, text: str, cut: bool = False, unterminated: bool = False) -> Line:
     """Strip ANSI codes, a markdown blockquote `> ` and one launcher prefix from `text`."""
     if "\x1b" in text or "^[" in text:
         text = _ANSI.sub("", text)
@@ -62,4 +65,4 @@ def clean_line(number: int, text: str, cut: bool = False) -> Line:
             source = match.group(1)
             text = text[match.end() :]
             break
-    return Line(number, source, text, cut)
+    return Line(number, source, text, cut, unterminated)

@@ -46,6 +46,9 @@ class ParsedLog:
     size_bytes: int = 0
     lines: int = 0
     cut_lines: int = 0
+    ends_mid_line: int | None = None
+    """The number of the last line when the file ends inside an iteration line (a log cut off
+    mid-write): that line is left out."""
     iterations: dict[str, array] = field(default_factory=lambda: _columns(ITERATION_COLUMNS))
     train_iters: int | None = None
     reporter: str | None = None
@@ -72,6 +75,17 @@ class ParsedLog:
     def iteration_count(self) -> int:
         """How many iteration lines were kept (one per log interval)."""
         return len(self.iterations["iteration"])
+
+    @property
+    def trained(self) -> bool:
+        """Whether the log shows any training step: an iteration line, a DeepSpeed step, an HF
+        Trainer loss, or the end of training."""
+        return bool(
+            self.iteration_count
+            or len(self.ds_throughput["step"])
+            or len(self.hf_losses)
+            or self.ending.completed
+        )
 
     def understood(self) -> str | None:
         """None when the log had something to summarize, else the reason it did not."""
@@ -101,12 +115,14 @@ class LogParser:
         self.log = ParsedLog(path)
         # an unterminated iteration line: its text, source, lines joined and first line's number
         self._pending: tuple[str, str | None, int, int] | None = None
+        self._last_unterminated = False
 
     def feed(self, line: Line) -> None:
         """Parse one cleaned line."""
         log = self.log
         log.lines += 1
         log.cut_lines += line.cut
+        self._last_unterminated = line.unterminated
         text = line.text
         if self._pending is not None and self._continue_pending(line):
             return
@@ -242,7 +258,11 @@ class LogParser:
             log.ds_max_allocated_GB = max(max(peaks), log.ds_max_allocated_GB or 0.0)
 
     def finish(self) -> ParsedLog:
-        """Flush what is pending and return the result."""
+        """Flush what is pending and return the result. An iteration line still unfinished where
+        the file ends is the log cut off mid-write: left out, its line number kept."""
+        if self._pending is not None and self._last_unterminated:
+            self.log.ends_mid_line = self._pending[3]
+            self._pending = None
         self._flush_pending()
         return self.log
 

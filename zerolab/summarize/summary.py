@@ -19,6 +19,7 @@ from zerolab.summarize.stats import Warmup, spread
 STATUS_LABELS = {
     "completed": "completed",
     "running_or_cut_off": "running or cut off",
+    "truncated": "log ends early",
     "failed": "failed",
     "refused": "refused",
 }
@@ -73,9 +74,21 @@ def _status(log: ParsedLog, facts: RunDirFacts | None) -> dict[str, Any]:
             "cause_kind": kind,
             "cause": cause_text(kind, detail),
         }
+    if state == "completed" and not (log.ending.completed or completed_by_count):
+        return {"status": "truncated", "cause_kind": None, "cause": _ends_early(log)}
     if state == "completed" or (state is None and (log.ending.completed or completed_by_count)):
         return {"status": "completed", "cause_kind": None, "cause": None}
     return {"status": "running_or_cut_off", "cause_kind": None, "cause": None}
+
+
+def _ends_early(log: ParsedLog) -> str:
+    """Why a run that status.json calls completed is not, by its log."""
+    name = log.path.name
+    if not log.iteration_count:
+        return f"status.json says completed, but {name} holds no iteration line"
+    last = int(log.iterations["iteration"][-1])
+    of = f" of {log.train_iters}" if log.train_iters else ""
+    return f"status.json says completed, but {name} ends at iteration {last}{of}"
 
 
 def _anomalies(log: ParsedLog) -> list[str]:
@@ -284,10 +297,18 @@ def summarize_run(run: Run, log: ParsedLog, facts: RunDirFacts | None, options: 
         _rounded(100.0 * row["tflops_per_gpu"] / peak, 3) if peak and row["tflops_per_gpu"] else None
     )
     row.update(_memory(log, facts))
+    if not log.trained:  # never reached its first step: what it measured is no run's figure
+        row.update(
+            max_allocated_GiB=None, max_allocated_source=None, peak_host_GiB=None, peak_host_source=None
+        )
     estimate, estimate_notes = estimate_columns(run, log, row["max_allocated_GiB"])
     row.update(estimate)
     row.update(_losses(log))
     problems = facts.problems if facts else []
+    if log.ends_mid_line is not None:
+        notes.append(
+            f"{log.path.name}:{log.ends_mid_line}: the file ends inside this iteration line (left out)"
+        )
     row["notes"] = notes + estimate_notes + problems + _bad_values(log, log.path.name)
     curve = (
         [it for it, loss in zip(iterations, log.iterations["loss"], strict=True) if math.isfinite(loss)],
