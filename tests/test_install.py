@@ -73,7 +73,7 @@ def test_shipped_recipes_render_from_any_directory(zerolab_wheel_install, tmp_pa
         assert str(tokenizer_file).startswith(str(zerolab_wheel_install))
     result = zerolab(zerolab_wheel_install, tmp_path, "render", "cpu/tiny_z3", "model=gpt2-124m", "zero=z1")
     assert result.returncode == 0, result.stderr
-    assert "zerolab: warning: data.path: data/dolly_text_document.bin" in result.stderr
+    assert "zerolab: warning: data.path: data/dolly-sample_text_document.bin" in result.stderr
 
 
 def test_a_users_recipe_and_data_are_relative_to_the_current_directory(zerolab_wheel_install, tmp_path):
@@ -81,7 +81,8 @@ def test_a_users_recipe_and_data_are_relative_to_the_current_directory(zerolab_w
     (project / "recipes").mkdir(parents=True)
     (project / "recipes" / "mine.yaml").write_text(
         "description: my tiny run\n"
-        "base: [model/gpt2-tiny, data/dolly, precision/fp32, hardware/cpu-2ranks, train/tiny-demo, zero/z1]\n"
+        "base: [model/gpt2-tiny, data/dolly-sample, precision/fp32, hardware/cpu-2ranks, train/tiny-demo,"
+        " zero/z1]\n"
         "data: {path: data/mine_text_document}\n"
     )
     sample = zerolab_wheel_install / "lib"  # the shipped dolly sample, inside the installed package
