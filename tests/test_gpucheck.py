@@ -69,6 +69,8 @@ def test_the_dry_run_prints_every_step_over_the_kit_and_runs_nothing(gathered, t
     numbered = [line.split(" ", 1)[1].split(":")[0] for line in out.splitlines() if line[:1].isdigit()]
     assert numbered == list(STEP_NAMES)
     assert f"--no-index --no-deps {kit.wheels[0]}" in out
+    # the marker goes in before any install, so a failed one leaves an environment the check may reuse
+    assert out.index("zerolab-gpu-check.pth") < out.index("pip install")
     assert f"ZEROLAB_ENGINE_SRC={kit.engine_git} ZEROLAB_APEX_SRC={kit.apex_git}" in out
     assert "sweep gpt2_dp zero=z0,z1,z2,z3,z3_offload hardware.procs_per_node=1 train.iters=30" in out
     assert (

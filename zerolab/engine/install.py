@@ -186,8 +186,8 @@ def install(
 
     console.print(f"[bold]2/{STEPS}[/] pinned packages ({len(pins.python)} pins)")
     missing = pin_mismatches(python, pins.python)
-    own_build = any(name in missing for name in BASE_IMAGE_PACKAGES) and torch_cuda(python)
-    kept = kept_builds(os.environ.get("ZEROLAB_IMAGE"), own_build or None)
+    cuda_build = torch_cuda(python) if any(name in missing for name in BASE_IMAGE_PACKAGES) else None
+    kept = kept_builds(os.environ.get("ZEROLAB_IMAGE"), cuda_build)
     for name in kept:
         if missing.get(name) is not None:
             console.print(

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from zerolab.engine.paths import zerolab_home
 from zerolab.errors import UserError
-from zerolab.gpucheck.check import LINKS, STEP_NAMES, Options, machine_problems, machine_python, run
+from zerolab.gpucheck.check import STEP_NAMES, Options, check_home, machine_problems, machine_python, run
 from zerolab.gpucheck.kit import read_kit
 
 
@@ -25,16 +25,6 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--dry-run", action="store_true", help="print each step's commands; run nothing")
     return parser.parse_args(argv)
-
-
-def check_home(home: Path) -> None:
-    """Refuse an engine environment the check did not make: it would install into it."""
-    venv = home / "venv"
-    if (venv / "bin" / "python").is_file() and not list(venv.glob(f"lib/python3*/site-packages/{LINKS}")):
-        raise UserError(
-            f"{venv} is an engine environment the GPU check did not make, and the check would install into "
-            "it: run it with ZEROLAB_HOME set to another folder (e.g. ZEROLAB_HOME=~/.cache/zerolab-gpu)"
-        )
 
 
 def main(argv: list[str] | None = None) -> int:

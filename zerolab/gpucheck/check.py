@@ -19,10 +19,10 @@ import subprocess
 import sys
 import sysconfig
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from zerolab.errors import UserError
 from zerolab.gpucheck.kit import Kit
 from zerolab.locations import REPO_ROOT, SAMPLES_DIR
 
@@ -49,15 +49,22 @@ class Command:
     unless: Path | None = None
 
 
+@dataclass(frozen=True)
+class Write:
+    """A file the check writes itself, between a step's commands: its path, text and what it is for."""
+
+    path: Path
+    text: str
+    why: str
+
+
 @dataclass
 class Step:
-    """One step: the commands it runs, then an action of the check's own."""
+    """One step: what it does in order, commands and files of the check's own."""
 
     name: str
     what: str
-    commands: list[Command] = field(default_factory=list)
-    action: Callable[[], None] | None = None
-    action_text: str = ""
+    commands: list[Command | Write] = field(default_factory=list)
     fatal: bool = True
 
 
@@ -89,6 +96,21 @@ def site_packages(python: Path) -> Path:
     return python.parent.parent / relative
 
 
+def check_marker(home: Path) -> Path:
+    """The .pth file that marks ZEROLAB_HOME/venv as the check's environment (LINKS)."""
+    return site_packages(home / "venv" / "bin" / "python") / LINKS
+
+
+def check_home(home: Path) -> None:
+    """Refuse an engine environment the check did not make: it would install into it."""
+    venv = home / "venv"
+    if (venv / "bin" / "python").is_file() and not check_marker(home).is_file():
+        raise UserError(
+            f"{venv} is an engine environment the GPU check did not make, and the check would install into "
+            "it: run it with ZEROLAB_HOME set to another folder (e.g. ZEROLAB_HOME=~/.cache/zerolab-gpu)"
+        )
+
+
 def path_links() -> str:
     """A .pth file's text that puts this checkout's zerolab, then every package of the Python
     running the check (the machine's own, which may itself be a virtual environment, which
@@ -103,7 +125,7 @@ def steps(options: Options) -> list[Step]:
     python = str(venv_python(options))
     zerolab = [python, "-m", "zerolab"]
     kit = options.kit
-    links = site_packages(venv_python(options)) / LINKS
+    links = check_marker(options.home)
     environment = Step(
         "environment",
         f"a virtual environment over {options.python} (for its CUDA torch), "
@@ -111,10 +133,10 @@ def steps(options: Options) -> list[Step]:
         commands=[
             Command(
                 [str(options.python), "-m", "venv", str(options.home / "venv")], unless=venv_python(options)
-            )
+            ),
+            # first: it marks the environment as the check's (check_home) even if an install fails
+            Write(links, path_links(), f"zerolab from {REPO_ROOT}, then {options.python}'s packages"),
         ],
-        action=lambda: links.write_text(path_links()),
-        action_text=f"write {links}: zerolab from {REPO_ROOT}, then {options.python}'s packages",
     )
     if kit:
         wheels = [str(path) for path in kit.wheels]
@@ -191,11 +213,12 @@ def describe(step: Step, number: int, total: int) -> list[str]:
     """The lines the check prints for a step before it runs it (and all that --dry-run prints)."""
     lines = [f"{number}/{total} {step.name}: {step.what}"]
     for command in step.commands:
+        if isinstance(command, Write):
+            lines.append(f"  - write {command.path}: {command.why}")
+            continue
         settings = " ".join(f"{key}={shlex.quote(value)}" for key, value in command.env.items())
         unless = f"  (unless {command.unless} exists)" if command.unless else ""
         lines.append(f"  $ {settings + ' ' if settings else ''}{shlex.join(command.argv)}{unless}")
-    if step.action_text:
-        lines.append(f"  - {step.action_text}")
     return lines
 
 
@@ -234,16 +257,18 @@ def run(options: Options, *, only: list[str] | None, dry_run: bool) -> int:
 
 
 def _execute(step: Step) -> str | None:
-    """Run a step's commands from the repository root, then its action; what failed, or None."""
+    """Run a step's commands from the repository root and write its files, in order; what failed,
+    or None."""
     for command in step.commands:
+        if isinstance(command, Write):
+            command.path.write_text(command.text)
+            continue
         if command.unless is not None and command.unless.exists():
             print(f"  {command.unless} exists", flush=True)
             continue
         code = subprocess.call(command.argv, cwd=REPO_ROOT, env={**os.environ, **command.env})
         if code != 0:
             return f"`{shlex.join(command.argv[:4])} ...` exited with {code}"
-    if step.action:
-        step.action()
     return None
 
 

@@ -133,15 +133,12 @@ def size_problems(recipe: Recipe) -> list[str]:
     if held >= wanted:
         return []
     key = "path" if recipe.data.path is not None else "train_path"
-    origins = {path: origin for path in counts if (origin := manifest_source(path))}
-    if len(counts) == 1:
-        made = f" (made by {next(iter(origins.values()))})" if origins else ""
-    else:
-        made = (
-            f" (made by {'; '.join(f'{path}: {origin}' for path, origin in origins.items())})"
-            if origins
-            else ""
-        )
+    origins = [
+        origin if len(counts) == 1 else f"{path}: {origin}"
+        for path in counts
+        if (origin := manifest_source(path))
+    ]
+    made = f" (made by {'; '.join(origins)})" if origins else ""
     return [
         f"data.{key}: {', '.join(counts)} holds {held:,} documents, fewer than data.min_documents "
         f"({wanted:,}) for {recipe.data.name}{made}: not the dataset this recipe is for. Prepare it with "

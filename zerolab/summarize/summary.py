@@ -166,6 +166,12 @@ def _spread_columns(prefix: str, values: list[float], digits: int = 10) -> dict[
 
 
 def _memory(log: ParsedLog, facts: RunDirFacts | None) -> dict[str, Any]:
+    """Peak GPU and host memory with their sources; none for a run that never reached its first
+    step (what it measured while starting is no run's figure)."""
+    if not log.trained:
+        return dict.fromkeys(
+            ("max_allocated_GiB", "max_allocated_source", "peak_host_GiB", "peak_host_source")
+        )
     candidates = []
     if log.max_allocated_MB_by_rank:
         candidates.append(
@@ -297,10 +303,6 @@ def summarize_run(run: Run, log: ParsedLog, facts: RunDirFacts | None, options: 
         _rounded(100.0 * row["tflops_per_gpu"] / peak, 3) if peak and row["tflops_per_gpu"] else None
     )
     row.update(_memory(log, facts))
-    if not log.trained:  # never reached its first step: what it measured is no run's figure
-        row.update(
-            max_allocated_GiB=None, max_allocated_source=None, peak_host_GiB=None, peak_host_source=None
-        )
     estimate, estimate_notes = estimate_columns(run, log, row["max_allocated_GiB"])
     row.update(estimate)
     row.update(_losses(log))
