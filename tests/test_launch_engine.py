@@ -124,6 +124,37 @@ def test_resume_continues_from_the_last_checkpoint(z1_run, tmp_path):
     log = (run_dir / "train.log").read_text()
     assert "iteration       55/      56" in log
     assert "iteration        5/" not in log
+    name = json.loads((run_dir / "run.json").read_text())["name"]
+    assert name == "tiny_z1+train.log_interval=5+train.save_interval=25+train.iters=56"  # not iters=50
+
+
+@pytest.mark.parametrize(
+    ("overrides", "told"),
+    [
+        (["zero=z3"], "zero.stage: the checkpoint was saved with 1, the overrides give 3"),
+        (["parallel.tensor=2"], "parallel.tensor: the checkpoint was saved with 1, the overrides give 2"),
+        (["model.num_layers=3"], "model.num_layers: the checkpoint was saved with 2, the overrides give 3"),
+        (["precision=bf16"], "precision: the checkpoint was saved with fp32, the overrides give bf16"),
+        (
+            [],
+            "nothing left to train: the last checkpoint is at iteration 50 and the recipe trains to "
+            "iteration 50",
+        ),
+        (["train.iters=40"], "give train.iters=N with N > 50"),
+    ],
+)
+def test_a_resume_the_checkpoint_cannot_carry_is_refused_before_launch(
+    z1_run, tmp_path, capsys, overrides, told
+):
+    _, previous = z1_run
+    run_dir = tmp_path / "resumed"
+    capsys.readouterr()
+    assert main(["launch", "--resume", str(previous), *overrides, "--run-dir", str(run_dir)]) == 2
+    error = capsys.readouterr().err
+    assert told in error and f"--resume {previous}: cannot continue its checkpoint at iteration 50" in error
+    if overrides and not overrides[0].startswith("train."):
+        assert f"start a new run: zerolab launch {previous / 'recipe.yaml'} {overrides[0]}" in error
+    assert not run_dir.exists()
 
 
 def test_zero3_with_cpu_optimizer_offload(engine, dataset, tmp_path):

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from zerolab.cli import main
 from zerolab.recipe import load_recipe
-from zerolab.recipe.naming import MAX_LENGTH, run_name
+from zerolab.recipe.naming import MAX_LENGTH, renamed, run_name
 
 GPT2_Z3 = "recipes/gpt2_z3.yaml"
 
@@ -42,3 +42,12 @@ def test_a_name_is_always_one_safe_directory_name(overrides):
     assert name.startswith("gpt2_z1") and len(name) <= MAX_LENGTH
     assert "/" not in name and "\0" not in name and name not in {".", ".."}
     assert all(character.isascii() and character.isprintable() and character != " " for character in name)
+
+
+def test_a_resumed_run_is_named_by_its_new_overrides_in_place_of_the_old():
+    assert renamed("tiny_z1+train.iters=20+zero=z2", ["train.iters=40", "hardware.master_port=29500"]) == (
+        "tiny_z1+zero=z2+train.iters=40"
+    )
+    assert renamed("tiny_z1+train.iters=20", []) == "tiny_z1+train.iters=20"
+    sweep_cell = "zero=z1,micro=4"
+    assert renamed(sweep_cell, ["train.iters=40"]) == "zero=z1,micro=4+train.iters=40"

@@ -16,6 +16,8 @@ MAX_LENGTH = 128
 """Longer names keep their start and end in a hash (file systems allow 255 bytes a name)."""
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._,=+-]+")
+_OVERRIDE_START = re.compile(r"\+(?=[A-Za-z_][A-Za-z0-9_.]*=)")
+"""Where a name's next `+key=value` part starts."""
 
 
 def run_name(stem: str, overrides: tuple[str, ...] | list[str]) -> str:
@@ -26,6 +28,17 @@ def run_name(stem: str, overrides: tuple[str, ...] | list[str]) -> str:
         return name
     digest = hashlib.sha256(name.encode()).hexdigest()[:8]
     return f"{name[: MAX_LENGTH - len(digest) - 1]}~{digest}"
+
+
+def renamed(name: str, overrides: tuple[str, ...] | list[str]) -> str:
+    """A resumed run's name: the earlier run's `name` with each of `overrides` that names the run
+    in place of the part for the same key, or added (`tiny_z1+train.iters=20` resumed with
+    `train.iters=40` is `tiny_z1+train.iters=40`)."""
+    parts = _OVERRIDE_START.split(name)
+    stem, given = parts[0], parts[1:]
+    keys = {override.partition("=")[0].strip() for override in overrides if _names_run(override)}
+    kept = [part for part in given if part.partition("=")[0] not in keys]
+    return run_name(stem, [*kept, *overrides])
 
 
 def _names_run(override: str) -> bool:

@@ -73,7 +73,9 @@ directory (`--deepspeed_config`, `--save`, `--tensorboard-dir`, `--wandb-save-di
 renders with its path, `zerolab launch --dry-run --run-dir DIR` prints exactly that launch, and
 `zerolab render --out DIR` writes `DIR/ds_config.json` and `DIR/command.sh`. `--resume RUN_DIR`
 (launch and render) adds `--load RUN_DIR/checkpoints`, and `--override-opt_param-scheduler` when
-the learning-rate schedule differs from the saved one.
+the learning-rate schedule differs from the saved one; what a checkpoint cannot carry (the keys in
+`zerolab/recipe/resumption.py`: ZeRO stage, tensor, pipeline and data-parallel sizes, precision,
+model shape) is refused before launch, as is a resume with nothing left to train.
 
 Where each key goes is declared on its schema field (the "goes to" column below, from
 `zerolab/recipe/destinations.py`); the render is generic over the keys that map one to one.

@@ -1,14 +1,18 @@
 """What a command renders or launches: a recipe with its overrides, or the run to continue
-(`--resume RUN_DIR`: its resolved recipe with the overrides on top, under the run's name)."""
+(`--resume RUN_DIR`: its resolved recipe with the overrides on top, under the run's name with
+the overrides in it, refused when the checkpoint cannot carry it)."""
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 from zerolab import rundir
 from zerolab.errors import UserError
 from zerolab.recipe.compose import load_recipe
+from zerolab.recipe.naming import renamed
 from zerolab.recipe.render import Resume
+from zerolab.recipe.resumption import resume_problems
 from zerolab.recipe.schema import Recipe
 
 GIVE_A_RECIPE = "give a RECIPE (a file, or a name under recipes/ such as cpu/tiny_z1) or --resume RUN_DIR"
@@ -28,12 +32,13 @@ def select(
     recipe_file = resume / rundir.RECIPE_FILE
     if not recipe_file.is_file():
         raise UserError(f"--resume {resume}: not a run directory (no {rundir.RECIPE_FILE})")
-    if rundir.last_checkpoint(resume) is None:
+    checkpoint = rundir.last_checkpoint(resume)
+    if checkpoint is None:
         raise UserError(
             f"{resume}: no checkpoint to resume from ({rundir.CHECKPOINTS_DIR}/{rundir.LATEST_CHECKPOINT} "
             "is missing); launch with train.save_interval=N to save checkpoints"
         )
-    name = rundir.run_name(resume)
+    name = renamed(rundir.run_name(resume), words)
     facts, _ = rundir.read_facts(resume)
     path = facts.recipe if facts else None  # the recipe file the run was launched from
     previous = load_recipe(
@@ -42,4 +47,11 @@ def select(
     recipe = load_recipe(
         recipe_file, words, name=name, path_shown=path, scheduler_places_nodes=scheduler_places_nodes
     )
+    new_run = shlex.join(["zerolab", "launch", str(recipe_file), *words])
+    problems = resume_problems(previous, recipe, checkpoint, new_run)
+    if problems:
+        raise UserError(
+            f"--resume {resume}: cannot continue its checkpoint at iteration {checkpoint}:\n"
+            + "\n".join(f"- {problem}" for problem in problems)
+        )
     return recipe, Resume(resume, previous)
