@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from zerolab.cli import main
-from zerolab.recipe import load_recipe
+from zerolab.recipe import load_recipe, run_facts
 from zerolab.recipe.naming import MAX_LENGTH, renamed, run_name
 
 GPT2_Z3 = "recipes/gpt2_z3.yaml"
@@ -51,3 +51,12 @@ def test_a_resumed_run_is_named_by_its_new_overrides_in_place_of_the_old():
     assert renamed("tiny_z1+train.iters=20", []) == "tiny_z1+train.iters=20"
     sweep_cell = "zero=z1,micro=4"
     assert renamed(sweep_cell, ["train.iters=40"]) == "zero=z1,micro=4+train.iters=40"
+
+
+def test_a_changed_shape_is_not_called_by_its_blocks_name(repo_root, monkeypatch, capsys):
+    monkeypatch.chdir(repo_root)
+    recipe = load_recipe("cpu/tiny_z1", ["model.num_layers=4", "model.hidden_size=128"])
+    assert run_facts(recipe).model == "gpt2-tiny+num_layers=4+hidden_size=128"
+    assert load_recipe("cpu/tiny_z1", ["model=gpt2-124m", "model.seq_length=64"]).model.name == "gpt2-124m"
+    assert main(["estimate", "gpt2_z1", "model.hidden_size=1200"]) == 0
+    assert "gpt2-1.5b+hidden_size=1200 | world 2" in capsys.readouterr().out

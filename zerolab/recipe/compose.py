@@ -54,6 +54,7 @@ def load_recipe(
     recipe_file = resolve_recipe_path(path)
     merged, sources = compose(recipe_file, overrides)
     recipe = validate(merged, sources)
+    recipe.model.name = model_name(recipe)
     recipe._name = name or run_name(recipe_file.stem, overrides)
     recipe._path = path_shown or display_path(recipe_file)
     recipe._overrides = tuple(overrides)
@@ -64,6 +65,27 @@ def load_recipe(
             lines.append(problem.describe(recipe, sources))
         raise UserError("\n".join(lines))
     return recipe
+
+
+SHAPE_KEYS = ("num_layers", "hidden_size", "num_attention_heads", "max_position_embeddings", "vocab_size")
+"""The model keys that change its weights' shapes: a model with other values is not the block's."""
+
+
+def model_name(recipe: Recipe) -> str:
+    """model.name, followed by each shape key whose value differs from the building block of that
+    name (`gpt2-tiny+num_layers=4+hidden_size=128`), so that run.json, summaries and estimates never
+    call a changed shape by the block's name."""
+    model = recipe.model
+    block = CONFIGS_DIR / "model" / f"{model.name}.yaml"
+    if not block.is_file():
+        return model.name
+    shape = read_yaml_mapping(block).get("model", {})
+    changed = [
+        f"{key}={getattr(model, key)}"
+        for key in SHAPE_KEYS
+        if key in shape and shape[key] != getattr(model, key)
+    ]
+    return "+".join([model.name, *changed])
 
 
 def compose(recipe_file: Path, overrides: tuple[str, ...] | list[str] = ()) -> tuple[dict[str, Any], Sources]:

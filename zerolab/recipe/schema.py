@@ -42,7 +42,10 @@ class ModelSection(Section):
     """The GPT-2 shape (configs/model/)."""
 
     name: str = field(
-        "gpt2-124m", "name of the model shape, as reported in run.json", to=(Zerolab("run.json, summaries"),)
+        "gpt2-124m",
+        "name of the model shape, as reported in run.json; each shape key that differs from the block "
+        "configs/model/NAME.yaml is added to it (gpt2-tiny+num_layers=4)",
+        to=(Zerolab("run.json, summaries"),),
     )
     num_layers: int = field(12, "transformer layers", "layers", gt=0, to=(Megatron("--num-layers"),))
     hidden_size: int = field(768, "hidden size", "elements", gt=0, to=(Megatron("--hidden-size"),))
