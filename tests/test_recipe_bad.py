@@ -15,6 +15,24 @@ TINY = "recipes/cpu/tiny_z1.yaml"
 # (id, recipe file or YAML text for a temporary recipe, overrides, strings the message must contain)
 OVERRIDE_CASES = [
     (
+        "a hidden size no model has",
+        TINY,
+        ["model.hidden_size=1000000"],
+        ["`model.hidden_size` = 1000000", "less than or equal to 65536"],
+    ),
+    (
+        "a global batch beyond any run",
+        TINY,
+        ["train.global_batch_size=100000000000000000000000"],
+        ["`train.global_batch_size`", "less than or equal to 16777216"],
+    ),
+    (
+        "a global batch just off a multiple is suggested the nearest, exactly",
+        TINY,
+        ["train.global_batch_size=16777215"],
+        ["not a multiple of micro batch 2 x data parallel 2 = 4", "e.g. 16777216"],
+    ),
+    (
         "both dataset layouts",
         TINY,
         ["data.train_path=data/dolly_train_text_document"],
@@ -407,6 +425,15 @@ def test_errors_name_the_file_that_set_the_key(repo_root, capsys, monkeypatch):
     err = capsys.readouterr().err
     assert "zero.stage=3 (configs/zero/z3.yaml (override `zero=z3`))" in err
     assert "parallel.pipeline=2 (override `parallel.pipeline=2`)" in err
+
+
+def test_a_key_nobody_set_is_blamed_on_the_schema_default_not_on_its_sections_override(
+    repo_root, capsys, monkeypatch
+):
+    monkeypatch.chdir(repo_root)
+    assert main(["render", TINY, "parallel.tensor=3"]) == 2
+    err = capsys.readouterr().err
+    assert "parallel.tensor=3 (override `parallel.tensor=3`), parallel.pipeline=1 (schema default)" in err
 
 
 def test_all_problems_are_reported_at_once(repo_root, capsys, monkeypatch):

@@ -126,7 +126,7 @@ def _global_batch_consistent(recipe: Recipe) -> Problem | None:
             f"{train.micro_batch_size} "
             f"x data parallel {dp} = {per_step}",
             f"set train.global_batch_size to a multiple of {per_step}, e.g. "
-            f"{max(1, round(train.global_batch_size / per_step)) * per_step}",
+            f"{max(1, (train.global_batch_size + per_step // 2) // per_step) * per_step}",
         )
     expected = per_step * train.gradient_accumulation_steps
     if train.global_batch_size == expected:

@@ -130,10 +130,9 @@ def apply_override(merged: dict[str, Any], override: str, sources: Sources) -> N
         return
     path = tuple(key.split("."))
     node = merged
-    for depth, part in enumerate(path[:-1], start=1):
+    for part in path[:-1]:
         if not isinstance(node.get(part), dict):
             node[part] = {}
-            sources[path[:depth]] = source  # a key this override brought in is its own
         node = node[part]
     node[path[-1]] = value
     _record(sources, path, value, source)
@@ -161,7 +160,6 @@ def deep_merge(
     for key, value in update.items():
         path = (*prefix, str(key))
         if isinstance(value, dict) and isinstance(target.get(key), dict):
-            sources.setdefault(path, source)
             deep_merge(target[key], value, source, sources, path)
         else:
             target[key] = _copy(value)
@@ -251,10 +249,13 @@ def _first_nul(value: Any, path: KeyPath = ()) -> KeyPath | None:
 
 
 def _record(sources: Sources, path: KeyPath, value: Any, source: str) -> None:
-    sources[path] = source
-    if isinstance(value, dict):
+    """Record `source` for the values at and below `path`; a mapping's keys are recorded, not the
+    mapping itself, so that a key nobody set is a schema default rather than its section's."""
+    if isinstance(value, dict) and value:
         for key, child in value.items():
             _record(sources, (*path, str(key)), child, source)
+    else:
+        sources[path] = source
 
 
 def _copy(value: Any) -> Any:

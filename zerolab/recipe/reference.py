@@ -10,7 +10,9 @@ import types
 import typing
 from typing import Any
 
+import annotated_types
 from pydantic import BaseModel
+from pydantic.fields import FieldInfo
 
 from zerolab.locations import CONFIGS_DIR, RECIPES_DIR, REPO_ROOT
 from zerolab.recipe import length as length_module
@@ -122,7 +124,7 @@ def _section_table(title: str, model: type[BaseModel], prefix: str = "", skip: t
         default = info.get_default(call_default_factory=True)
         goes_to = "; ".join(destination.describe() for destination in destinations(info))
         lines.append(
-            f"| `{prefix}{name}` | {_type_name(info.annotation)} | {_default_text(default)} | "
+            f"| `{prefix}{name}` | {_type_name(info.annotation)}{_bounds(info)} | {_default_text(default)} | "
             f"{extra.get('unit', '')} | {info.description} | {goes_to} |"
         )
     return "\n".join(lines) + "\n"
@@ -154,6 +156,22 @@ def _type_name(annotation: Any) -> str:
     if origin is list:
         return f"list of {_type_name(typing.get_args(annotation)[0])}"
     return getattr(annotation, "__name__", str(annotation))
+
+
+def _bounds(info: FieldInfo) -> str:
+    """The field's numeric bounds (`, > 0, <= 65536`), from its constraints."""
+    words = {
+        annotated_types.Gt: ">",
+        annotated_types.Ge: ">=",
+        annotated_types.Lt: "<",
+        annotated_types.Le: "<=",
+    }
+    bounds = [
+        f"{words[type(item)]} {getattr(item, type(item).__name__.lower())}"
+        for item in info.metadata
+        if type(item) in words
+    ]
+    return "".join(f", {bound}" for bound in bounds)
 
 
 def _default_text(default: Any) -> str:

@@ -9,6 +9,11 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from zerolab.recipe.destinations import DeepSpeed, Destination, Env, Launcher, Megatron, Zerolab
 
+MAX_LAYERS, MAX_HIDDEN, MAX_HEADS = 1024, 65536, 1024
+MAX_POSITIONS, MAX_VOCAB, MAX_BATCH = 2**20, 2**24, 2**24
+"""Ceilings on sizes, far above any model trained (GPT-3 175B: 96 layers, hidden 12288, 96 heads,
+a batch of 1536 sequences), so that a typo is refused by name before the engine allocates it."""
+
 
 def field(
     default: Any,
@@ -47,17 +52,29 @@ class ModelSection(Section):
         "configs/model/NAME.yaml is added to it (gpt2-tiny+num_layers=4)",
         to=(Zerolab("run.json, summaries"),),
     )
-    num_layers: int = field(12, "transformer layers", "layers", gt=0, to=(Megatron("--num-layers"),))
-    hidden_size: int = field(768, "hidden size", "elements", gt=0, to=(Megatron("--hidden-size"),))
-    num_attention_heads: int = field(
-        12, "attention heads; must divide hidden_size", "heads", gt=0, to=(Megatron("--num-attention-heads"),)
+    num_layers: int = field(
+        12, "transformer layers", "layers", gt=0, le=MAX_LAYERS, to=(Megatron("--num-layers"),)
     )
-    seq_length: int = field(1024, "training sequence length", "tokens", gt=0, to=(Megatron("--seq-length"),))
+    hidden_size: int = field(
+        768, "hidden size", "elements", gt=0, le=MAX_HIDDEN, to=(Megatron("--hidden-size"),)
+    )
+    num_attention_heads: int = field(
+        12,
+        "attention heads; must divide hidden_size",
+        "heads",
+        gt=0,
+        le=MAX_HEADS,
+        to=(Megatron("--num-attention-heads"),),
+    )
+    seq_length: int = field(
+        1024, "training sequence length", "tokens", gt=0, le=MAX_POSITIONS, to=(Megatron("--seq-length"),)
+    )
     max_position_embeddings: int = field(
         1024,
         "learned position embeddings; at least seq_length",
         "positions",
         gt=0,
+        le=MAX_POSITIONS,
         to=(Megatron("--max-position-embeddings"),),
     )
     vocab_size: int = field(
@@ -65,6 +82,7 @@ class ModelSection(Section):
         "tokenizer vocabulary before padding (GPT-2 BPE: 50257)",
         "tokens",
         gt=0,
+        le=MAX_VOCAB,
         to=(Zerolab("padded vocabulary for FLOPs, MFU and estimates; the tokenizer sets the engine's"),),
     )
     make_vocab_size_divisible_by: int = field(
@@ -164,7 +182,7 @@ class ZeroSection(Section):
     )
     reduce_bucket_size: int = field(
         500_000_000,
-        "elements reduced at a time (stages 2 and 3)",
+        "elements reduced at a time",
         "elements",
         gt=0,
         to=(DeepSpeed("zero_optimization.reduce_bucket_size", stages=(1, 2, 3)),),
@@ -475,6 +493,7 @@ class TrainSection(Section):
         "sequences per rank per forward pass",
         "sequences",
         gt=0,
+        le=MAX_BATCH,
         to=(
             Megatron("--micro-batch-size"),
             DeepSpeed("train_micro_batch_size_per_gpu"),
@@ -485,6 +504,7 @@ class TrainSection(Section):
         "sequences per optimizer step = micro x grad-accum x data parallel",
         "sequences",
         gt=0,
+        le=MAX_BATCH,
         to=(
             Megatron("--global-batch-size"),
             DeepSpeed("train_batch_size"),
@@ -495,6 +515,7 @@ class TrainSection(Section):
         "micro batches per step per rank; null derives it from the two batch sizes",
         "micro batches",
         gt=0,
+        le=MAX_BATCH,
         to=(DeepSpeed("gradient_accumulation_steps", rule="derived from the batch sizes when null"),),
     )
     iters: int | None = field(
