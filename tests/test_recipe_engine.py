@@ -98,3 +98,26 @@ def test_extra_settings_are_judged_by_the_engine_before_anything_is_written(
     rendered = json.loads(capsys.readouterr().out)
     assert rendered["argv"][-1] == "--log-params-norm"
     assert rendered["ds_config"]["zero_optimization"]["round_robin_gradients"] is True
+
+
+def test_a_ds_config_key_deepspeed_never_reads_is_refused_with_the_key_it_reads(engine, capsys):
+    from zerolab.cli import main
+
+    misspelt = [
+        (
+            "{comms_loger: {enabled: true}}",
+            "`comms_loger` is not read by DeepSpeed; did you mean `comms_logger`?",
+        ),
+        (
+            "{flops_profiler: {profile_stp: 3}}",
+            "`flops_profiler.profile_stp` is not read by DeepSpeed; did you mean "
+            "`flops_profiler.profile_step`?",
+        ),
+    ]
+    for extra, told in misspelt:
+        assert main(["render", "cpu/tiny_z1", f"extra.ds_config={extra}", "--json"]) == 2
+        assert told in capsys.readouterr().err
+
+    read = "{flops_profiler: {profile_step: 3}, comms_logger: {enabled: true}, csv_monitor: {enabled: false}}"
+    assert main(["render", "cpu/tiny_z1", f"extra.ds_config={read}", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["ds_config"]["flops_profiler"] == {"profile_step": 3}

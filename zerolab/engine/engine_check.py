@@ -9,7 +9,7 @@ import json
 import os
 import subprocess
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,13 +21,15 @@ CHECKER = Path(__file__).resolve().parent / "parser_check.py"
 
 @dataclass(frozen=True)
 class Case:
-    """One launch to judge: its Megatron arguments, ds_config, world and data-parallel sizes."""
+    """One launch to judge: its Megatron arguments, ds_config, world and data-parallel sizes, and
+    the ds_config keys DeepSpeed must be seen to read (`vouch`: the recipe's extra.ds_config)."""
 
     name: str
     megatron_args: list[str]
     ds_config: dict[str, Any]
     world_size: int
     data_parallel: int
+    vouch: dict[str, Any] = field(default_factory=dict)
 
 
 def judge(cases: list[Case], *, timeout_s: float = 300) -> dict[str, dict[str, Any]]:
@@ -49,6 +51,7 @@ def judge(cases: list[Case], *, timeout_s: float = 300) -> dict[str, dict[str, A
                     "ds_config": case.ds_config,
                     "world_size": case.world_size,
                     "data_parallel": case.data_parallel,
+                    "vouch": case.vouch,
                 }
             )
         (folder / "cases.json").write_text(json.dumps(payload))

@@ -1,14 +1,18 @@
 """Run by the engine's Python (as a script, standard library at module level): Megatron's own
 argument parser and DeepSpeed's config classes judge rendered launches without training.
 
-For each case (argv after pretrain_gpt.py, ds_config, world size, data-parallel size):
-Megatron's parse_args, validate_args and build_num_microbatches_calculator (only that one checks
-global batch % (micro batch x data parallel)), then DeepSpeed's DeepSpeedZeroConfig and
-DeepSpeedConfig. Usage: python parser_check.py CASES.json RESULTS.json STORE_FILE, with the
+For each case (argv after pretrain_gpt.py, ds_config, world size, data-parallel size, the
+ds_config keys to vouch for): Megatron's parse_args, validate_args and
+build_num_microbatches_calculator (only that one checks global batch % (micro batch x data
+parallel)), then DeepSpeed's DeepSpeedZeroConfig and DeepSpeedConfig, reading the ds_config
+through a mapping that records every key they ask for: a key to vouch for that DeepSpeed never
+asked for is one it ignores silently (a misspelling), named with the keys it did ask for.
+Usage: python parser_check.py CASES.json RESULTS.json STORE_FILE, with the
 Megatron-DeepSpeed checkout as working directory, DS_ACCELERATOR=cpu and RANK=0.
 """
 
 import contextlib
+import difflib
 import io
 import json
 import os
@@ -23,6 +27,75 @@ class DataParallelGroup:
 
     def get_data_parallel_world_size(self):
         return self.size
+
+
+ASKED = set()
+"""(path, key) of every ds_config key DeepSpeed asked for, present or not."""
+
+
+class AskedKeys(dict):
+    """A ds_config mapping that records the keys asked of it, and of the mappings inside it. Its
+    own __iter__ makes `**mapping` ask for each key too (pydantic configs judge those themselves)."""
+
+    path = ()
+
+    def __iter__(self):
+        return super().__iter__()
+
+    def _ask(self, key):
+        ASKED.add((self.path, key))
+
+    def __getitem__(self, key):
+        self._ask(key)
+        return self._nested(key, super().__getitem__(key))
+
+    def get(self, key, default=None):
+        self._ask(key)
+        return self._nested(key, super().get(key, default)) if key in self.keys() else default
+
+    def __contains__(self, key):
+        self._ask(key)
+        return super().__contains__(key)
+
+    def pop(self, key, *default):
+        self._ask(key)
+        return super().pop(key, *default)
+
+    def setdefault(self, key, default=None):
+        self._ask(key)
+        return super().setdefault(key, default)
+
+    def _nested(self, key, value):
+        if isinstance(value, dict) and not isinstance(value, AskedKeys):
+            value = asked_keys(value, (*self.path, key))
+            super().__setitem__(key, value)
+        return value
+
+
+def asked_keys(mapping, path=()):
+    """`mapping` as an AskedKeys at `path`."""
+    recorded = AskedKeys(mapping)
+    recorded.path = path
+    return recorded
+
+
+def unread_keys(config, vouch, path=()):
+    """The keys of `vouch` (a mapping of ds_config keys) that DeepSpeed never asked for, as lines
+    naming the key and the keys it asks for at that level."""
+    known = sorted(name for where, name in ASKED if where == path)
+    if path and not known:
+        return []  # handed whole to one of DeepSpeed's pydantic configs, which refuses unknown keys itself
+    lines = []
+    for key, value in vouch.items():
+        if (path, key) not in ASKED:
+            close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+            hint = (
+                f"did you mean `{'.'.join((*path, close[0]))}`?" if close else "it reads: " + ", ".join(known)
+            )
+            lines.append(f"extra.ds_config key `{'.'.join((*path, key))}` is not read by DeepSpeed; {hint}")
+        elif isinstance(value, dict) and isinstance(config.get(key), dict):
+            lines += unread_keys(config[key], value, (*path, key))
+    return lines
 
 
 def _reason(error, printed):
@@ -63,8 +136,14 @@ def check(case):
     except BaseException as error:
         outcome["megatron_error"] = _reason(error, printed)
     try:
+        ASKED.clear()
         DeepSpeedZeroConfig(**case["ds_config"].get("zero_optimization", {}))
-        config = DeepSpeedConfig(case["ds_config"], mpu=DataParallelGroup(case["data_parallel"]))
+        recorded = asked_keys(case["ds_config"])
+        config = DeepSpeedConfig(recorded, mpu=DataParallelGroup(case["data_parallel"]))
+        unread = unread_keys(recorded, case["vouch"])
+        if unread:
+            outcome["deepspeed_error"] = "; ".join(unread)
+            return outcome
         outcome["deepspeed"] = {
             "train_batch_size": config.train_batch_size,
             "gradient_accumulation_steps": config.gradient_accumulation_steps,

@@ -39,6 +39,7 @@ def check_extras(recipe: Recipe, launch: Launch, *, required: bool) -> None:
         ds_config=launch.ds_config,
         world_size=recipe.world_size,
         data_parallel=recipe.data_parallel_size,
+        vouch=recipe.extra.ds_config,
     )
     refused = refusals(judge([case])[case.name])
     if refused:
