@@ -75,6 +75,31 @@ def test_missing_input_and_bad_options_exit_2(tmp_path, capsys):
     )
 
 
+def test_a_directory_as_input_is_called_a_directory(tmp_path, capsys):
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    (folder / "part-0.jsonl").write_text(GOOD + "\n")
+    assert prep("jsonl", str(folder), "--out", str(tmp_path / "o")) == 2
+    assert (
+        f"input {folder} is a directory (it holds part-0.jsonl): give the files in it"
+        in capsys.readouterr().err
+    )
+
+
+def test_an_output_path_taken_by_a_directory_is_refused_and_nothing_is_left(tmp_path, capsys):
+    (tmp_path / "out_text_document.bin").mkdir()
+    assert prep("jsonl", str(FIXTURES / "dolly151_text.jsonl"), "--out", str(tmp_path / "out")) == 2
+    assert "out_text_document.bin is a directory, where the output file goes" in capsys.readouterr().err
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["out_text_document.bin"]
+
+
+def test_a_refused_prep_leaves_no_folder_it_made(tmp_path, capsys):
+    path = corpus_with(tmp_path, BAD_LINES["malformed JSON"][0])
+    assert prep("jsonl", str(path), "--out", str(tmp_path / "new" / "deeper" / "out")) == 2
+    assert "malformed JSON" in capsys.readouterr().err
+    assert not (tmp_path / "new").exists()
+
+
 def test_killed_run_resumes_to_identical_bytes(tmp_path):
     corpus = owt_jsonl(tmp_path, copies=3)
     whole, resumed = tmp_path / "whole", tmp_path / "resumed"

@@ -3,6 +3,7 @@
 import json
 
 import numpy as np
+from launch_helpers import free_port
 from prep_helpers import FIXTURES, SAMPLE, manifest, prep, same_bytes
 
 from zerolab.data_prep.indexed import read_document, read_index, token_dtype, write_index
@@ -50,6 +51,16 @@ def test_unreachable_hub_is_a_clear_exit_2(tmp_path, monkeypatch, capsys):
     error = capsys.readouterr().err
     assert "could not load 'Skylion007/openwebtext'" in error and "--input" in error
     assert not list(tmp_path.glob("owt_text_document.*"))
+
+
+def test_a_hub_that_does_not_answer_is_named_at_once_and_no_folder_is_left(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{free_port()}")  # nothing listens there
+    assert prep("dolly", "--out", str(tmp_path / "new" / "dolly")) == 2
+    error = capsys.readouterr().err
+    assert "the Hugging Face hub (127.0.0.1:" in error and "no copy is cached here" in error
+    assert "--input" in error and not (tmp_path / "new").exists()
 
 
 def test_split_deals_every_document_once_in_the_given_proportions(tmp_path):

@@ -10,6 +10,7 @@ without its manifest is never treated as finished.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import multiprocessing
@@ -107,24 +108,45 @@ def run(job: PrepJob) -> int:
         for prefix in outputs.values():
             Path(f"{prefix}.manifest.json").unlink(missing_ok=True)
         shutil.rmtree(workdir, ignore_errors=True)
+    _check_outputs(outputs)
+    created = [parent for parent in (base.parent, *base.parent.parents) if not parent.exists()]
     base.parent.mkdir(parents=True, exist_ok=True)
     done, counts, position = _resume_point(job, workdir, fingerprint)
     started = time.perf_counter()
     before = Counts(counts.records, counts.input_bytes, dict(counts.documents), dict(counts.tokens))
     try:
         counts = _process(job, workdir, done, counts, position, outputs)
+        refusal = _empty_output(job, counts)
+        if refusal:
+            shutil.rmtree(workdir)
+            raise UserError(refusal)
+        facts = _merge(job, workdir, outputs, counts, fingerprint)
     except BaseException:
         if not any(workdir.glob("*.done.json")):
             shutil.rmtree(workdir, ignore_errors=True)  # nothing to resume from
+        for parent in created:  # deepest first: the directories this run made, if it left them empty
+            with contextlib.suppress(OSError):
+                parent.rmdir()
         raise
-    refusal = _empty_output(job, counts)
-    if refusal:
-        shutil.rmtree(workdir)
-        raise UserError(refusal)
-    facts = _merge(job, workdir, outputs, counts, fingerprint)
     shutil.rmtree(workdir)
     _summary(job, counts, before, facts, time.perf_counter() - started)
     return 0
+
+
+def _check_outputs(outputs: dict[str, Path]) -> None:
+    """UserError when an output file's path is taken by a directory, or its folder by a file."""
+    for prefix in outputs.values():
+        for suffix in (".bin", ".idx", ".manifest.json"):
+            path = Path(f"{prefix}{suffix}")
+            if path.is_dir():
+                raise UserError(
+                    f"--out: {path} is a directory, where the output file goes; move it or choose --out"
+                )
+        folder = next((parent for parent in prefix.parents if parent.exists()), None)
+        if folder is not None and not folder.is_dir():
+            raise UserError(
+                f"--out: {folder} is a file, where a folder of the output goes; choose another --out"
+            )
 
 
 def _empty_output(job: PrepJob, counts: Counts) -> str | None:
@@ -319,33 +341,40 @@ def _merge(job: PrepJob, workdir: Path, outputs: dict, counts: Counts, fingerpri
     facts = {}
     for name, prefix in outputs.items():
         bin_tmp, idx_tmp = Path(f"{prefix}.bin.tmp"), Path(f"{prefix}.idx.tmp")
-        digest = hashlib.sha256()
-        with open(bin_tmp, "wb") as out:
-            for marker in shards:
-                with open(workdir / marker.name.replace("done.json", f"{name}.bin"), "rb") as part:
-                    while block := part.read(1 << 22):
-                        digest.update(block)
-                        out.write(block)
+        try:
+            digest = hashlib.sha256()
+            with open(bin_tmp, "wb") as out:
+                for marker in shards:
+                    with open(workdir / marker.name.replace("done.json", f"{name}.bin"), "rb") as part:
+                        while block := part.read(1 << 22):
+                            digest.update(block)
+                            out.write(block)
 
-        def size_chunks(name=name):
-            for marker in shards:
-                yield np.fromfile(workdir / marker.name.replace("done.json", f"{name}.sizes"), dtype="<i4")
+            def size_chunks(name=name):
+                for marker in shards:
+                    yield np.fromfile(
+                        workdir / marker.name.replace("done.json", f"{name}.sizes"), dtype="<i4"
+                    )
 
-        write_index(idx_tmp, size_chunks, counts.documents[name], dtype)
-        files = {
-            "bin": {
-                "name": f"{prefix.name}.bin",
-                "bytes": bin_tmp.stat().st_size,
-                "sha256": digest.hexdigest(),
-            },
-            "idx": {
-                "name": f"{prefix.name}.idx",
-                "bytes": idx_tmp.stat().st_size,
-                "sha256": sha256_of(idx_tmp),
-            },
-        }
-        os.replace(bin_tmp, f"{prefix}.bin")
-        os.replace(idx_tmp, f"{prefix}.idx")
+            write_index(idx_tmp, size_chunks, counts.documents[name], dtype)
+            files = {
+                "bin": {
+                    "name": f"{prefix.name}.bin",
+                    "bytes": bin_tmp.stat().st_size,
+                    "sha256": digest.hexdigest(),
+                },
+                "idx": {
+                    "name": f"{prefix.name}.idx",
+                    "bytes": idx_tmp.stat().st_size,
+                    "sha256": sha256_of(idx_tmp),
+                },
+            }
+            os.replace(bin_tmp, f"{prefix}.bin")
+            os.replace(idx_tmp, f"{prefix}.idx")
+        except BaseException:
+            bin_tmp.unlink(missing_ok=True)
+            idx_tmp.unlink(missing_ok=True)
+            raise
         manifest = _manifest(job, name, counts, files, fingerprint)
         manifest_path = Path(f"{prefix}.manifest.json")
         write_json_atomic(manifest_path, manifest)

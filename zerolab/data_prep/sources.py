@@ -4,13 +4,18 @@ a resumable position, reading as a stream: memory holds a few batches, never the
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import io
 import itertools
 import json
+import os
+import socket
+import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from zerolab.data_prep.records import ITEMS, JSON_LINES, Batch
 from zerolab.errors import UserError, json_error_text
@@ -46,9 +51,13 @@ def open_stream(path: Path, raw: io.BufferedReader):
 
 
 def check_files(paths: list[str]) -> list[Path]:
-    """The input files, each checked to exist; UserError naming the first missing one."""
+    """The input files, each checked to be a file; UserError naming the first that is not."""
     files = [Path(p) for p in paths]
     for path in files:
+        if path.is_dir():
+            inside = sorted(child.name for child in path.iterdir() if child.is_file())[:3]
+            example = f" (it holds {', '.join(inside)})" if inside else " (it holds no files)"
+            raise UserError(f"input {path} is a directory{example}: give the files in it (e.g. {path}/*)")
         if not path.is_file():
             raise UserError(f"input file {path} does not exist (check the path)")
     return files
@@ -229,13 +238,46 @@ class HubDataset:
         yield from _record_batches(rows, start["record"], name, lambda n: {**START, "record": n})
 
     def _load(self):
+        unreachable = not os.environ.get("HF_HUB_OFFLINE") and _unreachable_hub()
         try:
             import datasets
+            import huggingface_hub.constants
 
             datasets.logging.set_verbosity_error()
-            return datasets.load_dataset(self.name, split=self.split, streaming=self.streaming)
+            # unreachable: offline, where a cached copy still loads and none fails at once, not after retries
+            with _offline(datasets.config, huggingface_hub.constants, offline=bool(unreachable)):
+                return datasets.load_dataset(self.name, split=self.split, streaming=self.streaming)
         except Exception as error:
+            if unreachable:
+                raise UserError(
+                    f"could not load {self.name!r}: the Hugging Face hub ({unreachable}) did not answer "
+                    f"and no copy is cached here. {GET_IT_BY_HAND}"
+                ) from None
             raise UserError(_hub_failure(self.name, error)) from None
+
+
+@contextlib.contextmanager
+def _offline(*configs: Any, offline: bool) -> Iterator[None]:
+    """Within it, each of `configs` (modules with an HF_HUB_OFFLINE setting) has it `offline` or as it was."""
+    before = [config.HF_HUB_OFFLINE for config in configs]
+    for config in configs:
+        config.HF_HUB_OFFLINE = offline or config.HF_HUB_OFFLINE
+    try:
+        yield
+    finally:
+        for config, value in zip(configs, before, strict=True):
+            config.HF_HUB_OFFLINE = value
+
+
+def _unreachable_hub(timeout_s: float = 5.0) -> str | None:
+    """The Hugging Face hub's host:port (HF_ENDPOINT, by default huggingface.co:443) when it does
+    not answer a connection within `timeout_s`; None when it does."""
+    url = urllib.parse.urlsplit(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
+    try:
+        with socket.create_connection((url.hostname or "", url.port or 443), timeout=timeout_s):
+            return None
+    except OSError:
+        return f"{url.hostname}:{url.port or 443}"
 
 
 def _guarded(rows, name: str):
@@ -245,11 +287,16 @@ def _guarded(rows, name: str):
         raise UserError(_hub_failure(name, error)) from None
 
 
+GET_IT_BY_HAND = (
+    "Without access to the Hugging Face hub, download the data where you can and pass it "
+    "with --input (.jsonl, .json or .parquet; gzip or zstd compressed is fine)"
+)
+
+
 def _hub_failure(name: str, error: Exception) -> str:
     return (
         f"could not load {name!r} through Hugging Face datasets ({type(error).__name__}: {error}). "
-        "Without access to the Hugging Face hub, download the data where you can and pass it "
-        "with --input (.jsonl, .json or .parquet; gzip or zstd compressed is fine)"
+        + GET_IT_BY_HAND
     )
 
 
