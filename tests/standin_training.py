@@ -10,6 +10,7 @@ signal. Every process writes its pid to --pid-dir so a test can check that none 
 import argparse
 import math
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -66,7 +67,16 @@ def rank(args: argparse.Namespace) -> None:
     worker.kill()
 
 
+def stop_as_torchrun_does(number: int, frame: object) -> None:
+    """torchrun answers SIGTERM with a traceback of its own stopping."""
+    print("Traceback (most recent call last):", flush=True)
+    exception = "torch.distributed.elastic.multiprocessing.api.SignalException"
+    print(f"{exception}: Process {os.getpid()} got signal: {number}", flush=True)
+    sys.exit(1)
+
+
 def launcher(args: argparse.Namespace) -> int:
+    signal.signal(signal.SIGTERM, stop_as_torchrun_does)
     ranks = [child(args, "rank", i) for i in range(args.ranks)]
     if args.launcher_signal:
         time.sleep(1.5)  # the ranks and helpers are running, and a launch has sampled them once

@@ -99,7 +99,9 @@ def test_pin_mismatches_reads_the_real_environment():
     }
 
 
-def test_install_records_what_it_set_up_and_a_second_run_does_nothing(tmp_path, engine_repo, monkeypatch):
+def test_install_records_what_it_set_up_and_a_second_run_does_nothing(
+    tmp_path, engine_repo, monkeypatch, capsys
+):
     bare, first, _ = engine_repo
     monkeypatch.setenv("ZEROLAB_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("ZEROLAB_ENGINE_DIR", str(tmp_path / "home" / "engine"))
@@ -122,6 +124,10 @@ def test_install_records_what_it_set_up_and_a_second_run_does_nothing(tmp_path, 
     second = Console(file=io.StringIO(), width=200)
     install(pins, prebuild=False, console=second)
     assert "engine already set up" in second.file.getvalue()
+    capsys.readouterr()
+    install(pins, prebuild=False)  # its own console, on stderr (80 columns here): a path is never cut
+    (said,) = [line for line in capsys.readouterr().err.splitlines() if "engine already set up" in line]
+    assert said.endswith(str(tmp_path / "home" / "engine"))
 
     fewer = replace(pins, python={})
     third = Console(file=io.StringIO(), width=200)

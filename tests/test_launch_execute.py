@@ -96,7 +96,10 @@ def test_signal_stops_every_rank_and_records_killed(tmp_path, signal_number, nam
     run_dir.mkdir()
     argv = standin(tmp_path / "pids", "--iters", "1000", "--sleep", "0.05")
     launch = subprocess.Popen(
-        [sys.executable, "-c", LAUNCH_IN_CHILD, str(run_dir), *argv], stdout=subprocess.DEVNULL
+        [sys.executable, "-c", LAUNCH_IN_CHILD, str(run_dir), *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     log = run_dir / "train.log"
     deadline = time.monotonic() + 30
@@ -105,12 +108,16 @@ def test_signal_stops_every_rank_and_records_killed(tmp_path, signal_number, nam
         time.sleep(0.1)
     assert len(list((tmp_path / "pids").glob("*.pid"))) == 5  # launcher, 2 ranks, 2 helpers
     launch.send_signal(signal_number)
-    assert launch.wait(timeout=30) == 128 + signal_number
+    terminal, _ = launch.communicate(timeout=30)
+    assert launch.returncode == 128 + signal_number
     status = json.loads((run_dir / "status.json").read_text())
     assert status["state"] == "killed"
     assert status["exit_code"] == 128 + signal_number
     assert name in status["cause"]
     assert still_running(tmp_path / "pids") == []
+    assert "SignalException" in log.read_text()  # the launcher's own stopping: in train.log,
+    assert "SignalException" not in terminal and "Traceback" not in terminal  # not on the terminal
+    assert "stopping every rank (what they print from here on goes to train.log only)" in terminal
 
 
 CTRL_C_AS_THE_RANKS_START = """

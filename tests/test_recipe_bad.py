@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import socket
 
 import pytest
 
@@ -454,6 +455,41 @@ def test_launch_refuses_missing_data_before_anything_starts(repo_root, capsys, t
     )  # the user's path, not data/dolly
     assert "prep dolly --out data/dolly" not in err
     assert not run_dir.exists()
+
+
+def test_launch_refuses_a_port_another_run_listens_on_with_the_key_to_change(tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    with socket.socket() as other_run:
+        other_run.bind(("127.0.0.1", 0))
+        other_run.listen()
+        port = other_run.getsockname()[1]
+        assert main(["launch", TINY, f"hardware.master_port={port}", "--run-dir", str(run_dir)]) == 2
+    err = capsys.readouterr().err
+    assert f"hardware.master_port {port} is in use on this machine" in err
+    assert f"e.g. hardware.master_port={port + 1}" in err and not run_dir.exists()
+
+
+def test_an_unquoted_number_among_megatron_args_is_explained(capsys):
+    assert main(["render", TINY, "extra.megatron_args=[--rotary-percent, 0.5]"]) == 2
+    err = capsys.readouterr().err
+    assert "`extra.megatron_args.1` = 0.5: YAML read this token as a float" in err and "quote it" in err
+
+
+@pytest.mark.parametrize("text", ["", "\n\n", "# only a comment\n"])
+def test_an_empty_recipe_is_called_empty(tmp_path, capsys, text):
+    recipe = tmp_path / "mine.yaml"
+    recipe.write_text(text)
+    assert main(["render", str(recipe)]) == 2
+    assert f"{recipe} is empty: a recipe lists its building blocks under `base:`" in capsys.readouterr().err
+
+
+def test_show_prints_a_recipe_that_fails_its_checks_then_the_problems(repo_root, monkeypatch, capsys):
+    monkeypatch.chdir(repo_root)
+    assert main(["show", TINY, "parallel.tensor=3"]) == 2
+    captured = capsys.readouterr()
+    assert "not computed, the recipe fails its checks" in captured.out
+    assert "parallel:\n  tensor: 3\n  pipeline: 1\n" in captured.out
+    assert "2 problem(s) found before launch" in captured.err
 
 
 # (id, recipe text, the line PyYAML's marks point at, fragments the message must contain)

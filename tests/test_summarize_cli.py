@@ -147,7 +147,8 @@ def test_a_plot_whose_metric_no_run_has_is_skipped_with_the_reason(tmp_path: Pat
 )
 def test_bad_input_exits_2_with_a_message(argv, message, capsys, tmp_path: Path):
     assert main([*argv, *(["--out", str(tmp_path)] if argv[0] == "summarize" else [])]) == 2
-    assert message in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert message in err and err.startswith("zerolab: error: ")  # no blank line before it
 
 
 def test_nothing_understood_exits_2(tmp_path: Path, capsys):

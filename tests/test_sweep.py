@@ -324,3 +324,13 @@ def test_a_sweep_directory_in_use_is_refused(tmp_path, monkeypatch, capsys):
     with locked(directory):
         assert main(["sweep", "gpt2_z1", *SLURM_WORDS[1:], "--slurm", "--name", "busy"]) == 2
     assert "another zerolab sweep is running in logs/sweeps/busy" in capsys.readouterr().err
+    assert not (directory / ".lock").exists()  # held no more, and not left behind
+
+
+def test_a_lock_removed_by_its_holder_is_taken_afresh(tmp_path):
+    directory = tmp_path / "sweep"
+    with locked(directory):
+        assert (directory / ".lock").is_file()
+    assert sorted(path.name for path in directory.iterdir()) == []
+    with locked(directory):  # the next sweep takes a new one
+        assert (directory / ".lock").is_file()

@@ -423,14 +423,15 @@ def _progress(job: PrepJob):
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
 
+    console = Console(stderr=True)
     return Progress(
         TextColumn("{task.description}"),
         BarColumn(bar_width=20),
         TaskProgressColumn(),
         TextColumn("{task.fields[rates]}"),
         TimeElapsedColumn(),
-        console=Console(stderr=True),
-        disable=job.quiet,
+        console=console,
+        disable=job.quiet or not console.is_terminal,  # off a terminal it would only leave a blank line
         transient=True,
     )
 

@@ -164,7 +164,7 @@ def install(
 ) -> InstallRecord:
     """Set up (or verify) the engine; returns what is installed. Safe to run again."""
     pins = pins or load_pins()
-    console = console or Console(stderr=True)
+    console = console or Console(stderr=True, soft_wrap=True)  # a path or a phrase is never broken mid-way
     wanted = InstallRecord.wanted(pins)
     record = read_record()
     python = engine_python()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -52,6 +53,7 @@ def prepare(
     recipe, resumption = select(words, resume, name=name)
     if engine_required:
         check_local_gpus(recipe)
+        check_port_free(recipe)
     problems = check_inputs(recipe)
     if problems:
         raise UserError(
@@ -86,6 +88,24 @@ def check_local_gpus(recipe: Recipe) -> None:
         "GPU machine, or as a SLURM job (zerolab render --slurm); to train on this machine's CPU, use a "
         "CPU recipe (zerolab launch cpu/tiny_z1) or hardware=cpu-2ranks precision=fp32 model=gpt2-tiny"
     )
+
+
+def check_port_free(recipe: Recipe) -> None:
+    """Refuse a one-node launch whose rendezvous port is already listened on here (another run:
+    its ranks would fail to start theirs, after the launcher had started them)."""
+    if recipe.hardware.nodes != 1:
+        return
+    port = recipe.hardware.master_port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a port in TIME_WAIT is free
+        try:
+            probe.bind(("", port))
+        except OSError as error:
+            raise UserError(
+                f"cannot launch {recipe.name}: hardware.master_port {port} is in use on this machine "
+                f"({error.strerror}; another run?). Pass another port, e.g. hardware.master_port={port + 1}, "
+                "or wait for the other run to end"
+            ) from None
 
 
 def launch(

@@ -60,7 +60,9 @@ def run_training(
         )
         stopper.watch(process)
         sampler = Sampler(run_dir / SAMPLES_FILE, process.pid, interval_s=sample_interval_s).start()
-        reader = threading.Thread(target=_pump, args=(process, log, echo), name="zerolab-log", daemon=True)
+        reader = threading.Thread(
+            target=_pump, args=(process, log, echo, stopper), name="zerolab-log", daemon=True
+        )
         reader.start()
         exit_code = process.wait()
         sampler.stop()
@@ -79,13 +81,15 @@ def _to_stdout(line: str) -> None:
     sys.stdout.flush()
 
 
-def _pump(process: subprocess.Popen, log, echo) -> None:
-    """Copy the command's output, line by line, to train.log and the terminal."""
+def _pump(process: subprocess.Popen, log, echo, stopper: _Stopper) -> None:
+    """Copy the command's output, line by line, to train.log and, until we are asked to stop it,
+    the terminal (the launchers answer SIGTERM with tracebacks of their own stopping)."""
     assert process.stdout is not None
     for raw in iter(process.stdout.readline, b""):
         line = raw.decode("utf-8", errors="replace")
         log.write(line)
-        echo(line)
+        if stopper.signal_number is None:
+            echo(line)
 
 
 class _Stopper:
@@ -117,7 +121,12 @@ class _Stopper:
     def _handle(self, number: int, frame: object) -> None:
         if self.signal_number is None:
             self.signal_number = number
-            print(f"\nzerolab: {_SIGNAL_NAMES[number]}: stopping every rank", file=sys.stderr, flush=True)
+            print(
+                f"\nzerolab: {_SIGNAL_NAMES[number]}: stopping every rank (what they print from here on goes "
+                f"to {LOG_FILE} only)",
+                file=sys.stderr,
+                flush=True,
+            )
             if self.process is not None:
                 self._stop()
         elif self.process is not None:  # a second Ctrl-C: no more waiting

@@ -126,11 +126,18 @@ def write_render(launch: Any, out: Path, name: str) -> None:
 
 
 def run_show(args: argparse.Namespace) -> int:
-    """Print the resolved recipe."""
+    """Print the resolved recipe; one that fails the checks across keys is printed too (without
+    the values derived from it), then its problems (exit 2)."""
     from zerolab.recipe import load_recipe
+    from zerolab.recipe.compose import RecipeProblems
     from zerolab.recipe.output import resolved_yaml
 
-    print(resolved_yaml(load_recipe(args.recipe, args.overrides)), end="")
+    try:
+        recipe = load_recipe(args.recipe, args.overrides)
+    except RecipeProblems as problems:
+        print(resolved_yaml(problems.recipe, derived=False), end="", flush=True)
+        raise
+    print(resolved_yaml(recipe), end="")
     return 0
 
 

@@ -63,8 +63,17 @@ def load_recipe(
         lines = [f"{recipe._path}: {len(problems)} problem(s) found before launch:"]
         for problem in problems:
             lines.append(problem.describe(recipe, sources))
-        raise UserError("\n".join(lines))
+        raise RecipeProblems("\n".join(lines), recipe)
     return recipe
+
+
+class RecipeProblems(UserError):
+    """A recipe that composed and validated but failed the checks across keys; `recipe` is it,
+    unchecked (`zerolab show` still prints it)."""
+
+    def __init__(self, message: str, recipe: Recipe) -> None:
+        super().__init__(message)
+        self.recipe = recipe
 
 
 SHAPE_KEYS = ("num_layers", "hidden_size", "num_attention_heads", "max_position_embeddings", "vocab_size")
@@ -92,6 +101,11 @@ def compose(recipe_file: Path, overrides: tuple[str, ...] | list[str] = ()) -> t
     """The merged, not yet validated recipe mapping, and the source of every key."""
     own = read_yaml_mapping(recipe_file)
     where = display_path(recipe_file)
+    if not own:
+        raise UserError(
+            f"{where} is empty: a recipe lists its building blocks under `base:` (configs/) and its own "
+            "settings; start from a shipped one, e.g. a copy of recipes/cpu/tiny_z1.yaml"
+        )
     base = own.get("base", [])
     if not isinstance(base, list) or not all(isinstance(entry, str) for entry in base):
         raise UserError(f"{where}: `base` must be a list of building blocks such as `model/gpt2-1.5b`")
@@ -197,6 +211,11 @@ def _describe_error(item: dict[str, Any], sources: Sources) -> str:
             return f"{where}: `{key}` has moved: {MOVED_KEYS[loc]}"
         return f"{where}: unknown key `{key}`; {_suggest(loc)}"
     shown = item.get("input")
+    if loc[:2] == ("extra", "megatron_args") and len(loc) == 3 and item["type"] == "string_type":
+        return (
+            f"{where}: `{key}` = {shown!r}: YAML read this token as a {type(shown).__name__}, and each "
+            f"token is passed to Megatron as text: quote it, e.g. '{shown}'"
+        )
     return f"{where}: `{key}` = {shown!r}: {item['msg']}"
 
 

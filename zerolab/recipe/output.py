@@ -108,15 +108,19 @@ def read_render_text(text: str) -> tuple[dict, str]:
     return json.loads(config), command.removesuffix("\n")
 
 
-def resolved_yaml(recipe: Recipe) -> str:
-    """The fully resolved recipe as YAML, headed by the values derived from it (as comments)."""
+def resolved_yaml(recipe: Recipe, *, derived: bool = True) -> str:
+    """The fully resolved recipe as YAML, headed by the values derived from it (as comments);
+    without `derived` (a recipe that fails its checks, whose sizes may not divide) a note instead."""
     overridden = f"overridden: {shlex.join(recipe.overrides)}" if recipe.overrides else ""
-    header = (
-        commented(f"{recipe.path}, fully resolved")
-        + (commented(overridden) if overridden else "")
-        + f"# derived: world_size={recipe.world_size} data_parallel={recipe.data_parallel_size} "
+    values = (
+        f"# derived: world_size={recipe.world_size} data_parallel={recipe.data_parallel_size} "
         f"gradient_accumulation_steps={recipe.gradient_accumulation_steps} "
         f"padded_vocab_size={recipe.padded_vocab_size} train_iters={_iters_or_reason(recipe)}\n"
+        if derived
+        else "# derived: not computed, the recipe fails its checks (the problems are on stderr)\n"
+    )
+    header = (
+        commented(f"{recipe.path}, fully resolved") + (commented(overridden) if overridden else "") + values
     )
     return header + dump_yaml(recipe.model_dump(mode="json"))
 

@@ -110,7 +110,8 @@ def _collect(args: argparse.Namespace) -> Collection:
     from zerolab.summarize.collect import summarize_paths
 
     console = Console(stderr=True)
-    with Progress(console=console, transient=True) as progress:
+    # off a terminal a transient bar would only leave a blank line (before an error, too)
+    with Progress(console=console, transient=True, disable=not console.is_terminal) as progress:
         task = progress.add_task("parsing logs", total=None)
 
         def advance(run: Run) -> None:

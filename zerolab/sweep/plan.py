@@ -12,7 +12,7 @@ import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -174,30 +174,44 @@ def move_aside(directory: Path, cell: PlannedCell, state: str | None) -> Path:
 
 @contextlib.contextmanager
 def locked(directory: Path) -> Iterator[None]:
-    """Hold the sweep directory's lock; UserError when another zerolab sweep holds it. A directory
-    this creates (and the parents it needed) is removed again when what runs under the lock
-    raises before writing into it."""
+    """Hold the sweep directory's lock (its .lock file, removed again when the sweep ends); UserError
+    when another zerolab sweep holds it. A directory this creates (and the parents it needed) is
+    removed again when what runs under the lock raises before writing into it."""
     created = [parent for parent in (directory, *directory.parents) if not parent.exists()]
     directory.mkdir(parents=True, exist_ok=True)
     lock = directory / LOCK_FILE
+    handle = _take_lock(lock, directory)
     try:
-        with open(lock, "a+") as handle:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                raise UserError(
-                    f"another zerolab sweep is running in {directory}; wait for it, or stop it (Ctrl-C)"
-                ) from None
-            try:
-                yield
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
+        yield
     except BaseException:
-        if created and [entry.name for entry in directory.iterdir()] == [LOCK_FILE]:
-            lock.unlink()
+        lock.unlink(missing_ok=True)
+        if created and not any(directory.iterdir()):
             for parent in created:  # the directory, then the parents it needed
                 parent.rmdir()
         raise
+    finally:
+        lock.unlink(missing_ok=True)  # while still held: whoever opened it before finds it gone, and retries
+        fcntl.flock(handle, fcntl.LOCK_UN)
+        handle.close()
+
+
+def _take_lock(lock: Path, directory: Path) -> IO[str]:
+    """The open, locked `lock` file; UserError when another process holds it."""
+    while True:
+        handle = open(lock, "a+")  # noqa: SIM115 (held until the sweep ends)
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.close()
+            raise UserError(
+                f"another zerolab sweep is running in {directory}; wait for it, or stop it (Ctrl-C)"
+            ) from None
+        try:
+            if os.stat(lock).st_ino == os.fstat(handle.fileno()).st_ino:
+                return handle
+        except FileNotFoundError:
+            pass
+        handle.close()  # locked a file its holder had just removed: take the new one
 
 
 def previous_prefix(directory: Path, cell: PlannedCell) -> str:

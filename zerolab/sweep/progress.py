@@ -47,6 +47,7 @@ class SweepProgress:
             TextColumn("{task.description}"),
             console=console,
             transient=True,
+            disable=not console.is_terminal,  # off a terminal it would only leave blank lines
         )
         self.task = self.progress.add_task("", total=total)
         self.label = ""
