@@ -68,8 +68,10 @@ def test_gpu_memory_table_and_plot(tmp_path: Path, capsys):
     assert main(["estimate", "gpt2_z1", "--gpu-memory", "48", "--plot", str(png)]) == 0
     out = capsys.readouterr().out
     assert "Fits in 48 GiB per GPU?" in out and "ZeRO 3 + weight offload" in out and f"wrote {png}" in out
+    assert "(global 64)" in out  # micro 32 on 2 GPUs cannot keep the global batch of 32
     assert png.read_bytes().startswith(PNG_MAGIC)
     fit = _json(capsys, "gpt2_z1", "--gpu-memory", "20")["fit"]
+    assert fit["global_batch_by_micro_batch"] == {"1": 32, "2": 32, "4": 32, "8": 32, "16": 32, "32": 64}
     assert fit["current"] == {"setup": "z1", "micro_batch": 4}
     assert fit["setups"]["z0"]["32"]["status"] == "does not fit"
     assert fit["setups"]["z3_offload_param"]["1"]["status"] == "fits"

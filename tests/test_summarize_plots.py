@@ -108,7 +108,10 @@ def test_bars_are_drawn_for_completed_runs_only_and_the_others_are_named(tmp_pat
         labels = _bar_labels(figure)
         assert all(name in labels for name in STUDY), (plot, labels)
         assert not any(name in labels for name in FAILED), (plot, labels)
-        assert "not drawn (did not complete): signal_sigkill_rank1 (failed)" in _all_text(figure), plot
+        text = _all_text(figure)
+        assert "not drawn (did not complete):" in text, plot
+        # every run that did not complete is named, also one with no figure for this plot (fp16_z2)
+        assert "signal_sigkill_rank1 (failed)" in text and "fp16_z2 (failed)" in text, plot
     # fp16_z2 never trained: its 0.43 GiB, the lowest, is no figure at all, let alone a bar
     memory = _all_text(drawn["gpu_memory.png"])
     assert "0.43" not in memory
@@ -118,7 +121,7 @@ def test_a_plot_with_no_completed_run_is_skipped_with_the_reason(tmp_path: Path,
     make_run_dir(tmp_path / "logs", "fp16_z2", "fp16_z2")
     make_run_dir(tmp_path / "logs", "killed", "signal_sigkill_rank1")
     written, skipped = _write(tmp_path / "logs", tmp_path / "out")
-    reason = "no completed run has max_allocated_GiB (not drawn: killed (failed))"  # fp16_z2 never trained
+    reason = "no completed run has max_allocated_GiB (not drawn: killed (failed), fp16_z2 (failed))"
     assert f"gpu_memory.png: {reason}" in skipped
     assert [path.name for path in written] == ["loss.png"]  # the killed run's loss, marked as failed
 

@@ -21,7 +21,7 @@ from zerolab.recipe import load_recipe, render
 from zerolab.recipe.compose import resolve_recipe_path
 from zerolab.summarize.collect import summarize_paths
 from zerolab.summarize.summary import Options
-from zerolab.summarize.sweep_plots import points
+from zerolab.summarize.sweep_plots import points, sweep_figure
 from zerolab.sweep.cells import MAX_NAME, check_name, expand, split_values
 from zerolab.sweep.plan import PLAN_FILE, locked, plan_of, read_plan, write_plan
 
@@ -214,6 +214,10 @@ def test_sweeps_of_the_same_cells_summarized_together_each_draw_their_own(tmp_pa
     assert main(["summarize", str(sweeps), "--out", str(tmp_path / "out")]) == 0
     written = {path.name for path in (tmp_path / "out").glob("sweep-*.png")}
     assert written == {"sweep-first-train.micro_batch_size.png", "sweep-second-train.micro_batch_size.png"}
+    figure = sweep_figure(collection.sweeps[0].plan, "train.micro_batch_size", collection.sweeps[0].runs)
+    throughput, gpu_memory, host_memory, loss = figure.axes[:4]
+    assert [panel.get_ylim()[0] for panel in (throughput, gpu_memory, host_memory)] == [0, 0, 0]  # ratios
+    assert loss.get_ylim()[0] > 0 and "y axis not from 0" in loss.get_title()
 
 
 def test_a_directory_holding_another_sweep_is_refused_with_the_fix(tmp_path, monkeypatch, capsys):

@@ -54,6 +54,21 @@ class FitTable:
     current: tuple[str, int]
     global_batch: int
     cells: dict[tuple[str, int], Cell] = field(default_factory=dict)
+    global_batches: dict[int, int] = field(default_factory=dict)
+    """The global batch each micro batch is estimated with (fit_global_batch)."""
+
+    def micro_label(self, micro: int) -> str:
+        """A micro batch's heading: the number, and the global batch it is estimated with where
+        that is not the recipe's."""
+        global_batch = self.global_batches[micro]
+        return str(micro) if global_batch == self.global_batch else f"{micro}\n(global {global_batch})"
+
+
+def fit_global_batch(recipe: Recipe, micro: int) -> int:
+    """The recipe's global batch when micro x data-parallel size divides it, else the nearest
+    multiple of that (micro 32 on 2 ranks makes a global batch of 32 into 64)."""
+    per_step = micro * recipe.data_parallel_size
+    return max(1, (recipe.train.global_batch_size + per_step // 2) // per_step) * per_step
 
 
 def current_setup(recipe: Recipe) -> str:
@@ -71,8 +86,7 @@ def variant(recipe: Recipe, setup: str, micro: int) -> Recipe:
     recipe's checks refuse the combination."""
     if recipe.path is None:
         raise UserError("a recipe built in code has no file to re-read")
-    per_step = micro * recipe.data_parallel_size
-    global_batch = max(1, round(recipe.train.global_batch_size / per_step)) * per_step
+    global_batch = fit_global_batch(recipe, micro)
     overrides = [
         *recipe.overrides,
         f"zero={setup}",
@@ -90,7 +104,10 @@ def fit_table(recipe: Recipe, gpu_memory_gib: float) -> FitTable:
     from zerolab.estimate import estimate
 
     table = FitTable(
-        gpu_memory_gib, (current_setup(recipe), recipe.train.micro_batch_size), recipe.train.global_batch_size
+        gpu_memory_gib,
+        (current_setup(recipe), recipe.train.micro_batch_size),
+        recipe.train.global_batch_size,
+        global_batches={micro: fit_global_batch(recipe, micro) for micro in MICRO_BATCHES},
     )
     for setup, _ in SETUPS:
         for micro in MICRO_BATCHES:

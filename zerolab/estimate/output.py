@@ -132,6 +132,7 @@ def as_json(
         result["fit"] = {
             "gpu_memory_gib": fit.gpu_memory_gib,
             "global_batch": fit.global_batch,
+            "global_batch_by_micro_batch": {str(micro): fit.global_batches[micro] for micro in MICRO_BATCHES},
             "current": {"setup": fit.current[0], "micro_batch": fit.current[1]},
             "setups": {
                 setup: {
@@ -325,7 +326,7 @@ def fit_grid(fit: FitTable) -> Any:
     )
     table.add_column("setup")
     for micro in MICRO_BATCHES:
-        table.add_column(f"micro {micro}", justify="right")
+        table.add_column(f"micro {fit.micro_label(micro)}", justify="right")
     reasons: dict[str, str] = {}
     for setup, label in SETUPS:
         cells = []

@@ -56,9 +56,11 @@ def write_fit_plot(fit: FitTable, recipe: Recipe, path: Path) -> None:
             )
     ax.set_xlim(-0.05, len(MICRO_BATCHES))
     ax.set_ylim(len(SETUPS), -0.1)
-    ax.set_xticks([i + 0.48 for i in range(len(MICRO_BATCHES))], [str(m) for m in MICRO_BATCHES])
+    ax.set_xticks([i + 0.48 for i in range(len(MICRO_BATCHES))], [fit.micro_label(m) for m in MICRO_BATCHES])
     ax.set_yticks([i + 0.46 for i in range(len(SETUPS))], [label for _, label in SETUPS])
-    ax.set_xlabel("micro batch (sequences per GPU per forward pass)")
+    ax.set_xlabel(
+        f"micro batch (sequences per GPU per forward pass); global batch {fit.global_batch} unless marked"
+    )
     ax.tick_params(length=0)
     for spine in ax.spines.values():
         spine.set_visible(False)

@@ -260,9 +260,14 @@ def write_plots(collection: Collection, out: Path) -> tuple[list[Path], list[str
         if column.plot is None:
             continue
         plot = column.plot
-        measured = [summary for summary in collection.runs if summary.row[column.key] is not None]
-        runs = [summary for summary in measured if _completed(summary)]
-        left_out = [summary for summary in measured if not _completed(summary)]
+        runs = [
+            summary
+            for summary in collection.runs
+            if _completed(summary) and summary.row[column.key] is not None
+        ]
+        left_out = [
+            summary for summary in collection.runs if not _completed(summary)
+        ]  # named in every figure
         if not runs:
             why = f" (not drawn: {_not_drawn(left_out)})" if left_out else ""
             skipped.append(f"{plot.file}: no {'completed ' if left_out else ''}run has {column.key}{why}")

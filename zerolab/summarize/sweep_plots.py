@@ -1,6 +1,7 @@
 """A sweep's figures (matplotlib, Agg): for each swept key, one figure of every sweep metric
 (tokens/s per GPU with its 10th-90th percentile, max allocated GPU memory, peak host memory, the
-last training loss) against that key, one line per combination of the other swept keys. Only
+last training loss) against that key, one line per combination of the other swept keys; the y
+axes of throughput and memory start at 0 (the loss's does not, and says so). Only
 completed cells are drawn; a value whose cells were refused or failed says so under its tick.
 A numeric key is a numeric axis (log 2 when it spans 8x or more) with each series a line; any
 other key is one tick per value in sweep order, its points unjoined (the values have no order
@@ -35,9 +36,12 @@ PANEL_TITLES = {
         "largest over ranks (CPU runs: DeepSpeed's process memory)",
     ),
     "peak_host_GiB": ("Peak host memory", "the launcher's process tree"),
-    "last_loss": ("Training loss", "at the last logged interval"),
+    "last_loss": ("Training loss", "at the last logged interval; y axis not from 0"),
 }
 """Each panel's title and what its value is."""
+FROM_ZERO = ("tokens_per_s_per_gpu", "max_allocated_GiB", "peak_host_GiB")
+"""Panels whose y axis starts at 0, so that a bar's height reads as a ratio; the loss's does not
+(its differences matter, not its distance from 0) and its title says so."""
 MIN_RELATIVE_SPAN = 0.04
 """A panel's y axis spans at least this fraction of its values."""
 MEASURED = "completed"
@@ -114,6 +118,8 @@ def write_sweep_plots(collection: Collection, out: Path) -> tuple[list[Path], li
     import matplotlib
 
     matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
     written: list[Path] = []
     skipped: list[str] = []
     several = len(collection.sweeps) > 1
@@ -124,7 +130,9 @@ def write_sweep_plots(collection: Collection, out: Path) -> tuple[list[Path], li
             if not any(s.row["status"] == MEASURED for s in rows):
                 skipped.append(f"{path.name}: no cell of sweep {plan.name} completed")
                 continue
-            _figure(plan, key, rows, path)
+            figure = sweep_figure(plan, key, rows)
+            save_png(figure, path, dpi=DPI)
+            plt.close(figure)
             written.append(path)
     return written, skipped
 
@@ -133,7 +141,8 @@ def _column(key: str) -> Column:
     return next(column for column in COLUMNS if column.key == key)
 
 
-def _figure(plan: Plan, key: str, rows: list[RunSummary], path: Path) -> None:
+def sweep_figure(plan: Plan, key: str, rows: list[RunSummary]) -> Any:
+    """The figure of every sweep metric against the swept `key` (one panel each)."""
     import matplotlib
     import matplotlib.pyplot as plt
 
@@ -182,7 +191,11 @@ def _figure(plan: Plan, key: str, rows: list[RunSummary], path: Path) -> None:
         panel.set_ylabel(column.label or metric)
         panel.grid(alpha=0.3)
         panel.margins(y=0.15)
-        _at_least_relative_span(panel)
+        if metric in FROM_ZERO:
+            panel.ticklabel_format(axis="y", style="plain", useOffset=False)
+            panel.set_ylim(bottom=0)
+        else:
+            _at_least_relative_span(panel)
     low, high = min(positions), max(positions)
     if scale == "log2":
         axes.flat[0].set_xscale("log", base=2)
@@ -215,8 +228,7 @@ def _figure(plan: Plan, key: str, rows: list[RunSummary], path: Path) -> None:
     counts = ", ".join(f"{statuses.count(state)} {state}" for state in dict.fromkeys(statuses))
     note = "completed cells only" + (f"; not drawn: {counts} (summary.md has each cause)" if counts else "")
     fig.suptitle(f"Sweep {plan.name}: each metric against {key}\n{note}", fontsize=11)
-    save_png(fig, path, dpi=DPI)
-    plt.close(fig)
+    return fig
 
 
 def _dodge(index: int, count: int) -> float:
