@@ -482,3 +482,9 @@ def test_real_fused_kernels_get_only_the_gencode_pairs_nvcc_builds(engine, tmp_p
         assert "--use_fast_math" in flags and "--expt-extended-lambda" in flags
     said = "nvcc 13.0 cannot build -gencode arch=compute_70,code=sm_70: left out of Megatron's fused kernels"
     assert (said in result.stdout) is (release == "13.0")
+
+
+def test_every_workaround_is_named_in_the_readme():
+    # train.log prints each workaround's name: the README says what each one is for
+    readme = " ".join((REPO_ROOT / "README.md").read_text().split())
+    assert [w.name for w in WORKAROUNDS if f"`{w.name}`" not in readme] == []

@@ -20,6 +20,11 @@ def test_reference_doc_is_current():
     assert REFERENCE_FILE.read_text() == generate(), "docs/recipe-reference.md is stale: run `make docs`"
 
 
+def test_a_building_blocks_description_is_its_whole_opening_comment():
+    row = next(line for line in generate().splitlines() if line.startswith("| `zero/z3_offload_param` |"))
+    assert row.endswith("fetched to the device layer by layer (ZeRO-Infinity's CPU offload). |")
+
+
 def test_every_field_has_a_doc_and_sizes_have_units():
     for section in SECTIONS:
         model = Recipe.model_fields[section].annotation

@@ -142,10 +142,13 @@ def _files_table(title: str, root: Any, kind: str) -> str:
 
 
 def _first_comment(path: Any) -> str:
+    """The file's opening comment, its lines joined: a block's description."""
+    lines = []
     for line in path.read_text().splitlines():
-        if line.startswith("#"):
-            return line.lstrip("# ").strip()
-    return ""
+        if not line.startswith("#"):
+            break
+        lines.append(line.lstrip("# ").strip())
+    return " ".join(lines)
 
 
 def _type_name(annotation: Any) -> str:
