@@ -82,3 +82,16 @@ def test_a_large_log_is_streamed_in_bounded_memory(tmp_path: Path):
     tracemalloc.stop()
     assert log.iteration_count == 399
     assert peak < size / 10, f"peak {peak} bytes for a {size}-byte log"
+
+
+def test_an_iteration_number_beyond_64_bits_is_left_out_with_a_warning(tmp_path: Path):
+    good = (FIXTURES / "cpu-engine" / "final_z1.log").read_text()
+    line = next(text for text in good.splitlines() if " iteration " in text)
+    huge = line.replace(line.split("iteration", 1)[1].split("/", 1)[0], " " + "9" * 5000, 1)
+    path = tmp_path / "digits.log"
+    path.write_text(good + huge + "\n")
+    summary = summarize_run(Run(path), parse_log(path), None, Options())
+    assert any(
+        "an iteration line's number of 5000 digits (left out)" in warning for warning in summary.warnings
+    )
+    assert summary.row["status"] == "completed"

@@ -111,6 +111,18 @@ def find_iteration(text: str) -> re.Match[str] | None:
     return ITERATION.search(text)
 
 
+MAX_ITERATION_DIGITS = 18
+"""An iteration number or count longer than this (beyond 64 bits) is no iteration a run reached."""
+
+
+def iteration_problem(match: re.Match[str]) -> str | None:
+    """Why the `iteration N/M` of `match` cannot be read (a number beyond 64 bits), or None."""
+    longest = max(len(match.group(1)), len(match.group(2)))
+    if longest > MAX_ITERATION_DIGITS:
+        return f"an iteration line's number of {longest} digits (left out)"
+    return None
+
+
 def parse_iteration(text: str, match: re.Match[str]) -> IterationRecord:
     """Parse the segments after `iteration N/M |`; a last segment without `|` is dropped."""
     record = IterationRecord(int(match.group(1)), int(match.group(2)))

@@ -130,6 +130,10 @@ class LogParser:
         if log.config.feed(text):
             return
         match = megatron.find_iteration(text)
+        problem = megatron.iteration_problem(match) if match else None
+        if problem:
+            self._bad_values(line.number, [problem])
+            return
         if match:
             record = megatron.parse_iteration(text, match)
             if record.complete:
