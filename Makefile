@@ -26,6 +26,9 @@ lint: dev  ## ruff, shellcheck and hadolint
 test: lint  ## set up .venv, lint, and run every test (engine tests skip, with the reason, without the engine)
 	$(BIN)/pytest
 
+test-fast: dev  ## the fast tier: tests that need neither the engine nor long runs (under 2 minutes on 2 cores)
+	$(BIN)/pytest -m "not real_engine and not slow"
+
 docs: dev  ## regenerate the generated docs: recipe-reference.md (schema), summarize.md's columns, estimate.md's tables
 	$(BIN)/python -m zerolab.recipe.reference
 	$(BIN)/python -m zerolab.summarize.columns

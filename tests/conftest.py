@@ -1,5 +1,7 @@
-"""Shared fixtures. Tests that need the real engine use `engine`, which skips with the
-reason when Megatron-DeepSpeed and its environment are not set up (`make setup`)."""
+"""Shared fixtures, and the test tiers. Tests that need the real engine use `engine`, which skips
+with the reason when Megatron-DeepSpeed and its environment are not set up (`make setup`); each
+is marked `real_engine` (pyproject.toml registers the markers), so that `make test-fast` runs the
+others: `pytest -m "not real_engine and not slow"`."""
 
 from __future__ import annotations
 
@@ -12,6 +14,13 @@ from zerolab.engine.paths import engine_dir, engine_missing, engine_python
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DOLLY_SAMPLE = REPO_ROOT / "data_prep" / "samples" / "dolly151.jsonl"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test that asks for the real engine, directly or through another fixture."""
+    for item in items:
+        if "engine" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.real_engine)
 
 
 @pytest.fixture

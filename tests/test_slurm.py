@@ -5,11 +5,10 @@ the run directory."""
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
-from slurm_helpers import SHELLCHECK, launched, option, run_sbatch
+from slurm_helpers import launched, option, run_sbatch, shellcheck
 
 from zerolab import rundir
 from zerolab.cluster.slurm import SlurmOptions, sbatch_for_recipe
@@ -44,7 +43,7 @@ def shown(run_dir: Path) -> str:
 def test_sbatch_is_shellcheck_clean(launcher, options, tmp_path):
     path = tmp_path / "job.sbatch"
     path.write_text(job(launcher=launcher, options=options))
-    result = subprocess.run([str(SHELLCHECK), str(path)], capture_output=True, text=True)
+    result = shellcheck(path)
     assert result.returncode == 0, result.stdout
 
 
@@ -152,7 +151,7 @@ def test_render_slurm_prints_the_sbatch_of_a_shipped_recipe(repo_root, monkeypat
     assert '"offload_optimizer": {' in script and "--cpu-optimizer" in script
     path = tmp_path / "gpt2_z3_offload.sbatch"
     path.write_text(script)
-    assert subprocess.run([str(SHELLCHECK), str(path)], capture_output=True).returncode == 0
+    assert shellcheck(path).returncode == 0
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from slurm_helpers import SHELLCHECK, launched, option, run_sbatch
+from slurm_helpers import launched, option, run_sbatch, shellcheck
 
 from zerolab import rundir
 from zerolab.cli import main
@@ -253,7 +253,7 @@ def test_slurm_writes_one_array_job_of_the_cells_that_pass_the_checks(tmp_path, 
     assert "#SBATCH --array=0-1\n" in script and "#SBATCH --nodes=2\n" in script
     assert "#SBATCH --partition=gpu\n" in script and "#SBATCH --output=logs/slurm-%x-%A_%a.out\n" in script
     assert subprocess.run(["bash", "-n", str(directory / "sweep.sbatch")]).returncode == 0
-    assert subprocess.run([str(SHELLCHECK), str(directory / "sweep.sbatch")]).returncode == 0
+    assert shellcheck(directory / "sweep.sbatch").returncode == 0
     plan, _ = read_plan(directory)
     refused = {cell.name: rundir.read_status(directory / cell.run_dir)[0] for cell in plan.cells[1::2]}
     assert [status.state for status in refused.values()] == ["refused", "refused"]
