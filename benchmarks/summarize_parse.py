@@ -14,7 +14,7 @@ import time
 import tracemalloc
 from pathlib import Path
 
-from zerolab.summarize.parse import parse_log
+from zerolab.logs.parse import parse_log
 
 SOURCE = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "logs" / "cpu-engine" / "final_z1.log"
 

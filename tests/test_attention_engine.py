@@ -11,7 +11,7 @@ import pytest
 from launch_helpers import free_port
 
 from zerolab.cli import main
-from zerolab.summarize.parse import parse_log
+from zerolab.logs.parse import parse_log
 
 ITERATIONS = 20
 CASES = {

@@ -18,9 +18,9 @@ import pytest
 from launch_helpers import free_port
 
 from zerolab.cli import main
-from zerolab.summarize.config_dump import ConfigCollector
-from zerolab.summarize.lines import read_lines
-from zerolab.summarize.parse import ParsedLog, parse_log
+from zerolab.logs.config_dump import ConfigCollector
+from zerolab.logs.lines import read_lines
+from zerolab.logs.parse import ParsedLog, parse_log
 
 pytestmark = pytest.mark.usefixtures(
     "engine"

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from launch_helpers import standin, still_running
 
-from zerolab.failures import read_ending
 from zerolab.launch.execute import execute
+from zerolab.logs.failures import read_ending
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 

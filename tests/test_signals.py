@@ -1,4 +1,4 @@
-"""A rank killed by a signal, read from what the launchers really print (zerolab.signals): the
+"""A rank killed by a signal, read from what the launchers really print (zerolab.logs.signals): the
 real logs of the pinned engine where a rank was killed, and every other real log, which must
 not read as one."""
 
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from zerolab.signals import RankSignalReader, killed_by, signal_words
-from zerolab.summarize.lines import clean_line
+from zerolab.logs.lines import clean_line
+from zerolab.logs.signals import RankSignalReader, killed_by, signal_words
 
 LOGS = Path(__file__).parent / "fixtures" / "logs"
 SIGKILL_RANK1 = LOGS / "cpu-engine" / "signal_sigkill_rank1.log"  # torchrun

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from zerolab.logs.parse import parse_log
 from zerolab.summarize.discover import Run
 from zerolab.summarize.flops import ModelShape, tflops_per_gpu
-from zerolab.summarize.parse import parse_log
 from zerolab.summarize.summary import Options, summarize_run
 
 CPU = Path(__file__).parent / "fixtures" / "logs" / "cpu-engine"

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from zerolab.summarize.lines import MAX_LINE_BYTES, clean_line, read_lines
-from zerolab.summarize.parse import parse_log
+from zerolab.logs.lines import MAX_LINE_BYTES, clean_line, read_lines
+from zerolab.logs.parse import parse_log
 
 ITERATION = (
     " iteration        5/      20 | consumed samples:           40 | elapsed time per iteration (ms): 386.5 |"

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from zerolab.logs.parse import ParsedLog, parse_log
 from zerolab.summarize.discover import Run
-from zerolab.summarize.parse import ParsedLog, parse_log
 from zerolab.summarize.summary import Options, summarize_run
 
 REAL = Path(__file__).parent / "fixtures" / "logs" / "real"

@@ -12,10 +12,10 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from zerolab.logs.parse import parse_log
 from zerolab.summarize import tables
 from zerolab.summarize.collect import Collection
 from zerolab.summarize.discover import Run
-from zerolab.summarize.parse import parse_log
 from zerolab.summarize.summary import Options, summarize_run
 
 FIXTURES = Path(__file__).parent / "fixtures" / "logs"

@@ -16,11 +16,11 @@ from hypothesis import strategies as st
 from summarize_helpers import CPU, REAL, make_run_dir
 
 from zerolab.cli import main
+from zerolab.logs.lines import clean_line
+from zerolab.logs.parse import LogParser
 from zerolab.summarize import tables
 from zerolab.summarize.collect import Collection
 from zerolab.summarize.discover import Run
-from zerolab.summarize.lines import clean_line
-from zerolab.summarize.parse import LogParser
 from zerolab.summarize.summary import Options, summarize_run
 
 FINAL_Z1 = (CPU / "final_z1.log").read_text().splitlines()
@@ -114,7 +114,7 @@ def test_the_warning_names_the_key_and_the_value():
 
 def test_real_logs_have_no_bad_values():
     """Guards the other way: nothing the real logs print is taken for a malformed value."""
-    from zerolab.summarize.parse import parse_log
+    from zerolab.logs.parse import parse_log
 
     for path in sorted((CPU.parent).glob("*/*.log")):
         assert parse_log(path).bad_values == [], path.name

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from zerolab.errors import UserError
-from zerolab.signals import killed_by
+from zerolab.logs.signals import killed_by
 
 DATA_DIR = Path("megatron", "data")
 """Where the helpers live in the engine tree."""

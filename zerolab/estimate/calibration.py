@@ -16,13 +16,13 @@ from pathlib import Path
 from zerolab.estimate import estimate
 from zerolab.estimate.from_log import recipe_from_log
 from zerolab.locations import REPO_ROOT
+from zerolab.logs.lines import read_lines
+from zerolab.logs.megatron import parse_memory_reports
+from zerolab.logs.parse import parse_log
 from zerolab.recipe.compose import load_recipe
 from zerolab.recipe.output import zero_label
 from zerolab.recipe.schema import Recipe
 from zerolab.summarize.discover import Run
-from zerolab.summarize.lines import read_lines
-from zerolab.summarize.megatron import parse_memory_reports
-from zerolab.summarize.parse import parse_log
 from zerolab.summarize.summary import Options, summarize_run
 
 MEASURED_FILE = REPO_ROOT / "tests" / "fixtures" / "estimate" / "measured.csv"

@@ -8,10 +8,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from zerolab.logs.config_dump import convert
+from zerolab.logs.parse import ParsedLog
 from zerolab.recipe.checks import check_recipe
 from zerolab.recipe.schema import Recipe
-from zerolab.summarize.config_dump import convert
-from zerolab.summarize.parse import ParsedLog
 
 REQUIRED = (
     "num_layers",

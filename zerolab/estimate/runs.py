@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from zerolab.errors import UserError
+from zerolab.logs.parse import ParsedLog
 from zerolab.rundir import RECIPE_FILE
-from zerolab.summarize.parse import ParsedLog
 
 
 def estimated_peak_gib(run_dir: Path | None, log: ParsedLog) -> tuple[float | None, str | None]:

@@ -6,10 +6,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from zerolab import rundir
-from zerolab.failures import read_ending
 from zerolab.launch.process import Outcome, run_training
+from zerolab.logs.failures import read_ending
+from zerolab.logs.signals import killed_by
 from zerolab.rundir import COMPLETED, FAILED, KILLED, RUNNING, Status, now_iso
-from zerolab.signals import killed_by
 
 
 def execute(
@@ -46,7 +46,7 @@ def execute(
 
 
 def _failure(run_dir: Path, exit_code: int, launcher: str) -> tuple[str, list[str]]:
-    """Why the command failed, as zerolab.failures reads train.log, and the output lines before it
+    """Why the command failed, as zerolab.logs.failures reads train.log, and the output lines before it
     when a rank was killed by a signal: a rank's death by a signal first (the other ranks' errors
     follow from it), then what the log says (an error a rank raised: its own line), then the
     launcher's own death or exit code."""

@@ -8,7 +8,7 @@ import ast
 import re
 from dataclasses import dataclass
 
-from zerolab.summarize.megatron import measurement
+from zerolab.logs.megatron import measurement
 
 _TIMER_STEP = re.compile(r"(?:epoch=(\d+)/micro_step=(\d+)/global_step=(\d+)|\b(\d+)/(\d+)),\s*(.*)$")
 _SEE_MEMORY = re.compile(r"\bMA (\S+) GB\s+Max_MA (\S+) GB\s+CA (\S+) GB\s+Max_CA (\S+) GB")

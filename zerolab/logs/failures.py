@@ -1,5 +1,5 @@
 """How a run ended, from its log: failure signatures (FORMATS.md section 10, and the
-CPU engine's own), a rank killed by a signal (zerolab.signals), the first error a rank raised,
+CPU engine's own), a rank killed by a signal (zerolab.logs.signals), the first error a rank raised,
 completion markers, and NaN/overflow anomalies that do not stop a run. The one reader of a
 run's cause: `zerolab launch` (status.json) and `zerolab summarize` (the cause column) both
 use it."""
@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from zerolab.signals import REPORT_MARKERS, RankSignalReader
+from zerolab.logs.signals import REPORT_MARKERS, RankSignalReader
 
 CAUSE_LABELS = {
     "out_of_memory": "out of memory",
@@ -87,7 +87,7 @@ _WORTH_A_LOOK = re.compile(
 
 def read_ending(path: Path) -> EndingDetector:
     """How the run whose log is at `path` ended, with the last lines a killed rank printed."""
-    from zerolab.summarize.lines import read_lines
+    from zerolab.logs.lines import read_lines
 
     detector = EndingDetector(keep_last_lines=True)
     for line in read_lines(path):

@@ -9,10 +9,10 @@ from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from zerolab.failures import EndingDetector
-from zerolab.summarize import deepspeed, megatron
-from zerolab.summarize.config_dump import ConfigCollector
-from zerolab.summarize.lines import Line, read_lines
+from zerolab.logs import deepspeed, megatron
+from zerolab.logs.config_dump import ConfigCollector
+from zerolab.logs.failures import EndingDetector
+from zerolab.logs.lines import Line, read_lines
 
 NAN = math.nan
 ITERATION_COLUMNS = (

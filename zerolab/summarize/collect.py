@@ -8,8 +8,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from zerolab.logs.parse import ParsedLog, parse_log
 from zerolab.summarize.discover import Run, discover
-from zerolab.summarize.parse import ParsedLog, parse_log
 from zerolab.summarize.rundir import read_run_dir
 from zerolab.summarize.summary import Options, RunSummary, summarize_run
 from zerolab.summarize.sweeps import SweepRuns, attach_sweeps

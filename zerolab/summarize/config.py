@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from zerolab.summarize.parse import ParsedLog
+from zerolab.logs.parse import ParsedLog
 
 GPT2_SIZES = {
     (12, 768): "gpt2-124m",

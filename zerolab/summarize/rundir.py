@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from zerolab import rundir
+from zerolab.logs.megatron import measurement
 from zerolab.summarize.flops import peak_tflops
-from zerolab.summarize.megatron import measurement
 
 RSS_KEY = "process_tree_rss_MiB"
 MAX_SAMPLE_PROBLEMS = 3

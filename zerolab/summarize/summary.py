@@ -7,12 +7,12 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from zerolab.failures import cause_text
+from zerolab.logs.failures import cause_text
+from zerolab.logs.parse import ParsedLog
 from zerolab.summarize.columns import ROW_KEYS
 from zerolab.summarize.config import config_columns, setup_label
 from zerolab.summarize.discover import Run
 from zerolab.summarize.flops import ModelShape, tflops_per_gpu
-from zerolab.summarize.parse import ParsedLog
 from zerolab.summarize.rundir import RunDirFacts
 from zerolab.summarize.stats import Warmup, spread
 

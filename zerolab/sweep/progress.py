@@ -8,7 +8,7 @@ from typing import Any
 
 from zerolab import rundir
 from zerolab.locations import display_path
-from zerolab.summarize.megatron import find_iteration, parse_iteration
+from zerolab.logs.megatron import find_iteration, parse_iteration
 
 _STATE_STYLE = {rundir.COMPLETED: "green", rundir.REFUSED: "yellow"}
 
