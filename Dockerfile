@@ -22,7 +22,7 @@ ARG BASE_IMAGE
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 
 # ZEROLAB_IMAGE names the base image: `zerolab doctor` reports it and takes the packages
-# of zerolab.container.BASE_IMAGE_PACKAGES (torch) from it rather than from pins.toml.
+# of zerolab.engine.container.BASE_IMAGE_PACKAGES (torch) from it rather than from pins.toml.
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONUNBUFFERED=1 \
@@ -38,12 +38,12 @@ RUN apt-get update \
 # image's build, which apex is compiled against). NGC's pip constraint file pins the
 # packages it ships; the constraints on the packages pinned here are dropped, as NVIDIA's
 # release notes say to do when overriding one.
-COPY zerolab/__init__.py zerolab/container.py /opt/zerolab-pins/zerolab/
-COPY zerolab/engine/__init__.py zerolab/engine/pins.py zerolab/engine/pins.toml /opt/zerolab-pins/zerolab/engine/
+COPY zerolab/__init__.py /opt/zerolab-pins/zerolab/
+COPY zerolab/engine/__init__.py zerolab/engine/container.py zerolab/engine/pins.py zerolab/engine/pins.toml /opt/zerolab-pins/zerolab/engine/
 COPY docker/requirements-zerolab.txt /opt/zerolab-pins/
 WORKDIR /opt/zerolab-pins
-RUN PYTHONPATH=/opt/zerolab-pins python3 -m zerolab.container requirements requirements-engine.txt \
-    && PYTHONPATH=/opt/zerolab-pins python3 -m zerolab.container relax-constraints \
+RUN PYTHONPATH=/opt/zerolab-pins python3 -m zerolab.engine.container requirements requirements-engine.txt \
+    && PYTHONPATH=/opt/zerolab-pins python3 -m zerolab.engine.container relax-constraints \
         /etc/pip/constraint.txt requirements-engine.txt requirements-zerolab.txt
 
 # DeepSpeed is built from source against the image's torch, with the CUDA ops the
@@ -57,11 +57,12 @@ ARG MAX_JOBS=8
 RUN DS_ACCELERATOR=cuda DS_BUILD_OPS=0 DS_BUILD_CPU_ADAM=1 DS_BUILD_FUSED_ADAM=1 \
     TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST}" MAX_JOBS="${MAX_JOBS}" \
     python3 -m pip install --no-build-isolation -r requirements-engine.txt -r requirements-zerolab.txt \
-    && DS_ACCELERATOR=cuda PYTHONPATH=/opt/zerolab-pins python3 -m zerolab.container check-deepspeed-ops cpu_adam fused_adam \
+    && DS_ACCELERATOR=cuda PYTHONPATH=/opt/zerolab-pins python3 -m zerolab.engine.container check-deepspeed-ops cpu_adam fused_adam \
     && python3 -m pip freeze > /opt/zerolab-pins/pip-freeze.txt
 
 # zerolab's build steps for the engine (standard library only), shared with `make setup`.
-COPY zerolab/errors.py zerolab/signals.py /opt/zerolab-pins/zerolab/
+COPY zerolab/errors.py /opt/zerolab-pins/zerolab/
+COPY zerolab/logs/__init__.py zerolab/logs/signals.py /opt/zerolab-pins/zerolab/logs/
 COPY zerolab/engine/apex.py zerolab/engine/build.py zerolab/engine/checkout.py zerolab/engine/cuda.py \
      zerolab/engine/data_helpers.py zerolab/engine/fused_kernels.py zerolab/engine/workarounds.py \
      /opt/zerolab-pins/zerolab/engine/
@@ -92,7 +93,7 @@ ARG ENGINE_COMMIT=4efb479d5317ce9b86096b9d8e3e8030b0b5263b
 ENV ZEROLAB_ENGINE_DIR=/opt/Megatron-DeepSpeed \
     ZEROLAB_ENGINE_PYTHON=/usr/local/bin/python3
 WORKDIR /opt/Megatron-DeepSpeed
-RUN PYTHONPATH=/opt/zerolab-pins python3 -m zerolab.container check-engine "${ENGINE_REPO}" "${ENGINE_COMMIT}" \
+RUN PYTHONPATH=/opt/zerolab-pins python3 -m zerolab.engine.container check-engine "${ENGINE_REPO}" "${ENGINE_COMMIT}" \
     && git init --quiet . \
     && git fetch --quiet --depth 1 "${ENGINE_REPO}" "${ENGINE_COMMIT}" \
     && git -c advice.detachedHead=false checkout --quiet FETCH_HEAD \

@@ -1,8 +1,8 @@
-"""The image's build steps (zerolab.container) that run without a GPU."""
+"""The image's build steps (zerolab.engine.container) that run without a GPU."""
 
 from __future__ import annotations
 
-from zerolab.container import (
+from zerolab.engine.container import (
     canonical_name,
     image_requirements,
     main,

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from dockerfile_parse import DockerfileParser
 
-from zerolab.container import requirement_name
+from zerolab.engine.container import requirement_name
 from zerolab.engine.pins import load_pins
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from zerolab.container import kept_builds
 from zerolab.engine import cuda
+from zerolab.engine.container import kept_builds
 from zerolab.engine.pins import load_pins
 from zerolab.gpucheck import kit as kits
 from zerolab.gpucheck.__main__ import main

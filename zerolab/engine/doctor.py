@@ -19,10 +19,10 @@ from typing import Any
 from zerolab import __version__
 from zerolab.assets import GPT2_SHA256
 from zerolab.checksums import sha256_of
-from zerolab.container import kept_builds
 from zerolab.engine import cuda, data_helpers, fused_kernels
 from zerolab.engine.apex import APEX_MODULES, APEX_SRC_VARIABLE
 from zerolab.engine.checkout import checkout_commit
+from zerolab.engine.container import kept_builds
 from zerolab.engine.install import read_record
 from zerolab.engine.paths import engine_dir, engine_python, torch_extensions_dir, zerolab_home
 from zerolab.engine.pins import load_pins

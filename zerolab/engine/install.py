@@ -22,9 +22,9 @@ from pathlib import Path
 from rich.console import Console
 
 from zerolab import __version__
-from zerolab.container import BASE_IMAGE_PACKAGES, kept_builds
 from zerolab.engine import cuda, data_helpers
 from zerolab.engine.checkout import checkout_commit, ensure_checkout
+from zerolab.engine.container import BASE_IMAGE_PACKAGES, kept_builds
 from zerolab.engine.paths import (
     cuda_link_dir,
     engine_dir,

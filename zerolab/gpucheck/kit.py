@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from zerolab import __version__
-from zerolab.container import canonical_name, requirement_name
 from zerolab.engine.checkout import checkout_commit
+from zerolab.engine.container import canonical_name, requirement_name
 from zerolab.engine.pins import Pins, load_pins
 from zerolab.errors import UserError
 from zerolab.locations import REPO_ROOT

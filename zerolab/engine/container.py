@@ -1,7 +1,7 @@
 """Build-time steps of the GPU image (Dockerfile), kept in one stdlib-only module so that
 the image's dependency layer needs nothing but this file and zerolab/engine/pins.*.
 
-`python -m zerolab.container requirements OUT` writes the engine's pip pins (pins.toml,
+`python -m zerolab.engine.container requirements OUT` writes the engine's pip pins (pins.toml,
 without the packages the NVIDIA base image provides); `relax-constraints FILE REQS...`
 drops those names from NGC's pip constraint file, as NVIDIA documents for overriding a
 package; `check-deepspeed-ops` fails the build when an op the recipes load was not
@@ -110,8 +110,10 @@ def _check_deepspeed_ops(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """Arguments of `python -m zerolab.container`."""
-    parser = argparse.ArgumentParser(prog="python -m zerolab.container", description=__doc__.split("\n\n")[0])
+    """Arguments of `python -m zerolab.engine.container`."""
+    parser = argparse.ArgumentParser(
+        prog="python -m zerolab.engine.container", description=__doc__.split("\n\n")[0]
+    )
     steps = parser.add_subparsers(dest="step", required=True)
     step = steps.add_parser("requirements", help="write the engine's pip pins for the image")
     step.add_argument("out", type=Path)
