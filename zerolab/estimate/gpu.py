@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import sys
 
+from zerolab.engine.nvml import Gpus
 from zerolab.estimate.buffers import CUDA_CONTEXT_GIB
 from zerolab.estimate.fit import DOES_NOT_FIT, TIGHT, fit_status
 from zerolab.recipe.schema import Recipe
@@ -28,8 +29,6 @@ def _visible(totals_mib: list[float], ranks: int) -> list[float]:
 
 def visible_gpu_memory() -> tuple[list[float], str]:
     """(total GiB of each GPU a rank may use, where that was read); empty when none is visible."""
-    from zerolab.launch.sampler import Gpus
-
     totals = Gpus().total_MiB()
     if totals:
         return [mib / MIB_PER_GIB for mib in _visible(totals, len(totals))], "NVML"
