@@ -32,7 +32,7 @@ test-fast: dev  ## the fast tier: tests that need neither the engine nor long ru
 docs: dev  ## regenerate the generated docs: recipe-reference.md (schema), summarize.md's columns, estimate.md's tables
 	$(BIN)/python -m zerolab.recipe.reference
 	$(BIN)/python -m zerolab.summarize.columns
-	$(BIN)/python -m zerolab.estimate.calibration
+	$(BIN)/python benchmarks/estimate_calibration.py
 
 setup: dev  ## the engine: a venv in ~/.cache/zerolab with the pins of zerolab/engine/pins.toml, Megatron-DeepSpeed at the pinned commit, its builds (on CUDA: apex, fused kernels) (ZEROLAB_ENGINE_SRC / ZEROLAB_APEX_SRC=local git dirs to clone from)
 	$(BIN)/zerolab engine install

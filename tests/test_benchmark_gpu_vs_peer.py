@@ -5,12 +5,13 @@ The GPU measurement itself is run by hand (benchmarks/gpu.md)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import subprocess
 import sys
 from pathlib import Path
+
+from benchmark_helpers import load_benchmark
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "benchmarks" / "gpu_vs_peer.py"
@@ -21,11 +22,7 @@ LINE = re.compile(
 
 
 def benchmark_module():
-    spec = importlib.util.spec_from_file_location("gpu_vs_peer", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses resolve their annotations through it
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("gpu_vs_peer")
 
 
 def test_both_sides_run_on_cpu_into_the_report(engine, dataset, tmp_path):

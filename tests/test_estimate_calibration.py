@@ -4,10 +4,18 @@ generated tables of docs/estimate.md are current."""
 from __future__ import annotations
 
 import pytest
+from benchmark_helpers import load_benchmark
 
 from zerolab.estimate import estimate
 from zerolab.estimate.buffers import ALLOCATOR_HEADROOM
-from zerolab.estimate.calibration import TARGET, main, measured_cases, median_reserve
+
+calibration = load_benchmark("estimate_calibration")
+TARGET, main, measured_cases, median_reserve = (
+    calibration.TARGET,
+    calibration.main,
+    calibration.measured_cases,
+    calibration.median_reserve,
+)
 
 CASES = {case.name: case for case in measured_cases()}
 

@@ -12,11 +12,12 @@ import pytest
 
 from zerolab.estimate import CannotEstimate, estimate
 from zerolab.estimate.activations import layer_activations, stage_activations
-from zerolab.estimate.calibration import log_recipe
 from zerolab.estimate.communication import step_traffic
 from zerolab.estimate.fit import DOES_NOT_FIT, FITS, INVALID, TIGHT, fit_status, fit_table
+from zerolab.estimate.from_log import recipe_from_log
 from zerolab.estimate.parts import FORWARD, GIB, STEP
 from zerolab.estimate.shape import Shape
+from zerolab.logs.parse import parse_log
 from zerolab.recipe import load_recipe
 
 LOGS = Path(__file__).parent / "fixtures" / "logs"
@@ -45,7 +46,9 @@ def test_parameter_counts_match_the_engine():
     stage_params = {
         int(s): int(p) for s, p in re.findall(r"STAGE=(\d+) LAYERS=\d+ \[[^]]*\) STAGE_PARAMS=(\d+)", log)
     }
-    shape = Shape.of(log_recipe(LOGS / "real" / "megatronds_2021-meg24-3d-pp16-full-run.log"))
+    recipe, _ = recipe_from_log(parse_log(LOGS / "real" / "megatronds_2021-meg24-3d-pp16-full-run.log"))
+    assert recipe is not None
+    shape = Shape.of(recipe)
     assert {s.index: s.params for s in shape.stages() if s.index in stage_params} == stage_params
 
 

@@ -1,8 +1,10 @@
 """The estimate against measurement: the measured runs of tests/fixtures/estimate/measured.csv
 (recipes with their overrides, or real logs whose argument dump gives the settings), the
 CPU-engine logs (shown, not comparable), and the allocator's reserve in the real logs. Writes the
-tables into docs/estimate.md between its markers: `python -m zerolab.estimate.calibration`
-(`make docs`); `--check` exits 1 when the file is stale (a test runs it)."""
+tables into docs/estimate.md between its markers: `python benchmarks/estimate_calibration.py`
+(`make docs`); `--check` exits 1 when the file is stale (a test runs it). A benchmark, not part of
+the package: it reads the test fixtures and compares the estimate with what `zerolab summarize`
+measures."""
 
 from __future__ import annotations
 
