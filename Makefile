@@ -17,9 +17,10 @@ $(BIN)/zerolab: pyproject.toml
 
 dev: $(BIN)/zerolab  ## the development environment (.venv): zerolab and its test tools
 
-lint: dev  ## ruff, shellcheck and hadolint
+lint: dev  ## ruff, the import layers (import-linter: pyproject.toml), shellcheck and hadolint
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 	git ls-files -z '*.sh' .ci/run tools/summarize | xargs -0 -r $(BIN)/shellcheck
 	$(BIN)/hadolint Dockerfile
 

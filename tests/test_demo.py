@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from zerolab.demo.cli import NAME, RECIPE, demo_sweep
+from zerolab.commands.demo import NAME, RECIPE, demo_sweep
 from zerolab.recipe import load_recipe, render
 
 FIVE_RECIPES = ("cpu/tiny_dp", "cpu/tiny_z1", "cpu/tiny_z2", "cpu/tiny_z3", "cpu/tiny_z3_offload")
@@ -37,7 +37,7 @@ def test_demo_overrides_apply_to_every_setup():
 def test_the_demo_sample_and_dolly_15k_never_share_a_path():
     """make demo prepares the 151-record sample where the CPU recipes read it, never where the
     dolly-15k recipes do; and those refuse a dataset that small (tests/test_launch_rundir.py)."""
-    from zerolab.demo.cli import DATA_OUT
+    from zerolab.commands.demo import DATA_OUT
     from zerolab.recipe.inputs import SUFFIX
 
     cpu, gpu = load_recipe(RECIPE), load_recipe("gpt2_z1")

@@ -99,6 +99,7 @@ def test_failed_launch_is_recorded_and_passed_on(tmp_path):
 
 def test_a_checkpointing_job_saves_and_a_second_job_resumes_it(tmp_path, monkeypatch, capsys):
     from zerolab.cli import main
+    from zerolab.recipe.naming import renamed
 
     assert run_sbatch(job("train.save_interval=10"), tmp_path).returncode == 0
     first = job_dir(tmp_path, "4242")
@@ -111,7 +112,8 @@ def test_a_checkpointing_job_saves_and_a_second_job_resumes_it(tmp_path, monkeyp
     script = capsys.readouterr().out
     assert run_sbatch(script, tmp_path, job_id="4243").returncode == 0
     second_dir = job_dir(tmp_path, "4243")
-    assert second_dir.parent == first.parent  # a resumed run keeps its name
+    # a resumed run is named with its new overrides (here cut to MAX_LENGTH, ending in a hash)
+    assert second_dir.parent.name == renamed(first.parent.name, ["train.iters=200"]) != first.parent.name
     second = launched(second_dir)
     assert option(second, "--load") == f"{shown(first)}/checkpoints"
     assert option(second, "--save") == f"{shown(second_dir)}/checkpoints"

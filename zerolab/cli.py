@@ -12,14 +12,14 @@ from zerolab import __version__
 from zerolab.errors import UserError
 
 COMMAND_MODULES: tuple[str, ...] = (
-    "zerolab.recipe.cli",
-    "zerolab.launch.cli",
-    "zerolab.sweep.cli",
-    "zerolab.engine.cli",
-    "zerolab.data_prep.cli",
-    "zerolab.demo.cli",
-    "zerolab.summarize.cli",
-    "zerolab.estimate.cli",
+    "zerolab.commands.recipe",
+    "zerolab.commands.launch",
+    "zerolab.commands.sweep",
+    "zerolab.commands.engine",
+    "zerolab.commands.prep",
+    "zerolab.commands.demo",
+    "zerolab.commands.summarize",
+    "zerolab.commands.estimate",
 )
 
 

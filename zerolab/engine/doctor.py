@@ -23,9 +23,9 @@ from zerolab.engine import cuda, data_helpers, fused_kernels
 from zerolab.engine.apex import APEX_MODULES, APEX_SRC_VARIABLE
 from zerolab.engine.checkout import checkout_commit
 from zerolab.engine.container import kept_builds
-from zerolab.engine.install import read_record
 from zerolab.engine.paths import engine_dir, engine_python, torch_extensions_dir, zerolab_home
 from zerolab.engine.pins import load_pins
+from zerolab.engine.record import read_record
 from zerolab.files import write_json_atomic
 from zerolab.locations import REPO_ROOT
 

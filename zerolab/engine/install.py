@@ -29,11 +29,11 @@ from zerolab.engine.paths import (
     cuda_link_dir,
     engine_dir,
     engine_python,
-    install_record,
     torch_extensions_dir,
     zerolab_home,
 )
 from zerolab.engine.pins import Pins, load_pins
+from zerolab.engine.record import read_record, write_record
 from zerolab.errors import UserError
 from zerolab.locations import REPO_ROOT
 
@@ -93,14 +93,6 @@ class InstallRecord:
             apex_commit=pins.apex_commit,
             gpu_arch_list=cuda.env_arch_list() or cuda.arch_list(capabilities) or None,
         )
-
-
-def read_record() -> dict | None:
-    """The last install's record (with `source`, `installed_at`, `zerolab_version`), or None."""
-    try:
-        return json.loads(install_record().read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
-        return None
 
 
 def engine_source(pins: Pins) -> str:
@@ -226,19 +218,14 @@ def install(
 
     built = prebuild_all(python, pins, console) if prebuild else {}
 
-    install_record().parent.mkdir(parents=True, exist_ok=True)
-    install_record().write_text(
-        json.dumps(
-            {
-                **asdict(wanted),
-                **built,
-                "source": source,
-                "zerolab_version": __version__,
-                "installed_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            },
-            indent=2,
-        )
-        + "\n"
+    write_record(
+        {
+            **asdict(wanted),
+            **built,
+            "source": source,
+            "zerolab_version": __version__,
+            "installed_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        }
     )
     console.print(f"[green]engine ready[/]: {engine_dir()} with {python}")
     return wanted

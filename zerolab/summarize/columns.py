@@ -16,6 +16,15 @@ from zerolab.locations import REPO_ROOT
 
 Row = dict[str, Any]
 
+STATUS_LABELS = {
+    "completed": "completed",
+    "running_or_cut_off": "running or cut off",
+    "truncated": "log ends early",
+    "failed": "failed",
+    "refused": "refused",
+}
+"""The words a summary shows for each status of a run."""
+
 
 def number(value: Any, digits: int = 3) -> str:
     """A value for a table: 3 significant digits (or whole with thousands separators), empty for None."""
@@ -133,7 +142,6 @@ def _estimate(row: Row) -> str:
 
 
 def _status(row: Row) -> str:
-    from zerolab.summarize.summary import STATUS_LABELS
 
     text = STATUS_LABELS[row["status"]]
     if row["cause"]:

@@ -11,9 +11,9 @@ from typing import Any
 
 from zerolab.errors import UserError
 from zerolab.summarize.collect import Collection
-from zerolab.summarize.columns import METRICS
+from zerolab.summarize.columns import METRICS, STATUS_LABELS
 from zerolab.summarize.discover import discover
-from zerolab.summarize.summary import STATUS_LABELS, RunSummary
+from zerolab.summarize.summary import RunSummary
 
 COMPLETED = "completed"
 

@@ -19,8 +19,8 @@ from typing import Any
 
 from zerolab.files import save_png
 from zerolab.summarize.collect import Collection
-from zerolab.summarize.columns import COLUMNS
-from zerolab.summarize.summary import STATUS_LABELS, RunSummary
+from zerolab.summarize.columns import COLUMNS, STATUS_LABELS
+from zerolab.summarize.summary import RunSummary
 
 DPI = 130
 WIDTH_IN = 9.0

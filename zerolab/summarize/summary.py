@@ -16,14 +16,6 @@ from zerolab.summarize.flops import ModelShape, tflops_per_gpu
 from zerolab.summarize.rundir import RunDirFacts
 from zerolab.summarize.stats import Warmup, spread
 
-STATUS_LABELS = {
-    "completed": "completed",
-    "running_or_cut_off": "running or cut off",
-    "truncated": "log ends early",
-    "failed": "failed",
-    "refused": "refused",
-}
-
 
 @dataclass(frozen=True)
 class Options:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -67,8 +68,19 @@ def dry_run(sweep: Sweep, name: str | None, *, retry_failed: bool) -> int:
     return 0
 
 
-def run_sweep(sweep: Sweep, name: str | None, *, retry_failed: bool, console: Any) -> int:
-    """Run the sweep's cells that need running, then summarize the sweep; returns the exit status."""
+@dataclass(frozen=True)
+class SweepRun:
+    """How a sweep's run ended: its exit status, its directory, and whether every cell it ran
+    ended (so that the sweep is worth summarizing; not after a Ctrl-C)."""
+
+    exit_code: int
+    directory: Path
+    ended: bool
+
+
+def run_sweep(sweep: Sweep, name: str | None, *, retry_failed: bool, console: Any) -> SweepRun:
+    """Run the sweep's cells that need running; what to summarize is the caller's (the commands
+    `zerolab sweep` and `zerolab demo`: zerolab.summarize.report)."""
     from zerolab.engine.paths import engine_missing
 
     plan, directory, recorded = planned(sweep, name)
@@ -90,7 +102,7 @@ def _checker(plan: Plan, *, engine_required: bool = True) -> Callable[[PlannedCe
     return check
 
 
-def _run(plan: Plan, directory: Path, checked: list[Checked], console: Any, recorded: bool) -> int:
+def _run(plan: Plan, directory: Path, checked: list[Checked], console: Any, recorded: bool) -> SweepRun:
     from zerolab.engine.doctor import collect
     from zerolab.launch.launcher import launch
 
@@ -132,14 +144,12 @@ def _run(plan: Plan, directory: Path, checked: list[Checked], console: Any, reco
                     soft_wrap=True,
                     markup=False,
                 )
-                return int(status.exit_code or 130)
+                return SweepRun(int(status.exit_code or 130), directory, ended=False)
     return _finish(plan, directory, console)
 
 
-def _finish(plan: Plan, directory: Path, console: Any) -> int:
-    """Summarize the sweep; 1 when a cell failed, else 0."""
-    from zerolab.cli import main
-
+def _finish(plan: Plan, directory: Path, console: Any) -> SweepRun:
+    """Count the cells' states; exit status 1 when a cell failed, else 0."""
     states = [cell_state(directory, cell) for cell in plan.cells]
     counts = {state: states.count(state) for state in dict.fromkeys(states)}
     console.print(
@@ -147,5 +157,4 @@ def _finish(plan: Plan, directory: Path, console: Any) -> int:
         soft_wrap=True,
         markup=False,
     )
-    main(["summarize", str(directory)])
-    return 1 if rundir.FAILED in states else 0
+    return SweepRun(1 if rundir.FAILED in states else 0, directory, ended=True)

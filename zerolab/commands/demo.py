@@ -49,7 +49,8 @@ def run_demo(args: argparse.Namespace) -> int:
     """Run the demo; 0 when all five setups completed."""
     from rich.console import Console
 
-    from zerolab.cli import main
+    from zerolab.commands.prep import run_prep
+    from zerolab.summarize.report import summarize_sweep
     from zerolab.sweep.cells import check_name
     from zerolab.sweep.plan import sweep_dir
     from zerolab.sweep.run import run_sweep
@@ -57,13 +58,15 @@ def run_demo(args: argparse.Namespace) -> int:
     console = Console(highlight=False)
     started = time.monotonic()
     console.rule("[bold]zerolab demo: 1/2 data")
-    if main(["prep", "dolly", "--input", str(SAMPLE), "--out", DATA_OUT]) != 0:
+    if run_prep(["dolly", "--input", str(SAMPLE), "--out", DATA_OUT]) != 0:
         return 1
     sweep = demo_sweep(list(args.overrides))
     console.rule(f"[bold]zerolab demo: 2/2 training {len(sweep.cells)} setups, 2 CPU ranks each")
-    code = run_sweep(sweep, check_name(args.name), retry_failed=True, console=console)
+    ran = run_sweep(sweep, check_name(args.name), retry_failed=True, console=console)
+    if ran.ended:
+        summarize_sweep(ran.directory)
     console.print(
         f"demo finished in {time.monotonic() - started:.0f} s; runs and summary in "
         f"{display_path(sweep_dir(args.name))}/"
     )
-    return code
+    return ran.exit_code

@@ -30,8 +30,8 @@ def _positive(what: str) -> Any:
 
 def register(subparsers: Any) -> None:
     """Add `zerolab estimate`."""
+    from zerolab.commands.recipe import add_recipe_parser
     from zerolab.estimate.communication import NVLINK_GBPS, PCIE_GBPS
-    from zerolab.recipe.cli import add_recipe_parser
 
     parser = add_recipe_parser(
         subparsers,

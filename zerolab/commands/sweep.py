@@ -57,6 +57,7 @@ def run_sweep(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from zerolab.cluster.arguments import refuse_slurm_options_without_slurm, slurm_options
+    from zerolab.summarize.report import summarize_sweep
     from zerolab.sweep.array import write_array_job
     from zerolab.sweep.cells import check_name, expand
     from zerolab.sweep.run import dry_run, run_sweep
@@ -70,4 +71,7 @@ def run_sweep(args: argparse.Namespace) -> int:
         )
     if args.dry_run:
         return dry_run(sweep, name, retry_failed=args.retry_failed)
-    return run_sweep(sweep, name, retry_failed=args.retry_failed, console=Console(highlight=False))
+    ran = run_sweep(sweep, name, retry_failed=args.retry_failed, console=Console(highlight=False))
+    if ran.ended:
+        summarize_sweep(ran.directory)
+    return ran.exit_code

@@ -52,6 +52,14 @@ def _common(parser: argparse.ArgumentParser, out_help: str) -> None:
     parser.add_argument("--quiet", action="store_true", help="no progress bar or messages, only the summary")
 
 
+def run_prep(words: list[str]) -> int:
+    """`zerolab prep WORDS...` as another command runs it (the demo); UserError as from the command."""
+    parser = argparse.ArgumentParser(prog="zerolab")
+    register(parser.add_subparsers())
+    args = parser.parse_args(["prep", *words])
+    return int(args.run(args) or 0)
+
+
 def register(subparsers) -> None:
     """Add `zerolab prep` and its sub-commands."""
     prep = subparsers.add_parser(

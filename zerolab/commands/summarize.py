@@ -4,21 +4,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from zerolab.errors import UserError
-from zerolab.files import write_atomic
 from zerolab.summarize.stats import Warmup
 
 if TYPE_CHECKING:
-    from zerolab.summarize.collect import Collection
-    from zerolab.summarize.discover import Run
     from zerolab.summarize.summary import Options
-
-OUTPUT_FILES = ("summary.md", "summary.csv", "summary.json")
 
 
 def _positive_float(text: str) -> float:
@@ -103,75 +96,13 @@ def _options(args: argparse.Namespace) -> Options:
     )
 
 
-def _collect(args: argparse.Namespace) -> Collection:
-    from rich.console import Console
-    from rich.progress import Progress
-
-    from zerolab.summarize.collect import summarize_paths
-
-    console = Console(stderr=True)
-    # off a terminal a transient bar would only leave a blank line (before an error, too)
-    with Progress(console=console, transient=True, disable=not console.is_terminal) as progress:
-        task = progress.add_task("parsing logs", total=None)
-
-        def advance(run: Run) -> None:
-            progress.update(task, description=f"parsing {run.path}")
-
-        collection = summarize_paths(args.paths, _options(args), advance)
-    for summary in collection.runs:
-        for warning in summary.warnings:
-            console.print(
-                f"warning: {warning}", style="yellow", markup=False, highlight=False, soft_wrap=True
-            )
-    if not collection.runs:
-        reasons = "; ".join(f"{path}: {reason}" for path, reason in collection.skipped)
-        raise UserError(f"no run could be summarized: {reasons}")
-    return collection
-
-
-def default_out(paths: list[Path]) -> Path:
-    """Next to the runs: the directory given, a file's directory, or the paths' common directory."""
-    directories = [p if p.is_dir() else p.parent for p in paths]
-    if len(directories) == 1:
-        return directories[0]
-    return Path(os.path.commonpath([d.resolve() for d in directories]))
-
-
 def run_summarize(args: argparse.Namespace) -> int:
     """Summarize, write the files, print the table (or JSON)."""
-    from rich.console import Console
+    from zerolab.summarize.report import collect, default_out, print_report, write_report
 
-    from zerolab.summarize import tables
-    from zerolab.summarize.plots import write_plots
-    from zerolab.summarize.sweep_plots import write_sweep_plots
-
-    collection = _collect(args)
-    out = args.out or default_out(args.paths)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        texts = (tables.to_markdown(collection), tables.to_csv(collection), tables.json_text(collection))
-        for name, text in zip(OUTPUT_FILES, texts, strict=True):
-            write_atomic(out / name, text)
-        written: list[Path] = []
-        skipped_plots: list[str] = []
-        for write in () if args.no_plots else (write_plots, write_sweep_plots):  # a sweep's after the others
-            found, skipped = write(collection, out)
-            written += found
-            skipped_plots += skipped
-    except OSError as error:
-        raise UserError(
-            f"cannot write the summary to {out}: {error.strerror or error} (choose another --out)"
-        ) from None
-    if args.format == "json":
-        sys.stdout.write(tables.json_text(collection))
-        return 0
-    console = Console()  # the terminal's width (COLUMNS, else the terminal, else 80)
-    console.print(tables.rich_table(collection, console.width))
-    console.print(f"wrote {', '.join(str(out / n) for n in OUTPUT_FILES)}", soft_wrap=True)
-    for path in written:
-        console.print(f"wrote {path}", soft_wrap=True)
-    for reason in skipped_plots:
-        console.print(f"no plot {reason}", soft_wrap=True)
+    collection = collect(args.paths, _options(args))
+    report = write_report(collection, args.out or default_out(args.paths), plots=not args.no_plots)
+    print_report(report, as_json=args.format == "json")
     return 0
 
 
@@ -180,8 +111,9 @@ def run_compare(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from zerolab.summarize.compare import comparison, rich_comparison
+    from zerolab.summarize.report import collect
 
-    result = comparison(_collect(args), args.baseline, args.paths)
+    result = comparison(collect(args.paths, _options(args)), args.baseline, args.paths)
     if args.format == "json":
         sys.stdout.write(json.dumps(result, indent=2) + "\n")
     else:

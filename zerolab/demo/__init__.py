@@ -1,1 +1,0 @@
-"""`zerolab demo`: the seed study on CPU, from data to summary."""
