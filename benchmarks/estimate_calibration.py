@@ -8,7 +8,6 @@ measures."""
 
 from __future__ import annotations
 
-import argparse
 import csv
 import statistics
 import sys
@@ -17,6 +16,7 @@ from pathlib import Path
 
 from zerolab.estimate import estimate
 from zerolab.estimate.from_log import recipe_from_log
+from zerolab.files import generated_doc_main
 from zerolab.locations import REPO_ROOT
 from zerolab.logs.lines import read_lines
 from zerolab.logs.megatron import parse_memory_reports
@@ -205,19 +205,7 @@ def updated_doc(text: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Rewrite the generated block of docs/estimate.md, or with --check report whether it is stale."""
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--check", action="store_true", help="exit 1 when docs/estimate.md is stale")
-    args = parser.parse_args(argv)
-    current = DOC_FILE.read_text(encoding="utf-8")
-    text = updated_doc(current)
-    if args.check:
-        if text != current:
-            print(f"{DOC_FILE.relative_to(REPO_ROOT)} is stale: run `make docs`", file=sys.stderr)
-            return 1
-        return 0
-    DOC_FILE.write_text(text, encoding="utf-8")
-    print(f"wrote {DOC_FILE.relative_to(REPO_ROOT)}")
-    return 0
+    return generated_doc_main(DOC_FILE, lambda: updated_doc(DOC_FILE.read_text(encoding="utf-8")), argv)
 
 
 if __name__ == "__main__":

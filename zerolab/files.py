@@ -1,12 +1,15 @@
 """Files written whole: a reader never sees half of one, and a crash leaves the old file or none.
 Each goes through a temporary file beside it that is renamed into place, with the permissions
-of any new file (the umask), or those given."""
+of any new file (the umask), or those given. Also the command every generated document shares."""
 
 from __future__ import annotations
 
+import argparse
 import io
 import json
 import os
+import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,3 +36,23 @@ def save_png(figure: Any, path: Path, *, dpi: int) -> None:
     buffer = io.BytesIO()
     figure.savefig(buffer, dpi=dpi, format="png")
     write_atomic(path, buffer.getvalue())
+
+
+def generated_doc_main(path: Path, text: Callable[[], str], argv: list[str] | None = None) -> int:
+    """The command of a generated document (`python -m MODULE [--check]`, run by `make docs`):
+    write `path` from `text()`, or with --check exit 1 when the file differs from it (stale)."""
+    parser = argparse.ArgumentParser(
+        description=f"write {path.name}, or with --check say whether it is stale"
+    )
+    parser.add_argument("--check", action="store_true", help=f"exit 1 when {path.name} is stale")
+    args = parser.parse_args(argv)
+    wanted = text()
+    if args.check:
+        current = path.read_text(encoding="utf-8") if path.is_file() else ""
+        if current != wanted:
+            print(f"{path} is stale: run `make docs`", file=sys.stderr)
+            return 1
+        return 0
+    write_atomic(path, wanted)
+    print(f"wrote {path}")
+    return 0

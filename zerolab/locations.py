@@ -19,6 +19,11 @@ REPO_ROOT = PACKAGE_DIR.parent
 CHECKOUT: Path | None = REPO_ROOT if (REPO_ROOT / "pyproject.toml").is_file() else None
 """The repository this package runs from, or None for an installed package."""
 
+LOGS_DIR = Path("logs")
+"""Where runs go (logs/NAME/TIMESTAMP), relative to the current directory, where runs start."""
+SWEEPS_DIR = LOGS_DIR / "sweeps"
+"""Where sweeps go (logs/sweeps/NAME)."""
+
 SHIPPED_DIR = PACKAGE_DIR / "shipped"
 RECIPES_DIR = SHIPPED_DIR / "recipes"
 """The shipped recipes (the repository's recipes/)."""

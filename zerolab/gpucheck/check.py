@@ -24,9 +24,9 @@ from pathlib import Path
 
 from zerolab.errors import UserError
 from zerolab.gpucheck.kit import Kit
-from zerolab.locations import REPO_ROOT, SAMPLES_DIR
+from zerolab.locations import LOGS_DIR, REPO_ROOT, SAMPLES_DIR
 
-WORK = Path("logs") / "gpu-check"
+WORK = LOGS_DIR / "gpu-check"
 """Where the check keeps its state, logs, data and runs (relative to the repository root)."""
 SWEEP_NAME = "gpu-check"
 SEED_RECIPE = "gpt2_dp"

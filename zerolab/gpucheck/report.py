@@ -18,10 +18,10 @@ import time
 from pathlib import Path
 
 from zerolab.gpucheck.check import STEP_NAMES, SWEEP_NAME, state_file
-from zerolab.locations import REPO_ROOT
+from zerolab.locations import REPO_ROOT, SWEEPS_DIR
 
 GPU_REPORT = REPO_ROOT / "benchmarks" / "gpu.md"
-SWEEP_DIR = REPO_ROOT / "logs" / "sweeps" / SWEEP_NAME
+SWEEP_DIR = REPO_ROOT / SWEEPS_DIR / SWEEP_NAME
 ESTIMATE_TARGET_PCT = 10.0
 """`zerolab estimate` within this many percent of every measured peak (issue 11's target)."""
 TARBALL = "gpu-check-runs.tar.gz"

@@ -16,12 +16,9 @@ from zerolab import __version__, rundir
 from zerolab.engine.paths import engine_bin_dir, engine_missing
 from zerolab.errors import UserError
 from zerolab.launch.execute import execute
-from zerolab.locations import display_path
+from zerolab.locations import LOGS_DIR, display_path
 from zerolab.recipe.render import Resume
 from zerolab.recipe.schema import Recipe
-
-DEFAULT_LOGS = Path("logs")
-"""Where run directories go, relative to the current directory (where runs start)."""
 
 
 @dataclass(frozen=True)
@@ -111,7 +108,7 @@ def check_port_free(recipe: Recipe) -> None:
 def launch(
     prepared: Prepared,
     *,
-    logs_root: Path = DEFAULT_LOGS,
+    logs_root: Path = LOGS_DIR,
     run_dir: Path | None = None,
     echo: Callable[[str], None] | None = None,
     doctor: dict[str, Any] | None = None,

@@ -4,7 +4,6 @@ the file on disk is stale."""
 
 from __future__ import annotations
 
-import argparse
 import sys
 import types
 import typing
@@ -14,6 +13,7 @@ import annotated_types
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
+from zerolab.files import generated_doc_main
 from zerolab.locations import CONFIGS_DIR, RECIPES_DIR, REPO_ROOT
 from zerolab.recipe import length as length_module
 from zerolab.recipe.destinations import destinations
@@ -193,19 +193,7 @@ def _default_text(default: Any) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Write the reference, or with --check report whether it is stale."""
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--check", action="store_true", help="exit 1 when docs/recipe-reference.md is stale")
-    args = parser.parse_args(argv)
-    text = generate()
-    if args.check:
-        current = REFERENCE_FILE.read_text() if REFERENCE_FILE.is_file() else ""
-        if current != text:
-            print(f"{REFERENCE_FILE.relative_to(REPO_ROOT)} is stale: run `make docs`", file=sys.stderr)
-            return 1
-        return 0
-    REFERENCE_FILE.write_text(text)
-    print(f"wrote {REFERENCE_FILE.relative_to(REPO_ROOT)}")
-    return 0
+    return generated_doc_main(REFERENCE_FILE, generate, argv)
 
 
 if __name__ == "__main__":

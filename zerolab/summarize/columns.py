@@ -6,12 +6,12 @@ Adding a metric is one Column here and its value in summary.py."""
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from zerolab.files import generated_doc_main
 from zerolab.locations import REPO_ROOT
 
 Row = dict[str, Any]
@@ -413,17 +413,7 @@ def current_doc() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Rewrite docs/summarize.md's columns table, or with --check report whether it is stale."""
-    parser = argparse.ArgumentParser(description=main.__doc__)
-    parser.add_argument("--check", action="store_true", help="exit 1 when docs/summarize.md is stale")
-    args = parser.parse_args(argv)
-    text = current_doc()
-    if args.check:
-        stale = DOC_FILE.read_text() != text
-        if stale:
-            print("docs/summarize.md is stale: run `make docs`", file=sys.stderr)
-        return 1 if stale else 0
-    DOC_FILE.write_text(text)
-    return 0
+    return generated_doc_main(DOC_FILE, current_doc, argv)
 
 
 if __name__ == "__main__":

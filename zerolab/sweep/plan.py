@@ -19,9 +19,9 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from zerolab import __version__, rundir
 from zerolab.errors import UserError
 from zerolab.files import write_json_atomic
+from zerolab.locations import SWEEPS_DIR
 from zerolab.sweep.cells import Sweep
 
-SWEEPS_DIR = Path("logs") / "sweeps"
 """Where sweep directories go, relative to the current directory (where runs start)."""
 PLAN_FILE = "sweep.json"
 SBATCH_FILE = "sweep.sbatch"
