@@ -73,11 +73,11 @@ def test_recipe_script_dry_run_from_another_directory(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_readme_shows_the_current_recipe_and_dry_run(monkeypatch, capsys):
+def test_the_recipes_page_shows_the_current_recipe_and_dry_run(monkeypatch, capsys):
     from zerolab.cli import main
 
     monkeypatch.setenv("ZEROLAB_ENGINE_DIR", "/opt/Megatron-DeepSpeed")
-    readme = (REPO / "README.md").read_text()
+    readme = (REPO / "docs" / "recipes.md").read_text()
     assert (REPO / "recipes" / "gpt2_z3_offload.yaml").read_text() in readme
     command = "zerolab render recipes/gpt2_z3_offload.yaml train.micro_batch_size=2 --dry-run"
     shown = readme.split(f"$ {command}\n", 1)[1].split("```", 1)[0]
