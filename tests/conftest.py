@@ -1,7 +1,7 @@
 """Shared fixtures, and the test tiers. Tests that need the real engine use `engine`, which skips
 with the reason when Megatron-DeepSpeed and its environment are not set up (`make setup`); each
 is marked `real_engine` (pyproject.toml registers the markers), so that `make test-fast` runs the
-others: `pytest -m "not real_engine and not slow"`."""
+others: `pytest -m "not real_engine"`."""
 
 from __future__ import annotations
 
