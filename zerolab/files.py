@@ -1,15 +1,17 @@
 """Files written whole: a reader never sees half of one, and a crash leaves the old file or none.
 Each goes through a temporary file beside it that is renamed into place, with the permissions
-of any new file (the umask), or those given. Also the command every generated document shares."""
+of any new file (the umask), or those given. Also folders made for a job and removed again when it
+fails, and the command every generated document shares."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import json
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +38,21 @@ def save_png(figure: Any, path: Path, *, dpi: int) -> None:
     buffer = io.BytesIO()
     figure.savefig(buffer, dpi=dpi, format="png")
     write_atomic(path, buffer.getvalue())
+
+
+@contextlib.contextmanager
+def folders_made(directory: Path) -> Iterator[None]:
+    """Create `directory` and the parents it lacks; when the block raises, remove again those it
+    created that the block left empty (deepest first), so that a refused job leaves no folder."""
+    created = [folder for folder in (directory, *directory.parents) if not folder.exists()]
+    directory.mkdir(parents=True, exist_ok=True)
+    try:
+        yield
+    except BaseException:
+        for folder in created:
+            with contextlib.suppress(OSError):  # not empty: something was written into it
+                folder.rmdir()
+        raise
 
 
 def generated_doc_main(path: Path, text: Callable[[], str], argv: list[str] | None = None) -> int:

@@ -10,7 +10,6 @@ without its manifest is never treated as finished.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import multiprocessing
@@ -31,7 +30,7 @@ from zerolab.data_prep.sources import START
 from zerolab.data_prep.splits import SPLIT_NAMES, deal_pattern
 from zerolab.data_prep.tokenizer import VOCAB_SIZE, gpt2_encoding, tokenizer_facts
 from zerolab.errors import UserError
-from zerolab.files import write_atomic, write_json_atomic
+from zerolab.files import folders_made, write_atomic, write_json_atomic
 
 SUFFIX = "_text_document"
 MAX_EXAMPLES = 20
@@ -109,25 +108,21 @@ def run(job: PrepJob) -> int:
             Path(f"{prefix}.manifest.json").unlink(missing_ok=True)
         shutil.rmtree(workdir, ignore_errors=True)
     _check_outputs(outputs)
-    created = [parent for parent in (base.parent, *base.parent.parents) if not parent.exists()]
-    base.parent.mkdir(parents=True, exist_ok=True)
-    done, counts, position = _resume_point(job, workdir, fingerprint)
-    started = time.perf_counter()
-    before = Counts(counts.records, counts.input_bytes, dict(counts.documents), dict(counts.tokens))
-    try:
-        counts = _process(job, workdir, done, counts, position, outputs)
-        refusal = _empty_output(job, counts)
-        if refusal:
-            shutil.rmtree(workdir)
-            raise UserError(refusal)
-        facts = _merge(job, workdir, outputs, counts, fingerprint)
-    except BaseException:
-        if not any(workdir.glob("*.done.json")):
-            shutil.rmtree(workdir, ignore_errors=True)  # nothing to resume from
-        for parent in created:  # deepest first: the directories this run made, if it left them empty
-            with contextlib.suppress(OSError):
-                parent.rmdir()
-        raise
+    with folders_made(base.parent):
+        done, counts, position = _resume_point(job, workdir, fingerprint)
+        started = time.perf_counter()
+        before = Counts(counts.records, counts.input_bytes, dict(counts.documents), dict(counts.tokens))
+        try:
+            counts = _process(job, workdir, done, counts, position, outputs)
+            refusal = _empty_output(job, counts)
+            if refusal:
+                shutil.rmtree(workdir)
+                raise UserError(refusal)
+            facts = _merge(job, workdir, outputs, counts, fingerprint)
+        except BaseException:
+            if not any(workdir.glob("*.done.json")):
+                shutil.rmtree(workdir, ignore_errors=True)  # nothing to resume from
+            raise
     shutil.rmtree(workdir)
     _summary(job, counts, before, facts, time.perf_counter() - started)
     return 0

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from zerolab import __version__, rundir
 from zerolab.errors import UserError
-from zerolab.files import write_json_atomic
+from zerolab.files import folders_made, write_json_atomic
 from zerolab.locations import SWEEPS_DIR
 from zerolab.sweep.cells import Sweep
 
@@ -177,22 +177,15 @@ def locked(directory: Path) -> Iterator[None]:
     """Hold the sweep directory's lock (its .lock file, removed again when the sweep ends); UserError
     when another zerolab sweep holds it. A directory this creates (and the parents it needed) is
     removed again when what runs under the lock raises before writing into it."""
-    created = [parent for parent in (directory, *directory.parents) if not parent.exists()]
-    directory.mkdir(parents=True, exist_ok=True)
     lock = directory / LOCK_FILE
-    handle = _take_lock(lock, directory)
-    try:
-        yield
-    except BaseException:
-        lock.unlink(missing_ok=True)
-        if created and not any(directory.iterdir()):
-            for parent in created:  # the directory, then the parents it needed
-                parent.rmdir()
-        raise
-    finally:
-        lock.unlink(missing_ok=True)  # while still held: whoever opened it before finds it gone, and retries
-        fcntl.flock(handle, fcntl.LOCK_UN)
-        handle.close()
+    with folders_made(directory):
+        handle = _take_lock(lock, directory)
+        try:
+            yield
+        finally:
+            lock.unlink(missing_ok=True)  # while still held: whoever opened it before finds it gone, retries
+            fcntl.flock(handle, fcntl.LOCK_UN)
+            handle.close()
 
 
 def _take_lock(lock: Path, directory: Path) -> IO[str]:
