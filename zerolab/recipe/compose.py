@@ -16,7 +16,7 @@ from zerolab.locations import CONFIGS_DIR, RECIPES_DIR, display_path
 from zerolab.recipe.checks import check_recipe
 from zerolab.recipe.naming import run_name
 from zerolab.recipe.provenance import KeyPath, Sources, source_of
-from zerolab.recipe.schema import SECTIONS, Recipe
+from zerolab.recipe.schema import MODEL_SHAPE_KEYS, SECTIONS, Recipe
 from zerolab.recipe.yaml_io import parse_yaml, read_yaml_mapping
 
 _OVERRIDE_KEY = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
@@ -76,10 +76,6 @@ class RecipeProblems(UserError):
         self.recipe = recipe
 
 
-SHAPE_KEYS = ("num_layers", "hidden_size", "num_attention_heads", "max_position_embeddings", "vocab_size")
-"""The model keys that change its weights' shapes: a model with other values is not the block's."""
-
-
 def model_name(recipe: Recipe) -> str:
     """model.name, followed by each shape key whose value differs from the building block of that
     name (`gpt2-tiny+num_layers=4+hidden_size=128`), so that run.json, summaries and estimates never
@@ -91,7 +87,7 @@ def model_name(recipe: Recipe) -> str:
     shape = read_yaml_mapping(block).get("model", {})
     changed = [
         f"{key}={getattr(model, key)}"
-        for key in SHAPE_KEYS
+        for key in MODEL_SHAPE_KEYS
         if key in shape and shape[key] != getattr(model, key)
     ]
     return "+".join([model.name, *changed])

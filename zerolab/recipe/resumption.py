@@ -9,17 +9,18 @@ from collections.abc import Callable
 from typing import Any
 
 from zerolab.recipe.length import train_iters
-from zerolab.recipe.schema import Recipe
+from zerolab.recipe.schema import MODEL_SHAPE_KEYS, Recipe
 
 LAYOUT: tuple[tuple[str, Callable[[Recipe], Any]], ...] = (
     ("zero.stage", lambda recipe: recipe.zero.stage),
     ("parallel.tensor", lambda recipe: recipe.parallel.tensor),
     ("parallel.pipeline", lambda recipe: recipe.parallel.pipeline),
     ("precision", lambda recipe: recipe.precision_name),
-    ("model.num_layers", lambda recipe: recipe.model.num_layers),
-    ("model.hidden_size", lambda recipe: recipe.model.hidden_size),
-    ("model.num_attention_heads", lambda recipe: recipe.model.num_attention_heads),
-    ("model.max_position_embeddings", lambda recipe: recipe.model.max_position_embeddings),
+    *(
+        (f"model.{key}", lambda recipe, key=key: getattr(recipe.model, key))
+        for key in MODEL_SHAPE_KEYS
+        if key != "vocab_size"  # compared padded, below: the embedding's rows are the padded size
+    ),
     ("the padded vocabulary (model.vocab_size, model.make_vocab_size_divisible_by)",
      lambda recipe: recipe.padded_vocab_size),
 )  # fmt: skip

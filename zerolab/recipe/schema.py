@@ -121,6 +121,17 @@ class ModelSection(Section):
     )
 
 
+MODEL_SHAPE_KEYS = (
+    "num_layers",
+    "hidden_size",
+    "num_attention_heads",
+    "max_position_embeddings",
+    "vocab_size",
+)
+"""The model keys that set its weights' shapes: a model with other values is another model (its
+name says so, and a checkpoint of it cannot be resumed with them changed)."""
+
+
 class ParallelSection(Section):
     """Model parallelism; data parallelism is what is left of the world size."""
 
