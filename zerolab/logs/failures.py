@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from zerolab.logs.lines import read_lines
 from zerolab.logs.signals import REPORT_MARKERS, RankSignalReader
 
 CAUSE_LABELS = {
@@ -87,8 +88,6 @@ _WORTH_A_LOOK = re.compile(
 
 def read_ending(path: Path) -> EndingDetector:
     """How the run whose log is at `path` ended, with the last lines a killed rank printed."""
-    from zerolab.logs.lines import read_lines
-
     detector = EndingDetector(keep_last_lines=True)
     for line in read_lines(path):
         detector.feed(line.number, line.text, line.source)

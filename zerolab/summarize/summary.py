@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from zerolab.estimate.runs import estimated_peak_gib
 from zerolab.logs.failures import cause_text
 from zerolab.logs.parse import ParsedLog
 from zerolab.summarize.columns import ROW_KEYS
@@ -194,8 +195,6 @@ def estimate_columns(
     """`estimated_peak_GiB` (zerolab estimate's predicted peak allocated for the run's setup) and
     `estimate_error_pct` ((estimate - measured) / measured), and a note when a run with measured
     memory has no estimate."""
-    from zerolab.estimate.runs import estimated_peak_gib
-
     predicted, reason = estimated_peak_gib(run.run_dir, log)
     error = (
         100.0 * (predicted - measured_gib) / measured_gib if predicted is not None and measured_gib else None

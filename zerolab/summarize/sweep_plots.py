@@ -191,8 +191,8 @@ def sweep_figure(plan: Plan, key: str, rows: list[RunSummary]) -> Any:
         panel.set_ylabel(column.label or metric)
         panel.grid(alpha=0.3)
         panel.margins(y=0.15)
+        panel.ticklabel_format(axis="y", style="plain", useOffset=False)  # no offset such as `1e-6+8.6353`
         if metric in FROM_ZERO:
-            panel.ticklabel_format(axis="y", style="plain", useOffset=False)
             panel.set_ylim(bottom=0)
         else:
             _at_least_relative_span(panel)
@@ -240,9 +240,8 @@ def _dodge(index: int, count: int) -> float:
 
 
 def _at_least_relative_span(panel: Any) -> None:
-    """Plain tick labels (no offset such as `1e-6+8.6353`), and a y range of at least
-    MIN_RELATIVE_SPAN of its middle: equal values read as a flat line, not as a difference."""
-    panel.ticklabel_format(axis="y", style="plain", useOffset=False)
+    """A y range of at least MIN_RELATIVE_SPAN of its middle: equal values read as a flat line,
+    not as a difference."""
     bottom, top = panel.get_ylim()
     middle, half = (bottom + top) / 2, (top - bottom) / 2
     least = MIN_RELATIVE_SPAN * abs(middle) / 2
