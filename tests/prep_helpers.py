@@ -6,6 +6,8 @@ import json
 import shutil
 from pathlib import Path
 
+import zstandard
+
 from zerolab.cli import main
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "prep"
@@ -19,7 +21,6 @@ def prep(*argv: str) -> int:
 
 def owt_jsonl(tmp_path: Path, copies: int = 1) -> Path:
     """The OpenWebText fixture decompressed (and repeated `copies` times) into tmp_path."""
-    import zstandard
 
     data = zstandard.ZstdDecompressor().decompress((FIXTURES / "owt1000.jsonl.zst").read_bytes())
     path = tmp_path / f"owt{copies}.jsonl"

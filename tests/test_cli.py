@@ -1,6 +1,9 @@
+import os
 import re
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 from zerolab import __version__
 
@@ -19,9 +22,6 @@ def test_no_command_prints_help_and_exits_2():
 
 
 def test_tools_summarize_without_the_venv_or_dependencies_says_to_run_make_dev(tmp_path):
-    import os
-    import shutil
-    from pathlib import Path
 
     repo = Path(__file__).resolve().parents[1]
     checkout = tmp_path / "checkout"

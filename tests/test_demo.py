@@ -3,8 +3,9 @@
 
 from __future__ import annotations
 
-from zerolab.commands.demo import NAME, RECIPE, demo_sweep
+from zerolab.commands.demo import DATA_OUT, NAME, RECIPE, demo_sweep
 from zerolab.recipe import load_recipe, render
+from zerolab.recipe.inputs import SUFFIX
 
 FIVE_RECIPES = ("cpu/tiny_dp", "cpu/tiny_z1", "cpu/tiny_z2", "cpu/tiny_z3", "cpu/tiny_z3_offload")
 
@@ -37,8 +38,6 @@ def test_demo_overrides_apply_to_every_setup():
 def test_the_demo_sample_and_dolly_15k_never_share_a_path():
     """make demo prepares the 151-record sample where the CPU recipes read it, never where the
     dolly-15k recipes do; and those refuse a dataset that small (tests/test_launch_rundir.py)."""
-    from zerolab.commands.demo import DATA_OUT
-    from zerolab.recipe.inputs import SUFFIX
 
     cpu, gpu = load_recipe(RECIPE), load_recipe("gpt2_z1")
     assert cpu.data.path == f"{DATA_OUT}{SUFFIX}" != gpu.data.path

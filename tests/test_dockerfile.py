@@ -11,9 +11,11 @@ import sys
 from pathlib import Path
 
 import pytest
+import tomllib
 from dockerfile_parse import DockerfileParser
 
 from zerolab.engine.container import requirement_name
+from zerolab.engine.install import BUILD
 from zerolab.engine.pins import load_pins
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -79,7 +81,6 @@ def test_requirement_files_hold_exact_pins():
 
 
 def test_every_zerolab_dependency_is_pinned_for_the_image():
-    import tomllib
 
     project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
     image = {
@@ -194,7 +195,6 @@ BUILD_MODULE = "zerolab.engine.build"
 
 
 def test_apex_helpers_and_fused_kernels_are_built_by_the_commands_make_setup_runs(dockerfile):
-    from zerolab.engine.install import BUILD
 
     assert BUILD == BUILD_MODULE
     runs = " ".join(value for _, value in instructions(dockerfile, "RUN"))

@@ -7,7 +7,8 @@ import os
 import subprocess
 
 from zerolab.cli import main
-from zerolab.engine import data_helpers
+from zerolab.engine import data_helpers, doctor
+from zerolab.engine.doctor import _probe_problems
 from zerolab.engine.pins import load_pins
 
 
@@ -112,7 +113,6 @@ def test_helpers_that_crash_are_shown_with_the_workaround_runs_use(engine, tmp_p
 
 
 def test_in_the_gpu_image_the_base_images_torch_meets_the_torch_pin(monkeypatch):
-    from zerolab.engine.doctor import _probe_problems
 
     pins = load_pins().python
     packages = dict(pins, torch="2.8.0a0+5228986c39.nv25.6")
@@ -167,7 +167,6 @@ def test_an_engine_at_another_commit_says_so(tmp_path, monkeypatch, capsys):
 def test_checkouts_side_by_side_share_the_engine_probe(engine, tmp_path, monkeypatch):
     # a worktree or CI clone has its own probe.py, of another time and the same content: the
     # probe's cached result serves it, where keying by time re-ran the probe at each switch
-    from zerolab.engine import doctor
 
     packages = load_pins().python
     first = doctor.probe_engine(packages, cached=True)

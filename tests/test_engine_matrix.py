@@ -21,6 +21,7 @@ from zerolab.cli import main
 from zerolab.logs.config_dump import ConfigCollector
 from zerolab.logs.lines import read_lines
 from zerolab.logs.parse import ParsedLog, parse_log
+from zerolab.recipe import load_recipe
 
 pytestmark = pytest.mark.usefixtures(
     "engine"
@@ -273,7 +274,6 @@ GPU_RECIPES = sorted(p.stem for p in (REPO / "recipes").glob("gpt2_*.yaml"))
 def test_every_gpu_recipe_trains_shrunk_to_the_tiny_model_on_cpu(engine, dataset, tmp_path, recipe):
     """The GPU recipe's own settings (precision, recomputation, batch sizes, ZeRO, parallelism,
     data loading) with the model, the devices and the length made to fit this machine."""
-    from zerolab.recipe import load_recipe
 
     gpu = load_recipe(recipe)
     ranks = gpu.model_parallel_size * 2  # two data-parallel ranks, as on the GPUs

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from zerolab.cli import main
-from zerolab.estimate.gpu import memory_warning
+from zerolab.estimate.gpu import _visible, memory_warning
 from zerolab.recipe import load_recipe
 from zerolab.recipe.output import resolved_yaml
 from zerolab.rundir import RECIPE_FILE
@@ -145,7 +145,6 @@ def test_a_length_in_epochs_needs_no_data(capsys, tmp_path, monkeypatch):
 
 
 def test_visible_gpus_follow_cuda_visible_devices(monkeypatch):
-    from zerolab.estimate.gpu import _visible
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
     assert _visible([80.0, 80.0, 40.0, 48.0], 4) == [40.0, 48.0]

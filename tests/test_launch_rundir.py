@@ -8,7 +8,9 @@ import re
 import pytest
 
 from zerolab.cli import main
+from zerolab.engine.cuda import query_gpus
 from zerolab.errors import UserError
+from zerolab.launch.launcher import prepare
 from zerolab.locations import SAMPLES_DIR
 from zerolab.rundir import claim, create, read_status, write_refusal
 
@@ -64,7 +66,6 @@ def test_a_refused_run_is_a_summary_row_with_the_checks_message(tmp_path):
 def test_a_cuda_recipe_launched_on_a_machine_without_a_gpu_is_refused_before_any_rank(
     tmp_path, capsys, monkeypatch
 ):
-    from zerolab.engine.cuda import query_gpus
 
     if query_gpus():
         pytest.skip("nvidia-smi sees a GPU here: this machine can launch a CUDA recipe")
@@ -112,6 +113,5 @@ def test_a_dolly_recipe_refuses_the_demo_sample_prepared_where_dolly_15k_belongs
     assert not (tmp_path / "logs").exists()
     assert main(["render", "gpt2_z1"]) == 0  # render shows the launch, and warns
     assert "holds 151 documents" in capsys.readouterr().err
-    from zerolab.launch.launcher import prepare
 
     assert prepare(["gpt2_z1", *on_cpu, "data.min_documents=null"], engine_required=False)

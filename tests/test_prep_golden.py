@@ -1,11 +1,14 @@
 """Byte identity with the golden files made by Megatron-DeepSpeed's and GPT-NeoX's tools."""
 
 import gzip
+import json
 
 import pytest
 from prep_helpers import FIXTURES, SAMPLE, manifest, prep, same_bytes
 
 from zerolab.checksums import sha256_of
+from zerolab.data_prep.indexed import read_document, read_index
+from zerolab.data_prep.tokenizer import decode
 
 
 @pytest.mark.parametrize("workers", [1, 2])
@@ -52,10 +55,6 @@ def test_dolly_with_empty_fields_kept_matches_golden_from_gzip(tmp_path):
 
 
 def test_dolly_default_leaves_empty_context_out(tmp_path):
-    import json
-
-    from zerolab.data_prep.indexed import read_document, read_index
-    from zerolab.data_prep.tokenizer import decode
 
     out = tmp_path / "dolly"
     assert prep("dolly", "--input", str(SAMPLE), "--out", str(out)) == 0

@@ -17,6 +17,7 @@ def dolly_reference(tmp_path):
 
 
 def test_dolly_json_array_and_parquet_match_jsonl(tmp_path):
+    # pyarrow here, not at the top: heavy (0.4 s), loaded only for a parquet source
     import pyarrow as pa
     import pyarrow.parquet as pq
 

@@ -4,13 +4,14 @@ import functools
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tiktoken.load import data_gym_to_mergeable_bpe_ranks
+from tokenizers import ByteLevelBPETokenizer
 
 from zerolab.assets import EOT_TOKEN_ID, GPT2_MERGES, GPT2_VOCAB
 from zerolab.data_prep.tokenizer import decode, encode, mergeable_ranks
 
 
 def test_ranks_from_vocab_equal_tiktokens_conversion_of_vocab_and_merges(monkeypatch):
-    from tiktoken.load import data_gym_to_mergeable_bpe_ranks
 
     monkeypatch.setenv("TIKTOKEN_CACHE_DIR", "")  # read the local files, cache nothing
     assert mergeable_ranks() == data_gym_to_mergeable_bpe_ranks(str(GPT2_MERGES), str(GPT2_VOCAB))
@@ -18,7 +19,6 @@ def test_ranks_from_vocab_equal_tiktokens_conversion_of_vocab_and_merges(monkeyp
 
 @functools.lru_cache(maxsize=1)
 def hf_tokenizer():
-    from tokenizers import ByteLevelBPETokenizer
 
     return ByteLevelBPETokenizer(str(GPT2_VOCAB), str(GPT2_MERGES))
 

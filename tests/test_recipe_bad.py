@@ -9,6 +9,8 @@ import socket
 import pytest
 
 from zerolab.cli import main
+from zerolab.errors import UserError
+from zerolab.recipe.yaml_io import read_yaml_mapping
 
 GPT2 = "recipes/gpt2_z1.yaml"
 TINY = "recipes/cpu/tiny_z1.yaml"
@@ -554,8 +556,6 @@ def test_a_key_given_twice_is_refused_naming_both_lines(text, key, lines, tmp_pa
 
 
 def test_a_building_block_with_a_key_twice_is_refused(tmp_path):
-    from zerolab.errors import UserError
-    from zerolab.recipe.yaml_io import read_yaml_mapping
 
     block = tmp_path / "block.yaml"
     block.write_text("# a block\nmodel:\n  num_layers: 2\n  hidden_size: 64\n  num_layers: 4\n")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from zerolab.cli import main
 from zerolab.engine.engine_check import Case, judge, megatron_args_of
 from zerolab.recipe import load_recipe, render
 
@@ -70,7 +71,6 @@ def test_engine_accepts_every_shipped_render_and_rejects_what_we_refuse(engine):
 def test_extra_settings_are_judged_by_the_engine_before_anything_is_written(
     engine, dataset, capsys, tmp_path
 ):
-    from zerolab.cli import main
 
     bad_flag = "extra.megatron_args=[--log-params-norm, --no-such-flag]"
     assert main(["render", "cpu/tiny_z1", bad_flag, "--dry-run"]) == 2
@@ -101,7 +101,6 @@ def test_extra_settings_are_judged_by_the_engine_before_anything_is_written(
 
 
 def test_a_ds_config_key_deepspeed_never_reads_is_refused_with_the_key_it_reads(engine, capsys):
-    from zerolab.cli import main
 
     misspelt = [
         (

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from zerolab.cli import main
 from zerolab.recipe import load_recipe
 from zerolab.recipe.reference import REFERENCE_FILE, generate
 from zerolab.recipe.schema import SECTIONS, Recipe
@@ -74,7 +75,6 @@ def test_recipe_script_dry_run_from_another_directory(tmp_path):
 
 
 def test_the_recipes_page_shows_the_current_recipe_and_dry_run(monkeypatch, capsys):
-    from zerolab.cli import main
 
     monkeypatch.setenv("ZEROLAB_ENGINE_DIR", "/opt/Megatron-DeepSpeed")
     readme = (REPO / "docs" / "recipes.md").read_text()

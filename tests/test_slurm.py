@@ -11,8 +11,10 @@ import pytest
 from slurm_helpers import launched, option, run_sbatch, shellcheck
 
 from zerolab import rundir
+from zerolab.cli import main
 from zerolab.cluster.slurm import SlurmOptions, sbatch_for_recipe
 from zerolab.recipe import load_recipe, render, run_facts
+from zerolab.recipe.naming import renamed
 
 SLURM_2_NODES = ("hardware.nodes=2", "hardware.procs_per_node=4", "train.global_batch_size=64")
 
@@ -98,8 +100,6 @@ def test_failed_launch_is_recorded_and_passed_on(tmp_path):
 
 
 def test_a_checkpointing_job_saves_and_a_second_job_resumes_it(tmp_path, monkeypatch, capsys):
-    from zerolab.cli import main
-    from zerolab.recipe.naming import renamed
 
     assert run_sbatch(job("train.save_interval=10"), tmp_path).returncode == 0
     first = job_dir(tmp_path, "4242")
@@ -142,7 +142,6 @@ def test_values_reach_the_launcher_as_written(tmp_path):
 
 
 def test_render_slurm_prints_the_sbatch_of_a_shipped_recipe(repo_root, monkeypatch, capsys, tmp_path):
-    from zerolab.cli import main
 
     monkeypatch.chdir(repo_root)
     monkeypatch.setenv("ZEROLAB_ENGINE_DIR", "/opt/Megatron-DeepSpeed")
@@ -162,7 +161,6 @@ def test_render_slurm_prints_the_sbatch_of_a_shipped_recipe(repo_root, monkeypat
 def test_slurm_supplies_the_rendezvous_a_plain_multi_node_render_asks_for(
     launcher, asked_for, repo_root, monkeypatch, capsys
 ):
-    from zerolab.cli import main
 
     monkeypatch.chdir(repo_root)
     argv = ["render", "recipes/gpt2_z1.yaml", *SLURM_2_NODES]
@@ -174,7 +172,6 @@ def test_slurm_supplies_the_rendezvous_a_plain_multi_node_render_asks_for(
 
 
 def test_render_slurm_refuses_json(repo_root, monkeypatch, capsys):
-    from zerolab.cli import main
 
     monkeypatch.chdir(repo_root)
     assert main(["render", "recipes/gpt2_z1.yaml", "--slurm", "--json", *SLURM_2_NODES]) == 2

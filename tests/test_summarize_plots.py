@@ -43,6 +43,7 @@ def _write(root: Path, out: Path) -> tuple[list[Path], list[str]]:
 
 def _draw(figure: Any) -> Any:
     """Draw `figure` as it is saved (Agg), and return its renderer."""
+    # matplotlib here, not at the top: heavy (0.6 s), loaded only when a figure is drawn
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     canvas = FigureCanvasAgg(figure)
@@ -52,6 +53,7 @@ def _draw(figure: Any) -> Any:
 
 def _texts(figure: Any) -> list[Any]:
     """Every text the figure draws (tick labels only for ticks inside the axes' view)."""
+    # matplotlib here, not at the top: heavy (0.6 s), loaded only when a figure is drawn
     from matplotlib.text import Text
 
     hidden = set()

@@ -17,7 +17,7 @@ from summarize_helpers import CPU, REAL, make_run_dir
 
 from zerolab.cli import main
 from zerolab.logs.lines import clean_line
-from zerolab.logs.parse import LogParser
+from zerolab.logs.parse import LogParser, parse_log
 from zerolab.summarize import tables
 from zerolab.summarize.collect import Collection
 from zerolab.summarize.discover import Run
@@ -114,7 +114,6 @@ def test_the_warning_names_the_key_and_the_value():
 
 def test_real_logs_have_no_bad_values():
     """Guards the other way: nothing the real logs print is taken for a malformed value."""
-    from zerolab.logs.parse import parse_log
 
     for path in sorted((CPU.parent).glob("*/*.log")):
         assert parse_log(path).bad_values == [], path.name

@@ -10,6 +10,7 @@ from typing import Any
 
 from zerolab import __version__
 from zerolab.errors import UserError
+from zerolab.locations import CHECKOUT
 
 COMMAND_MODULES: tuple[str, ...] = (
     "zerolab.commands.recipe",
@@ -82,7 +83,6 @@ def main(argv: list[str] | None = None) -> int:
 
 def missing_dependency(module: str) -> str:
     """What to run when this Python lacks one of zerolab's dependencies."""
-    from zerolab.locations import CHECKOUT
 
     fix = (
         f"run `make dev` in {CHECKOUT} and use {CHECKOUT}/.venv/bin/zerolab (tools/summarize and "

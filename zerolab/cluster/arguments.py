@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from zerolab.cluster.slurm import SlurmOptions
+from zerolab.engine.paths import engine_python
 from zerolab.errors import UserError
 
 
@@ -29,8 +31,6 @@ def refuse_slurm_options_without_slurm(args: argparse.Namespace) -> None:
 
 def slurm_options(args: argparse.Namespace) -> Any:
     """The SlurmOptions the arguments give; without --image, the jobs run this engine's bin directory."""
-    from zerolab.cluster.slurm import SlurmOptions
-    from zerolab.engine.paths import engine_python
 
     return SlurmOptions(
         image=args.image,

@@ -21,6 +21,9 @@ from string import Template
 
 from zerolab import rundir
 from zerolab.errors import UserError
+from zerolab.recipe import run_facts
+from zerolab.recipe.inputs import dataset_paths, tokenizer_file
+from zerolab.recipe.output import resolved_yaml
 from zerolab.recipe.render import Launch, Placement, Resume, render, shell_variable
 from zerolab.recipe.schema import Recipe
 
@@ -160,8 +163,6 @@ def _directives(launch: Launch, name: str, options: SlurmOptions, *, output: str
 def _run_dir_block(recipe: Recipe, launch: Launch, run_dir: str) -> str:
     """Shell lines that set RUN_DIR to `run_dir` (a shell word), write the run's files there
     (ds_config.json, run.json, recipe.yaml) and set `command` to the launch."""
-    from zerolab.recipe import run_facts
-    from zerolab.recipe.output import resolved_yaml
 
     return (
         Template(RUN_DIR_TEMPLATE.read_text())
@@ -208,7 +209,6 @@ def _job(
 
 def _input_paths(recipe: Recipe) -> list[str]:
     """The files a run reads that a recipe may give as absolute paths."""
-    from zerolab.recipe.inputs import dataset_paths, tokenizer_file
 
     return [
         *dataset_paths(recipe).values(),

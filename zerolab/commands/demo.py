@@ -8,7 +8,14 @@ import argparse
 import time
 from typing import Any
 
+from rich.console import Console
+
+from zerolab.commands.prep import run_prep
 from zerolab.locations import SAMPLES_DIR, display_path
+from zerolab.summarize.report import summarize_sweep
+from zerolab.sweep.cells import check_name, expand
+from zerolab.sweep.plan import sweep_dir
+from zerolab.sweep.run import run_sweep
 
 RECIPE = "cpu/tiny_dp"
 SETUPS = ("zero=z0,z1,z2,z3,z3_offload", "zero.pin_memory=false")
@@ -40,20 +47,12 @@ def register(subparsers: Any) -> None:
 
 def demo_sweep(overrides: list[str]) -> Any:
     """The demo's sweep, with `overrides` applied to every setup."""
-    from zerolab.sweep.cells import expand
 
     return expand(RECIPE, [*SETUPS, *overrides])
 
 
 def run_demo(args: argparse.Namespace) -> int:
     """Run the demo; 0 when all five setups completed."""
-    from rich.console import Console
-
-    from zerolab.commands.prep import run_prep
-    from zerolab.summarize.report import summarize_sweep
-    from zerolab.sweep.cells import check_name
-    from zerolab.sweep.plan import sweep_dir
-    from zerolab.sweep.run import run_sweep
 
     console = Console(highlight=False)
     started = time.monotonic()

@@ -4,6 +4,10 @@
 from __future__ import annotations
 
 import argparse
+import json
+
+from zerolab.engine.doctor import collect, print_report
+from zerolab.engine.install import install
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -39,7 +43,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run_install(args: argparse.Namespace) -> int:
     """Install the engine."""
-    from zerolab.engine.install import install
 
     install()
     return 0
@@ -47,9 +50,6 @@ def run_install(args: argparse.Namespace) -> int:
 
 def run_doctor(args: argparse.Namespace) -> int:
     """Print the doctor report; 0 when nothing is missing, else 1."""
-    import json
-
-    from zerolab.engine.doctor import collect, print_report
 
     report = collect()
     if args.json:

@@ -10,7 +10,24 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from rich.console import Console
+
+from zerolab.commands.recipe import add_recipe_parser
 from zerolab.errors import UserError
+from zerolab.estimate import CannotEstimate, estimate
+from zerolab.estimate.communication import NVLINK_GBPS, PCIE_GBPS
+from zerolab.estimate.fit import fit_table
+from zerolab.estimate.output import (
+    as_json,
+    fit_grid,
+    gpu_table,
+    header,
+    host_table,
+    traffic_tables,
+    unestimable_json,
+)
+from zerolab.estimate.plot import write_fit_plot
+from zerolab.recipe import load_recipe
 
 CANNOT_ESTIMATE = 3
 
@@ -30,8 +47,6 @@ def _positive(what: str) -> Any:
 
 def register(subparsers: Any) -> None:
     """Add `zerolab estimate`."""
-    from zerolab.commands.recipe import add_recipe_parser
-    from zerolab.estimate.communication import NVLINK_GBPS, PCIE_GBPS
 
     parser = add_recipe_parser(
         subparsers,
@@ -68,10 +83,6 @@ def register(subparsers: Any) -> None:
 
 def run_estimate(args: argparse.Namespace) -> int:
     """Print the estimate (and the fit table, and write the plot, when asked for)."""
-    from zerolab.estimate import CannotEstimate, estimate
-    from zerolab.estimate.fit import fit_table
-    from zerolab.estimate.output import as_json, unestimable_json
-    from zerolab.recipe import load_recipe
 
     if args.plot is not None and args.gpu_memory is None:
         raise UserError("--plot draws the fit table: give --gpu-memory GIB too")
@@ -93,8 +104,6 @@ def run_estimate(args: argparse.Namespace) -> int:
         return CANNOT_ESTIMATE
     fit = fit_table(recipe, args.gpu_memory) if args.gpu_memory is not None else None
     if args.plot is not None and fit is not None:
-        from zerolab.estimate.plot import write_fit_plot
-
         try:
             write_fit_plot(fit, recipe, args.plot)
         except OSError as error:
@@ -111,9 +120,6 @@ def run_estimate(args: argparse.Namespace) -> int:
 
 
 def _print_tables(est: Any, fit: Any, args: argparse.Namespace) -> None:
-    from rich.console import Console
-
-    from zerolab.estimate.output import fit_grid, gpu_table, header, host_table, traffic_tables
 
     console = Console() if sys.stdout.isatty() else Console(width=160)
     console.print(header(est), soft_wrap=True, highlight=False)

@@ -6,6 +6,13 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from zerolab.launch.launcher import launch, prepare
+from zerolab.recipe import render
+from zerolab.recipe.extras import check_extras
+from zerolab.recipe.output import render_text, warn_missing_inputs
+from zerolab.recipe.render import RUN_DIR_PLACEHOLDER
+from zerolab.recipe.selection import select
+
 
 def register(subparsers: Any) -> None:
     """Add `zerolab launch`."""
@@ -39,7 +46,6 @@ def register(subparsers: Any) -> None:
 
 def run_launch(args: argparse.Namespace) -> int:
     """Launch (or, with --dry-run, print) a recipe; returns the training's exit code."""
-    from zerolab.launch.launcher import launch, prepare
 
     if args.dry_run:
         return dry_run(list(args.words), args.resume, args.run_dir)
@@ -50,11 +56,6 @@ def run_launch(args: argparse.Namespace) -> int:
 
 def dry_run(words: list[str], resume: Path | None, run_dir: Path | None) -> int:
     """Print what the launch would run (missing inputs as warnings); write nothing."""
-    from zerolab.recipe import render
-    from zerolab.recipe.extras import check_extras
-    from zerolab.recipe.output import render_text, warn_missing_inputs
-    from zerolab.recipe.render import RUN_DIR_PLACEHOLDER
-    from zerolab.recipe.selection import select
 
     recipe, resumption = select(words, resume)
     warn_missing_inputs(recipe)

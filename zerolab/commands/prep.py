@@ -6,6 +6,13 @@ import argparse
 import os
 from pathlib import Path
 
+from rich.console import Console
+
+from zerolab.data_prep.inspection import inspect
+from zerolab.data_prep.pipeline import PrepJob, run
+from zerolab.data_prep.records import TEXT_LINES, DollyFields, JsonField
+from zerolab.data_prep.sources import HubDataset, LineFiles, RecordFiles, WholeFiles, check_files
+from zerolab.data_prep.splits import parse_split
 from zerolab.errors import UserError
 
 DOLLY_DATASET = "databricks/databricks-dolly-15k"
@@ -120,8 +127,6 @@ def register(subparsers) -> None:
 
 
 def _job(args, corpus: str, source, fmt):
-    from zerolab.data_prep.pipeline import PrepJob
-    from zerolab.data_prep.splits import parse_split
 
     if args.workers < 1:
         raise UserError(f"--workers {args.workers}: give at least 1")
@@ -135,14 +140,11 @@ def _job(args, corpus: str, source, fmt):
 
 
 def _run(job) -> int:
-    from zerolab.data_prep.pipeline import run
 
     return run(job)
 
 
 def _run_dolly(args) -> int:
-    from zerolab.data_prep.records import DollyFields
-    from zerolab.data_prep.sources import HubDataset, LineFiles, RecordFiles, check_files
 
     separator = args.separator.replace("\\n", "\n").replace("\\t", "\t")
     fmt = DollyFields(separator=separator, keep_empty=args.keep_empty_fields)
@@ -158,23 +160,17 @@ def _run_dolly(args) -> int:
 
 
 def _run_openwebtext(args) -> int:
-    from zerolab.data_prep.records import JsonField
-    from zerolab.data_prep.sources import HubDataset, LineFiles, check_files
 
     source = LineFiles(check_files(args.input)) if args.input else HubDataset(args.dataset, streaming=True)
     return _run(_job(args, "openwebtext", source, JsonField("text")))
 
 
 def _run_jsonl(args) -> int:
-    from zerolab.data_prep.records import JsonField
-    from zerolab.data_prep.sources import LineFiles, check_files
 
     return _run(_job(args, "jsonl", LineFiles(check_files(args.files)), JsonField(args.key)))
 
 
 def _run_text(args) -> int:
-    from zerolab.data_prep.records import TEXT_LINES, JsonField
-    from zerolab.data_prep.sources import LineFiles, WholeFiles, check_files
 
     files = check_files(args.files)
     source = WholeFiles(files) if args.document == "file" else LineFiles(files, kind=TEXT_LINES)
@@ -182,8 +178,5 @@ def _run_text(args) -> int:
 
 
 def _run_inspect(args) -> int:
-    from rich.console import Console
-
-    from zerolab.data_prep.inspection import inspect
 
     return inspect(args.prefix, args.show, Console(soft_wrap=True))

@@ -8,8 +8,17 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from zerolab.cluster.arguments import add_slurm_arguments
+from zerolab import __version__, rundir
+from zerolab.cluster.arguments import add_slurm_arguments, refuse_slurm_options_without_slurm, slurm_options
+from zerolab.cluster.slurm import sbatch_for_recipe
 from zerolab.errors import UserError
+from zerolab.recipe import load_recipe, render
+from zerolab.recipe.compose import RecipeProblems
+from zerolab.recipe.diff import diff_recipes, format_diff
+from zerolab.recipe.extras import check_extras
+from zerolab.recipe.output import render_text, resolved_yaml, warn_missing_inputs
+from zerolab.recipe.render import RUN_DIR_PLACEHOLDER
+from zerolab.recipe.selection import select
 
 
 def add_recipe_parser(subparsers: Any, name: str, help_text: str) -> argparse.ArgumentParser:
@@ -75,12 +84,6 @@ def register(subparsers: Any) -> None:
 
 def run_render(args: argparse.Namespace) -> int:
     """Print (and with --out, write) the render."""
-    from zerolab.cluster.arguments import refuse_slurm_options_without_slurm
-    from zerolab.recipe import render
-    from zerolab.recipe.extras import check_extras
-    from zerolab.recipe.output import render_text, warn_missing_inputs
-    from zerolab.recipe.render import RUN_DIR_PLACEHOLDER
-    from zerolab.recipe.selection import select
 
     if args.slurm and (args.json or args.out is not None):
         raise UserError("--slurm prints an sbatch script; it does not combine with --json or --out")
@@ -105,8 +108,6 @@ def run_render(args: argparse.Namespace) -> int:
 
 def print_sbatch(recipe: Any, resume: Any, args: argparse.Namespace) -> int:
     """Print the recipe's sbatch script (--slurm)."""
-    from zerolab.cluster.arguments import slurm_options
-    from zerolab.cluster.slurm import sbatch_for_recipe
 
     print(sbatch_for_recipe(recipe, slurm_options(args), resume=resume), end="")
     return 0
@@ -115,7 +116,6 @@ def print_sbatch(recipe: Any, resume: Any, args: argparse.Namespace) -> int:
 def write_render(launch: Any, out: Path, name: str) -> None:
     """ds_config.json and an executable command.sh (runnable from anywhere: it changes to this
     directory) in a new directory."""
-    from zerolab import __version__, rundir
 
     if out.exists():
         raise UserError(f"--out {out}: already exists; choose a new directory")
@@ -128,9 +128,6 @@ def write_render(launch: Any, out: Path, name: str) -> None:
 def run_show(args: argparse.Namespace) -> int:
     """Print the resolved recipe; one that fails the checks across keys is printed too (without
     the values derived from it), then its problems (exit 2)."""
-    from zerolab.recipe import load_recipe
-    from zerolab.recipe.compose import RecipeProblems
-    from zerolab.recipe.output import resolved_yaml
 
     try:
         recipe = load_recipe(args.recipe, args.overrides)
@@ -143,8 +140,6 @@ def run_show(args: argparse.Namespace) -> int:
 
 def run_diff(args: argparse.Namespace) -> int:
     """Print the differences between two recipes."""
-    from zerolab.recipe import load_recipe, render
-    from zerolab.recipe.diff import diff_recipes, format_diff
 
     sides: list[list[str]] = []
     for word in args.words:

@@ -8,7 +8,12 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from rich.console import Console
+
+from zerolab.summarize.compare import comparison, rich_comparison
+from zerolab.summarize.report import collect, default_out, print_report, write_report
 from zerolab.summarize.stats import Warmup
+from zerolab.summarize.summary import Options
 
 if TYPE_CHECKING:
     from zerolab.summarize.summary import Options
@@ -89,7 +94,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _options(args: argparse.Namespace) -> Options:
-    from zerolab.summarize.summary import Options
 
     return Options(
         warmup=Warmup.parse(args.warmup), peak_tflops=args.peak_tflops, epoch_tokens=args.epoch_tokens
@@ -98,7 +102,6 @@ def _options(args: argparse.Namespace) -> Options:
 
 def run_summarize(args: argparse.Namespace) -> int:
     """Summarize, write the files, print the table (or JSON)."""
-    from zerolab.summarize.report import collect, default_out, print_report, write_report
 
     collection = collect(args.paths, _options(args))
     report = write_report(collection, args.out or default_out(args.paths), plots=not args.no_plots)
@@ -108,10 +111,6 @@ def run_summarize(args: argparse.Namespace) -> int:
 
 def run_compare(args: argparse.Namespace) -> int:
     """Print each metric of the runs as a ratio to the baseline."""
-    from rich.console import Console
-
-    from zerolab.summarize.compare import comparison, rich_comparison
-    from zerolab.summarize.report import collect
 
     result = comparison(collect(args.paths, _options(args)), args.baseline, args.paths)
     if args.format == "json":

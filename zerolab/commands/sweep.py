@@ -5,7 +5,14 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from zerolab.cluster.arguments import add_slurm_arguments
+from rich.console import Console
+
+from zerolab.cluster.arguments import add_slurm_arguments, refuse_slurm_options_without_slurm, slurm_options
+from zerolab.summarize.report import summarize_sweep
+from zerolab.sweep.array import write_array_job
+from zerolab.sweep.cells import check_name, expand
+from zerolab.sweep.run import dry_run
+from zerolab.sweep.run import run_sweep as run_sweep_cells
 
 
 def register(subparsers: Any) -> None:
@@ -54,13 +61,6 @@ def register(subparsers: Any) -> None:
 
 def run_sweep(args: argparse.Namespace) -> int:
     """Expand the sweep, then list (--dry-run), write the array job (--slurm) or run its cells."""
-    from rich.console import Console
-
-    from zerolab.cluster.arguments import refuse_slurm_options_without_slurm, slurm_options
-    from zerolab.summarize.report import summarize_sweep
-    from zerolab.sweep.array import write_array_job
-    from zerolab.sweep.cells import check_name, expand
-    from zerolab.sweep.run import dry_run, run_sweep
 
     refuse_slurm_options_without_slurm(args)
     sweep = expand(args.words[0], args.words[1:])
@@ -71,7 +71,7 @@ def run_sweep(args: argparse.Namespace) -> int:
         )
     if args.dry_run:
         return dry_run(sweep, name, retry_failed=args.retry_failed)
-    ran = run_sweep(sweep, name, retry_failed=args.retry_failed, console=Console(highlight=False))
+    ran = run_sweep_cells(sweep, name, retry_failed=args.retry_failed, console=Console(highlight=False))
     if ran.ended:
         summarize_sweep(ran.directory)
     return ran.exit_code

@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
 
 from zerolab import __version__
 from zerolab.checksums import sha256_of
@@ -415,8 +417,6 @@ def _manifest(job: PrepJob, name: str, counts: Counts, files: dict, fingerprint:
 
 
 def _progress(job: PrepJob):
-    from rich.console import Console
-    from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
 
     console = Console(stderr=True)
     return Progress(
@@ -442,13 +442,10 @@ def _rate_text(counts: Counts, before: Counts, rate: float, elapsed: float) -> s
 
 def _say(job: PrepJob, text: str) -> None:
     if not job.quiet:
-        from rich.console import Console
-
         Console(stderr=True).print(text)
 
 
 def _summary(job: PrepJob, counts: Counts, before: Counts, facts: dict, seconds: float) -> None:
-    from rich.console import Console
 
     console = Console(soft_wrap=True)
     for name, (prefix, files) in facts.items():

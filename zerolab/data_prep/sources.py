@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import zstandard
+
 from zerolab.data_prep.records import ITEMS, JSON_LINES, Batch
 from zerolab.errors import UserError, json_error_text
 
@@ -44,8 +46,6 @@ def open_stream(path: Path, raw: io.BufferedReader):
     if compression == "gzip":
         return gzip.GzipFile(fileobj=raw, mode="rb")
     if compression == "zstd":
-        import zstandard
-
         return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(raw, closefd=False))
     return raw
 
@@ -204,6 +204,7 @@ def _json_rows(path: Path):
 
 
 def _parquet_rows(path: Path, columns: tuple[str, ...]):
+    # pyarrow here, not at the top: heavy (0.4 s), loaded only for a parquet source
     import pyarrow.parquet as pq
 
     try:
@@ -240,6 +241,7 @@ class HubDataset:
     def _load(self):
         unreachable = not os.environ.get("HF_HUB_OFFLINE") and _unreachable_hub()
         try:
+            # datasets, huggingface_hub here, not at the top: heavy (1.3 s), loaded only when the hub is read
             import datasets
             import huggingface_hub.constants
 

@@ -10,6 +10,9 @@ import functools
 import json
 from pathlib import Path
 
+import tiktoken
+from tiktoken_ext.openai_public import r50k_pat_str
+
 from zerolab.assets import EOT_TOKEN_ID, GPT2_MERGES, GPT2_VOCAB
 from zerolab.checksums import sha256_of
 
@@ -40,9 +43,6 @@ def mergeable_ranks(vocab_path: Path = GPT2_VOCAB) -> dict[bytes, int]:
 @functools.lru_cache(maxsize=1)
 def gpt2_encoding():
     """The GPT-2 tiktoken Encoding made from the bundled files (nothing downloaded)."""
-    import tiktoken
-    from tiktoken_ext.openai_public import r50k_pat_str
-
     return tiktoken.Encoding(
         "gpt2-zerolab",
         pat_str=r50k_pat_str,

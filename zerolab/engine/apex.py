@@ -118,6 +118,7 @@ def ensure(workdir: Path) -> str:
 def build_wheel(tree: Path, out: Path, label: str) -> Path:
     """A wheel of the apex package in `tree` with the extensions of EXTENSIONS, built for
     TORCH_CUDA_ARCH_LIST into `out`; its version is `0.1+zerolab.LABEL`."""
+    # setuptools, torch here, not at the top: only for the apex build, in the engine's environment
     from setuptools import find_packages, setup
     from torch.utils.cpp_extension import BuildExtension, CUDAExtension
 
@@ -153,6 +154,7 @@ def build_wheel(tree: Path, out: Path, label: str) -> Path:
 
 def _check_toolchain() -> None:
     """Fail before fetching anything when this Python's torch cannot build CUDA extensions."""
+    # torch here, not at the top: only in the engine's environment
     import torch
     from torch.utils.cpp_extension import CUDA_HOME
 

@@ -99,6 +99,7 @@ def _check_engine(args: argparse.Namespace) -> int:
 
 
 def _check_deepspeed_ops(args: argparse.Namespace) -> int:
+    # deepspeed here, not at the top: only in the engine's environment
     from deepspeed.git_version_info import installed_ops
 
     missing = [op for op in args.ops if not installed_ops.get(op)]

@@ -16,6 +16,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from rich.console import Console
+from rich.table import Table
+
 from zerolab import __version__
 from zerolab.assets import GPT2_SHA256
 from zerolab.checksums import sha256_of
@@ -214,8 +217,6 @@ def _site_packages_stamp(python: Path) -> list[float]:
 
 def print_report(report: dict[str, Any]) -> None:
     """The report as tables on the terminal."""
-    from rich.console import Console
-    from rich.table import Table
 
     console = Console()
     table = Table(title="zerolab doctor", show_header=False, title_justify="left")

@@ -25,6 +25,7 @@ from zerolab import __version__
 from zerolab.engine import cuda, data_helpers
 from zerolab.engine.checkout import checkout_commit, ensure_checkout
 from zerolab.engine.container import BASE_IMAGE_PACKAGES, kept_builds
+from zerolab.engine.doctor import probe_engine
 from zerolab.engine.paths import (
     cuda_link_dir,
     engine_dir,
@@ -236,7 +237,6 @@ def prebuild_all(python: Path, pins: Pins, console: Console) -> dict:
     as zerolab.engine.cuda's plan says: the dataset helpers always, apex and the fused kernels
     on CUDA, DeepSpeed's CPU ops on CPU. Returns what install.json records of it: the plan and
     the helpers' smoke check (with the workaround runs use when it fails)."""
-    from zerolab.engine.doctor import probe_engine
 
     toolkit = cuda.toolkit_home(python, os.environ)
     if toolkit is not None:

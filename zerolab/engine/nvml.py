@@ -14,6 +14,7 @@ class Gpus:
     def __init__(self) -> None:
         self.handles: list[Any] = []
         try:
+            # pynvml here, not at the top: optional (nvidia-ml-py), present only where NVIDIA's driver is
             import pynvml
 
             pynvml.nvmlInit()

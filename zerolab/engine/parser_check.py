@@ -113,6 +113,7 @@ def _reason(error, printed):
 
 def check(case):
     """Megatron's and DeepSpeed's verdict on one case."""
+    # deepspeed, megatron here, not at the top: only in the engine's environment
     from deepspeed.runtime.config import DeepSpeedConfig
     from deepspeed.runtime.zero.config import DeepSpeedZeroConfig
     from megatron.arguments import parse_args, validate_args
@@ -155,6 +156,7 @@ def check(case):
 
 
 def main(cases_file, results_file, store_file):
+    # deepspeed here, not at the top: only in the engine's environment
     import deepspeed
 
     sys.path.insert(0, os.getcwd())

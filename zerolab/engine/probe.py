@@ -36,6 +36,7 @@ def probe(packages, apex_modules):
         "ext_suffix": sysconfig.get_config_var("EXT_SUFFIX"),
     }
     try:
+        # torch here, not at the top: only in the engine's environment
         import torch
         from torch.utils.cpp_extension import CUDA_HOME, get_default_build_root
     except Exception as error:
@@ -64,6 +65,7 @@ def probe(packages, apex_modules):
     if not report["cuda_available"]:
         os.environ.setdefault("DS_ACCELERATOR", "cpu")
     try:
+        # deepspeed here, not at the top: only in the engine's environment
         import deepspeed
         from deepspeed.accelerator import get_accelerator
         from deepspeed.git_version_info import installed_ops

@@ -26,6 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from zerolab.engine.cuda import nvcc_targets, nvcc_version
+from zerolab.engine.data_helpers import make_command, smoke_check
+
 
 def _always() -> bool:
     return True
@@ -200,6 +203,7 @@ def zero3_weight_decay_groups() -> None:
 def _decoupled_adam_on_cpu(module: types.ModuleType) -> None:
     adam = getattr(module, "Adam", None)
     if adam is not None and (adam.__module__, adam.__name__) == ("torch.optim.adam", "Adam"):
+        # torch here, not at the top: only in the engine's environment
         from torch.optim import AdamW
 
         module.Adam = AdamW  # type: ignore[attr-defined]
@@ -291,6 +295,7 @@ def _reset_contiguous_checkpoints_too(module: types.ModuleType) -> None:
     reset_buffer = module.reset_checkpointed_activations_memory_buffer
 
     def reset_buffers() -> None:
+        # deepspeed here, not at the top: only in the engine's environment
         from deepspeed.runtime.activation_checkpointing import checkpointing
 
         reset_buffer()
@@ -314,6 +319,7 @@ def _differentiable_placeholders(outputs: Any) -> Any:
     layer's MoE loss, a zero without a gradient) replaced by a zero that takes one."""
     if not isinstance(outputs, tuple):
         return outputs
+    # torch here, not at the top: only in the engine's environment
     import torch
 
     return (
@@ -367,6 +373,7 @@ def sdpa_wanted() -> bool:
 
 
 def _sdpa_core_attention(module: types.ModuleType) -> None:
+    # torch here, not at the top: only in the engine's environment
     import torch.nn.functional as F
 
     core_attention = module.CoreAttention
@@ -456,6 +463,7 @@ def profile_wanted() -> bool:
 
 
 def _profile_train_steps(module: types.ModuleType) -> None:
+    # torch here, not at the top: only in the engine's environment
     import torch
     from torch.profiler import ProfilerActivity
 
@@ -538,7 +546,6 @@ class _BuildableArchsOnly:
         return getattr(self._real, name)
 
     def load(self, *args: Any, **kwargs: Any) -> Any:
-        from zerolab.engine.cuda import nvcc_targets, nvcc_version
 
         flags, home = kwargs.get("extra_cuda_cflags"), self._real.CUDA_HOME
         targets = nvcc_targets(Path(home, "bin", "nvcc")) if flags and home else None
@@ -574,7 +581,6 @@ def _make_with_this_pythons_suffix(module: types.ModuleType) -> None:
 
     def compile_helper() -> None:
         """Megatron's compile_helper, giving its Makefile this Python's extension suffix."""
-        from zerolab.engine.data_helpers import make_command
 
         data_dir = Path(module.__file__).parent
         suffix = sysconfig.get_config_var("EXT_SUFFIX")
@@ -602,7 +608,6 @@ class _CheckedHelpers(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def find_spec(self, fullname: str, path: Sequence[str] | None, target: Any = None) -> Any:
         if fullname != HELPERS or not path:
             return None
-        from zerolab.engine.data_helpers import smoke_check
 
         self.check = smoke_check(Path(next(iter(path))), Path(sys.executable))
         if self.check.ok:
@@ -659,6 +664,7 @@ def _unlink_once_mapped(module: types.ModuleType) -> None:
         initialize(self, *args, **kwargs)
         if self.shm_comm_op is None:
             return
+        # torch here, not at the top: only in the engine's environment
         import torch.distributed
 
         torch.distributed.barrier()  # every rank has mapped every buffer: the names can go

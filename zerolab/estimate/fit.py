@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from zerolab.errors import UserError
+from zerolab.estimate import estimate
 from zerolab.estimate.buffers import ALLOCATOR_HEADROOM, CUDA_CONTEXT_GIB
 from zerolab.recipe.compose import load_recipe
 from zerolab.recipe.render import stage_bound
@@ -101,7 +102,6 @@ def variant(recipe: Recipe, setup: str, micro: int) -> Recipe:
 
 def fit_table(recipe: Recipe, gpu_memory_gib: float) -> FitTable:
     """Every setup at every micro batch, against `gpu_memory_gib`."""
-    from zerolab.estimate import estimate
 
     table = FitTable(
         gpu_memory_gib,

@@ -7,7 +7,9 @@ from __future__ import annotations
 import os
 import sys
 
+from zerolab.engine.doctor import collect
 from zerolab.engine.nvml import Gpus
+from zerolab.estimate import CannotEstimate, estimate
 from zerolab.estimate.buffers import CUDA_CONTEXT_GIB
 from zerolab.estimate.fit import DOES_NOT_FIT, TIGHT, fit_status
 from zerolab.recipe.schema import Recipe
@@ -32,7 +34,6 @@ def visible_gpu_memory() -> tuple[list[float], str]:
     totals = Gpus().total_MiB()
     if totals:
         return [mib / MIB_PER_GIB for mib in _visible(totals, len(totals))], "NVML"
-    from zerolab.engine.doctor import collect
 
     devices = (collect(cached=True).get("engine_env") or {}).get("devices") or []
     return [float(device["memory_GiB"]) for device in devices], "the engine's torch"
@@ -41,7 +42,6 @@ def visible_gpu_memory() -> tuple[list[float], str]:
 def memory_warning(recipe: Recipe, gpus_gib: list[float], source: str) -> str | None:
     """The warning for launching `recipe` on GPUs of `gpus_gib`, or None when it fits (or there is
     nothing to compare, or the estimator does not model the recipe)."""
-    from zerolab.estimate import CannotEstimate, estimate
 
     if recipe.hardware.device == "cpu":
         return None

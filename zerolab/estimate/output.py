@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from rich.markup import escape
+from rich.table import Table
 
 from zerolab.errors import UserError
 from zerolab.estimate.buffers import ALLOCATOR_HEADROOM, CUDA_CONTEXT_GIB
@@ -175,7 +176,6 @@ def header(est: MemoryEstimate) -> str:
 
 def gpu_table(est: MemoryEstimate) -> Any:
     """Every GPU part in each phase of a step (the peak phase in bold), with how it was counted."""
-    from rich.table import Table
 
     stage = est.peak_stage
     where = (
@@ -226,7 +226,6 @@ def gpu_table(est: MemoryEstimate) -> Any:
 
 def host_table(est: MemoryEstimate) -> Any:
     """Host memory of one node."""
-    from rich.table import Table
 
     ranks = est.recipe.hardware.procs_per_node
     table = Table(title=f"Host memory per node ({ranks} rank(s))", title_justify="left")
@@ -251,7 +250,6 @@ def host_table(est: MemoryEstimate) -> Any:
 
 def traffic_tables(est: MemoryEstimate, link_gbps: float | None, host_gbps: float) -> list[Any]:
     """This setup's traffic per step by kind, and its total at other data-parallel sizes."""
-    from rich.table import Table
 
     rows = dict(traffic_rows(est))
     own = rows[est.shape.data]
@@ -318,7 +316,6 @@ def traffic_tables(est: MemoryEstimate, link_gbps: float | None, host_gbps: floa
 
 def fit_grid(fit: FitTable) -> Any:
     """Setups x micro batches: the predicted peak, coloured by whether it fits."""
-    from rich.table import Table
 
     table = Table(
         title=f"Fits in {fit.gpu_memory_gib:g} GiB per GPU? predicted peak allocated (GiB)",

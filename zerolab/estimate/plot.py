@@ -23,6 +23,7 @@ LABELS = {
 
 def write_fit_plot(fit: FitTable, recipe: Recipe, path: Path) -> None:
     """Write the fit table of `recipe` to `path` (PNG), whole or not at all."""
+    # matplotlib here, not at the top: heavy (0.6 s), loaded only when a figure is drawn
     import matplotlib
 
     matplotlib.use("Agg")

@@ -7,15 +7,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from zerolab.errors import UserError
+from zerolab.estimate import CannotEstimate, estimate
+from zerolab.estimate.from_log import recipe_from_log
 from zerolab.logs.parse import ParsedLog
+from zerolab.recipe.compose import load_recipe
 from zerolab.rundir import RECIPE_FILE
 
 
 def estimated_peak_gib(run_dir: Path | None, log: ParsedLog) -> tuple[float | None, str | None]:
     """(predicted peak allocated GiB, None), or (None, why there is no estimate)."""
-    from zerolab.estimate import CannotEstimate, estimate
-    from zerolab.estimate.from_log import recipe_from_log
-    from zerolab.recipe.compose import load_recipe
 
     if run_dir is not None and (run_dir / RECIPE_FILE).is_file():
         try:

@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from zerolab.engine.cuda import query_gpus
 from zerolab.errors import UserError
 from zerolab.gpucheck.kit import Kit
 from zerolab.locations import LOGS_DIR, REPO_ROOT, SAMPLES_DIR
@@ -281,6 +282,7 @@ def machine_problems() -> list[str]:
     """What this machine lacks for the check: a CUDA build of torch in this Python, a GPU."""
     problems = []
     try:
+        # torch here, not at the top: only in the engine's environment
         import torch
     except ImportError:
         problems.append(
@@ -293,7 +295,6 @@ def machine_problems() -> list[str]:
                 f"{sys.executable}'s torch {torch.__version__} is a CPU build (run the check with "
                 "the Python of the machine's CUDA torch: make gpu-check PYTHON=...)"
             )
-    from zerolab.engine.cuda import query_gpus
 
     if not query_gpus():
         problems.append("nvidia-smi sees no GPU")

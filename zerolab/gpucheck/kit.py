@@ -32,6 +32,7 @@ from pathlib import Path
 from zerolab import __version__
 from zerolab.engine.checkout import checkout_commit
 from zerolab.engine.container import canonical_name, requirement_name
+from zerolab.engine.paths import engine_dir, engine_python
 from zerolab.engine.pins import Pins, load_pins
 from zerolab.errors import UserError
 from zerolab.locations import REPO_ROOT
@@ -269,7 +270,6 @@ def gather(
 
 def _engine_source(pins: Pins) -> str:
     """ZEROLAB_ENGINE_SRC, else the engine checkout `make setup` made, else the pinned upstream."""
-    from zerolab.engine.paths import engine_dir
 
     if os.environ.get("ZEROLAB_ENGINE_SRC"):
         return os.environ["ZEROLAB_ENGINE_SRC"]
@@ -307,7 +307,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--machine", type=Path, help="`pip list --format=freeze` of the GPU machine's Python")
     parser.add_argument("--python-version", default="3.12", help="the GPU machine's Python (default 3.12)")
     args = parser.parse_args(argv)
-    from zerolab.engine.paths import engine_python
 
     try:
         machine = parse_freeze(args.machine.read_text()) if args.machine else {}

@@ -13,12 +13,19 @@ from pathlib import Path
 from typing import Any
 
 from zerolab import __version__, rundir
+from zerolab.engine.cuda import query_gpus
+from zerolab.engine.doctor import collect
 from zerolab.engine.paths import engine_bin_dir, engine_missing
 from zerolab.errors import UserError
+from zerolab.estimate.gpu import warn_before_launch
 from zerolab.launch.execute import execute
 from zerolab.locations import LOGS_DIR, display_path
+from zerolab.recipe import check_inputs, render, run_facts
+from zerolab.recipe.extras import check_extras
+from zerolab.recipe.output import resolved_yaml
 from zerolab.recipe.render import Resume
 from zerolab.recipe.schema import Recipe
+from zerolab.recipe.selection import select
 
 
 @dataclass(frozen=True)
@@ -42,10 +49,6 @@ def prepare(
     written. `name` names the run instead of the recipe file (a sweep's cell). Without
     `engine_required` (a dry run), a missing engine is no problem and extras it would judge are
     left unjudged, with a warning. Warns when the memory estimate exceeds the visible GPU's memory."""
-    from zerolab.estimate.gpu import warn_before_launch
-    from zerolab.recipe import check_inputs, render
-    from zerolab.recipe.extras import check_extras
-    from zerolab.recipe.selection import select
 
     recipe, resumption = select(words, resume, name=name)
     if engine_required:
@@ -75,7 +78,6 @@ def check_local_gpus(recipe: Recipe) -> None:
     """Refuse to start a CUDA recipe's ranks on this machine when nvidia-smi sees no GPU here (they
     would die at their first CUDA call, or train nothing). Writing a SLURM job (render --slurm,
     sweep --slurm) and rendering are not launches here, and are never refused for it."""
-    from zerolab.engine.cuda import query_gpus
 
     if recipe.hardware.device != "cuda" or query_gpus():
         return
@@ -115,9 +117,6 @@ def launch(
 ) -> tuple[Path, rundir.Status]:
     """Create the run directory, write its files, run the training; returns (run dir, status).
     `doctor` is the doctor report to record (default: collected now; a sweep collects it once)."""
-    from zerolab.engine.doctor import collect
-    from zerolab.recipe import render, run_facts
-    from zerolab.recipe.output import resolved_yaml
 
     recipe = prepared.recipe
     directory = rundir.claim(run_dir) if run_dir else rundir.create(logs_root, prepared.name)

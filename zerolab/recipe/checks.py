@@ -7,7 +7,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from zerolab.errors import UserError
+from zerolab.recipe.inputs import vocabulary_size
+from zerolab.recipe.length import train_iters
 from zerolab.recipe.provenance import Sources, source_of
+from zerolab.recipe.render import attention_args, ds_config, render, stage_bound
 from zerolab.recipe.schema import ExtraSection, Recipe
 
 
@@ -142,7 +145,6 @@ def _global_batch_consistent(recipe: Recipe) -> Problem | None:
 
 @tokenizer_check
 def _vocab_size_is_the_tokenizers(recipe: Recipe) -> Problem | None:
-    from zerolab.recipe.inputs import vocabulary_size
 
     try:
         entries, counted = vocabulary_size(recipe)
@@ -320,7 +322,6 @@ def _one_save_interval(recipe: Recipe) -> Problem | None:
 
 @check
 def _warmup_shorter_than_training(recipe: Recipe) -> Problem | None:
-    from zerolab.recipe.length import train_iters
 
     train = recipe.train
     given = _lengths_given(recipe)
@@ -509,7 +510,6 @@ def _offload_param_needs_stage3(recipe: Recipe) -> Problem | None:
 
 @check
 def _stage3_knobs_need_stage3(recipe: Recipe) -> Problem | None:
-    from zerolab.recipe.render import stage_bound
 
     given = [key for key in stage_bound(3) if getattr(recipe.zero, key) is not None]
     if not given or recipe.zero.stage == 3:
@@ -582,7 +582,6 @@ ATTENTION_FLAGS = frozenset(
 
 @check
 def _attention_chosen_by_model_attention(recipe: Recipe) -> Problem | None:
-    from zerolab.recipe.render import attention_args
 
     given = {token.split("=", 1)[0] for token in recipe.extra.megatron_args}
     flags = sorted(
@@ -625,7 +624,6 @@ def _extra_args_are_options(recipe: Recipe) -> Problem | None:
 
 @check
 def _extra_args_not_rendered(recipe: Recipe) -> Problem | None:
-    from zerolab.recipe.render import render
 
     given = {token.split("=", 1)[0] for token in recipe.extra.megatron_args if token.startswith("--")}
     if not given:
@@ -640,7 +638,6 @@ def _extra_args_not_rendered(recipe: Recipe) -> Problem | None:
 
 @check
 def _extra_ds_config_adds_only(recipe: Recipe) -> Problem | None:
-    from zerolab.recipe.render import ds_config
 
     extra = recipe.extra.ds_config
     if not extra:

@@ -16,6 +16,7 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from zerolab.data_prep.indexed import read_index
 from zerolab.errors import UserError
 from zerolab.recipe.inputs import prepare_hint
 from zerolab.recipe.schema import Recipe
@@ -97,7 +98,6 @@ def train_documents(split: str, documents: int) -> int:
 
 def document_sizes(idx: Path) -> np.ndarray:
     """Token counts per document from a Megatron MMIDIDX index file."""
-    from zerolab.data_prep.indexed import read_index
 
     try:
         return read_index(idx).sizes.astype("int64")

@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from zerolab.files import generated_doc_main
 from zerolab.locations import REPO_ROOT
+from zerolab.sweep.values import value_text
 
 Row = dict[str, Any]
 
@@ -366,7 +367,6 @@ TABLE: tuple[Column, ...] = tuple(column for column in COLUMNS if column.label)
 def swept_column(key: str) -> Column:
     """The table column of a swept key: each row's value of it (empty outside the sweep); ranked
     with the run's name, so a narrow terminal keeps it."""
-    from zerolab.sweep.values import value_text
 
     def cell(row: Row) -> str:
         values = row["sweep"] or {}

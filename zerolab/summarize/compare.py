@@ -9,6 +9,8 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+from rich.table import Table
+
 from zerolab.errors import UserError
 from zerolab.summarize.collect import Collection
 from zerolab.summarize.columns import METRICS, STATUS_LABELS
@@ -105,7 +107,6 @@ def comparison(
 def rich_comparison(result: dict[str, Any]) -> Any:
     """The comparison as a rich Table: each run's status, then one row per metric, `value (ratio x)`
     per run, `value (no ratio)` for a run that did not complete."""
-    from rich.table import Table
 
     table = Table(
         title=f"ratio to baseline {result['baseline']}",

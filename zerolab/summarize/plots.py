@@ -57,6 +57,7 @@ class Style:
 
 def styles(runs: list[RunSummary]) -> dict[int, Style]:
     """A distinct style per run (by id): ten colours, then the line style, then the marker changes."""
+    # matplotlib here, not at the top: heavy (0.6 s), loaded only when a figure is drawn
     import matplotlib
 
     palette = matplotlib.colormaps[COLORS]
@@ -104,6 +105,7 @@ def _wrapped(text: str, width_in: float, scale: float = 1.0) -> str:
 
 
 def _figure(height_in: float, width_in: float = WIDTH_IN) -> Any:
+    # matplotlib here, not at the top: heavy (0.6 s), loaded only when a figure is drawn
     from matplotlib.figure import Figure
 
     return Figure(figsize=(width_in, height_in), layout="constrained")

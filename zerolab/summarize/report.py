@@ -17,7 +17,9 @@ from zerolab.files import write_atomic
 from zerolab.summarize import tables
 from zerolab.summarize.collect import Collection, summarize_paths
 from zerolab.summarize.discover import Run
+from zerolab.summarize.plots import write_plots
 from zerolab.summarize.summary import Options
+from zerolab.summarize.sweep_plots import write_sweep_plots
 
 OUTPUT_FILES = ("summary.md", "summary.csv", "summary.json")
 
@@ -65,8 +67,6 @@ def default_out(paths: list[Path]) -> Path:
 
 def write_report(collection: Collection, out: Path, *, plots: bool = True) -> Report:
     """Write the tables (and the plots) into `out`; UserError when it cannot be written."""
-    from zerolab.summarize.plots import write_plots  # matplotlib: only when plots are drawn
-    from zerolab.summarize.sweep_plots import write_sweep_plots
 
     report = Report(collection, out)
     try:

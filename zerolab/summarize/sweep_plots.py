@@ -115,6 +115,7 @@ def not_drawn(key: str, rows: list[RunSummary]) -> dict[str, list[str]]:
 
 def write_sweep_plots(collection: Collection, out: Path) -> tuple[list[Path], list[str]]:
     """Write each sweep's figures into `out`; returns (files written, figures skipped with why)."""
+    # matplotlib here, not at the top: heavy (0.6 s), loaded only when a figure is drawn
     import matplotlib
 
     matplotlib.use("Agg")
@@ -143,6 +144,7 @@ def _column(key: str) -> Column:
 
 def sweep_figure(plan: Plan, key: str, rows: list[RunSummary]) -> Any:
     """The figure of every sweep metric against the swept `key` (one panel each)."""
+    # matplotlib here, not at the top: heavy (0.6 s), loaded only when a figure is drawn
     import matplotlib
     import matplotlib.pyplot as plt
 

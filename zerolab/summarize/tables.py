@@ -9,6 +9,7 @@ import json
 from typing import Any
 
 from rich.cells import cell_len
+from rich.table import Table
 
 from zerolab.summarize.collect import Collection
 from zerolab.summarize.columns import ROW_KEYS, Column, table_columns
@@ -117,7 +118,6 @@ def terminal_columns(collection: Collection, width: int | None) -> tuple[dict[st
 def rich_table(collection: Collection, width: int | None = None) -> Any:
     """The table for a terminal `width` cells wide (a rich Table): the columns that fit, and a
     caption naming those left out (None: every column)."""
-    from rich.table import Table
 
     widths, left_out = terminal_columns(collection, width)
     columns = [column for column in table_columns(collection.sweep_keys) if column.key in widths]

@@ -10,11 +10,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from zerolab.cluster.slurm import ArrayTask, sbatch_array
 from zerolab.files import write_atomic
 from zerolab.locations import display_path
+from zerolab.recipe.inputs import check_inputs
+from zerolab.recipe.selection import select
 from zerolab.sweep.cells import Sweep
 from zerolab.sweep.check import REFUSE, RUN, Checked, check_cells, checked_and_locked, record_refusal
 from zerolab.sweep.plan import SBATCH_FILE, PlannedCell, cell_dir, previous_prefix, write_plan
+from zerolab.sweep.run import planned
 
 RENDERED_BY = "zerolab sweep --slurm"
 
@@ -24,9 +28,6 @@ def write_array_job(
 ) -> int:
     """Write sweep.json, the refused cells' status and sweep.sbatch into the sweep directory (with
     `dry_run`: print the script, write nothing); returns 0 (bad input is a UserError)."""
-    from zerolab.recipe.inputs import check_inputs
-    from zerolab.recipe.selection import select
-    from zerolab.sweep.run import planned
 
     plan, directory, recorded = planned(sweep, name)
 
@@ -63,7 +64,6 @@ def write_array_job(
 
 def _script(name: str, directory: Path, checked: list[Checked], options: Any) -> str | None:
     """The array job of the cells to run (None when there is none)."""
-    from zerolab.cluster.slurm import ArrayTask, sbatch_array
 
     tasks = [
         ArrayTask(

@@ -6,6 +6,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich.markup import escape
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
+
 from zerolab import rundir
 from zerolab.locations import display_path
 from zerolab.logs.megatron import find_iteration, parse_iteration
@@ -16,7 +26,6 @@ _STATE_STYLE = {rundir.COMPLETED: "green", rundir.REFUSED: "yellow"}
 def finished_line(name: str, status: rundir.Status, seconds: float | None, run_dir: Any = None) -> str:
     """One line for a finished (or refused) cell, `NAME  STATE  N s: CAUSE -> RUN_DIR`, in rich
     markup (the state coloured)."""
-    from rich.markup import escape
 
     style = _STATE_STYLE.get(status.state, "red")
     took = f"  {seconds:.0f} s" if seconds is not None else ""
@@ -29,14 +38,6 @@ class SweepProgress:
     """The progress bar over `total` cells; use as a context manager."""
 
     def __init__(self, console: Any, total: int) -> None:
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            SpinnerColumn,
-            TextColumn,
-            TimeElapsedColumn,
-        )
 
         self.console = console
         self.progress = Progress(

@@ -17,8 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from zerolab import rundir
+from zerolab.engine.doctor import collect
+from zerolab.engine.paths import engine_missing
 from zerolab.errors import UserError
+from zerolab.launch.launcher import launch, prepare
 from zerolab.locations import display_path
+from zerolab.recipe.compose import resolve_recipe_path
 from zerolab.sweep.cells import Sweep
 from zerolab.sweep.check import (
     REFUSE,
@@ -47,7 +51,6 @@ from zerolab.sweep.progress import SweepProgress, finished_line
 def planned(sweep: Sweep, name: str | None) -> tuple[Plan, Path, bool]:
     """The plan of `sweep` under `name` (default: from the recipe and the swept keys), its
     directory, and whether that directory holds it already; UserError when it holds another sweep."""
-    from zerolab.recipe.compose import resolve_recipe_path
 
     plan = plan_of(sweep, name or sweep.default_name(), display_path(resolve_recipe_path(sweep.recipe)))
     directory = sweep_dir(plan.name)
@@ -58,7 +61,6 @@ def planned(sweep: Sweep, name: str | None) -> tuple[Plan, Path, bool]:
 def dry_run(sweep: Sweep, name: str | None, *, retry_failed: bool) -> int:
     """Print each cell with its check (ok, or refused with the message) or why it is skipped;
     write nothing."""
-    from zerolab.engine.paths import engine_missing
 
     plan, directory, _ = planned(sweep, name)
     missing = engine_missing()
@@ -81,7 +83,6 @@ class SweepRun:
 def run_sweep(sweep: Sweep, name: str | None, *, retry_failed: bool, console: Any) -> SweepRun:
     """Run the sweep's cells that need running; what to summarize is the caller's (the commands
     `zerolab sweep` and `zerolab demo`: zerolab.summarize.report)."""
-    from zerolab.engine.paths import engine_missing
 
     plan, directory, recorded = planned(sweep, name)
     missing = engine_missing()
@@ -94,7 +95,6 @@ def run_sweep(sweep: Sweep, name: str | None, *, retry_failed: bool, console: An
 def _checker(plan: Plan, *, engine_required: bool = True) -> Callable[[PlannedCell], Any]:
     """A cell's check: `zerolab launch`'s prepare() of the recipe with the cell's overrides,
     the run named after the cell."""
-    from zerolab.launch.launcher import prepare
 
     def check(cell: PlannedCell) -> Any:
         return prepare([plan.recipe, *cell.overrides], name=cell.name, engine_required=engine_required)
@@ -103,8 +103,6 @@ def _checker(plan: Plan, *, engine_required: bool = True) -> Callable[[PlannedCe
 
 
 def _run(plan: Plan, directory: Path, checked: list[Checked], console: Any, recorded: bool) -> SweepRun:
-    from zerolab.engine.doctor import collect
-    from zerolab.launch.launcher import launch
 
     if not recorded:
         write_plan(directory, plan)
