@@ -100,11 +100,16 @@ def test_tools_summarize_writes_tables_and_plots_in_setup_order(tmp_path: Path, 
     assert result.returncode == 0, result.stderr
     assert "final_z1" in result.stdout and "Not summarized" in result.stdout
     summary = json.loads((logs / "summary.json").read_text())
-    assert [row["setup"] for row in summary["runs"]] == ["dp", "z1", "z2", "z3", "z3_offload"]
+    assert [row["setup"] for row in summary["runs"]] == ["z0", "z1", "z2", "z3", "z3_offload"]
     assert summary["skipped"][0]["path"].endswith("notes.txt")
     assert "no line this tool knows" in summary["skipped"][0]["reason"]
     markdown = (logs / "summary.md").read_text()
     assert markdown.count("| final_z") == 5 and "warm-up excluded" in markdown
+    example = (repo_root / "docs" / "summarize.md").read_text()
+    shown = [line for line in example.splitlines() if line.startswith(("| run |", "| final_z"))]
+    assert len(shown) == 6 and all(line in markdown.splitlines() for line in shown), (
+        "docs/summarize.md's example is not what summarize writes for these logs"
+    )
     for plot in ("throughput.png", "epoch_time.png", "gpu_memory.png", "host_memory.png", "loss.png"):
         assert (logs / plot).read_bytes().startswith(PNG_MAGIC), plot
 

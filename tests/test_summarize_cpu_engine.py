@@ -13,7 +13,7 @@ from zerolab.summarize.flops import ModelShape, tflops_per_gpu
 from zerolab.summarize.summary import Options, summarize_run
 
 CPU = Path(__file__).parent / "fixtures" / "logs" / "cpu-engine"
-SETUPS = {"final_z0": "dp", "final_z1": "z1", "final_z2": "z2", "final_z3": "z3", "final_z3off": "z3_offload"}
+SETUPS = {"final_z0": "z0", "final_z1": "z1", "final_z2": "z2", "final_z3": "z3", "final_z3off": "z3_offload"}
 
 
 def _row(name: str) -> dict:

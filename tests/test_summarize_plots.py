@@ -141,7 +141,7 @@ def test_the_loss_plot_gives_each_run_its_own_style_and_marks_runs_that_did_not_
     styles = {(line.get_color(), line.get_linestyle(), line.get_marker()) for line in curves}
     assert len(styles) == len(curves), "two runs share a colour and line style"
     labels = {line.get_label() for line in curves}
-    assert "signal_sigkill_rank1 (dp, failed)" in labels and "final_z1" in labels
+    assert "signal_sigkill_rank1 (z0, failed)" in labels and "final_z1" in labels
 
 
 def test_runs_of_very_different_lengths_all_show_on_the_loss_plot(tmp_path: Path, drawn):

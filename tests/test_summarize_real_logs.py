@@ -335,7 +335,7 @@ def test_argument_and_deepspeed_config_dumps_fill_the_config_columns():
         "hidden_size": 8192,
         "seq_length": 1024,
         "precision": "fp16",
-        "setup": "tp4_pp16_dp",
+        "setup": "tp4_pp16_z0",
     }
     assert {key: row[key] for key in expected} == expected
     assert log.config.ds_json["train_micro_batch_size_per_gpu"] == 4

@@ -12,16 +12,7 @@ from zerolab.estimate.buffers import ALLOCATOR_HEADROOM, CUDA_CONTEXT_GIB
 from zerolab.recipe.compose import load_recipe
 from zerolab.recipe.render import stage_bound
 from zerolab.recipe.schema import Recipe
-
-SETUPS: tuple[tuple[str, str], ...] = (
-    ("z0", "ZeRO 0"),
-    ("z1", "ZeRO 1"),
-    ("z2", "ZeRO 2"),
-    ("z3", "ZeRO 3"),
-    ("z3_offload", "ZeRO 3 + offload"),
-    ("z3_offload_param", "ZeRO 3 + weight offload"),
-)
-"""The configs/zero/ blocks compared, and their labels."""
+from zerolab.recipe.setups import ZERO_SETUPS, zero_setup
 
 MICRO_BATCHES = (1, 2, 4, 8, 16, 32)
 
@@ -73,12 +64,10 @@ def fit_global_batch(recipe: Recipe, micro: int) -> int:
 
 
 def current_setup(recipe: Recipe) -> str:
-    """The configs/zero/ block the recipe's zero section matches (z0 ... z3_offload_param)."""
+    """The name of the recipe's ZeRO setup (recipe.setups): a fit table row when it is a
+    configs/zero/ block."""
     zero = recipe.zero
-    name = f"z{zero.stage}"
-    if zero.offload_optimizer and zero.stage == 3:
-        name += "_offload_param" if zero.offload_param else "_offload"
-    return name
+    return zero_setup(zero.stage, zero.offload_optimizer, zero.offload_param)
 
 
 def variant(recipe: Recipe, setup: str, micro: int) -> Recipe:
@@ -109,7 +98,7 @@ def fit_table(recipe: Recipe, gpu_memory_gib: float) -> FitTable:
         recipe.train.global_batch_size,
         global_batches={micro: fit_global_batch(recipe, micro) for micro in MICRO_BATCHES},
     )
-    for setup, _ in SETUPS:
+    for setup, _ in ZERO_SETUPS:
         for micro in MICRO_BATCHES:
             try:
                 peak = estimate(variant(recipe, setup, micro)).gpu_peak_gib

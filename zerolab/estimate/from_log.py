@@ -10,7 +10,9 @@ from pydantic import ValidationError
 
 from zerolab.logs.config_dump import convert
 from zerolab.logs.parse import ParsedLog
+from zerolab.logs.settings import LogSettings, read_settings, zero_section
 from zerolab.recipe.checks import check_recipe
+from zerolab.recipe.compose import model_name_of_shape
 from zerolab.recipe.schema import Recipe
 
 REQUIRED = (
@@ -50,26 +52,13 @@ def _is_set(value: Any) -> bool:
     return value not in (None, 0, 1, "None", "")
 
 
-def _zero_section(args: dict[str, Any], ds: dict[str, Any], ds_json: dict[str, Any]) -> dict[str, Any]:
-    zero_json = ds_json.get("zero_optimization") if isinstance(ds_json.get("zero_optimization"), dict) else {}
-    stage = next(
-        (
-            int(v)
-            for v in (ds.get("zero_optimization_stage"), zero_json.get("stage"), args.get("zero_stage"))
-            if isinstance(v, int | float) and not isinstance(v, bool)
-        ),
-        0,
-    )
-
-    def offloaded(key: str) -> bool:
-        section = zero_json.get(key)
-        return isinstance(section, dict) and section.get("device") not in (None, "none")
-
+def _zero_section(settings: LogSettings, ds_json: dict[str, Any]) -> dict[str, Any]:
+    stage = settings.zero_stage or 0
+    zero_json = zero_section(ds_json) or {}
     section: dict[str, Any] = {
         "stage": stage,
-        "offload_optimizer": offloaded("offload_optimizer")
-        or (bool(args.get("cpu_optimizer")) and stage > 0),
-        "offload_param": offloaded("offload_param") or args.get("remote_device") == "cpu",
+        "offload_optimizer": bool(settings.offload_optimizer),
+        "offload_param": bool(settings.offload_param),
         # DeepSpeed's own defaults where the config does not say (overlap is off at stages 1-2)
         "overlap_comm": bool(zero_json.get("overlap_comm", stage == 3)),
         "contiguous_gradients": bool(zero_json.get("contiguous_gradients", True)),
@@ -109,8 +98,9 @@ def _checkpointing(args: dict[str, Any]) -> dict[str, Any]:
 def recipe_from_log(log: ParsedLog) -> tuple[Recipe | None, list[str]]:
     """(the recipe, []) when the log states every setting the estimate needs and nothing it
     cannot model; otherwise (None, the reasons)."""
-    args, ds, ds_json = log.config.args, log.config.ds, log.config.ds_json
-    missing = [key for key in REQUIRED if not isinstance(args.get(key), int)]
+    args = log.config.args
+    stated = read_settings(log)
+    missing = [key for key in REQUIRED if getattr(stated, key) is None]
     if missing:
         return None, [f"the log's argument dump does not state {', '.join(missing)}"]
     if args.get("deepspeed") is not True:
@@ -118,51 +108,41 @@ def recipe_from_log(log: ParsedLog) -> tuple[Recipe | None, list[str]]:
             "the run did not use DeepSpeed (Megatron's own optimizer and schedules are not modelled)"
         ]
     reasons = [f"{what} ({key})" for key, what in UNMODELLED.items() if _is_set(args.get(key))]
-    hidden, heads = args["hidden_size"], args["num_attention_heads"]
-    if args.get("ffn_hidden_size") not in (None, 4 * hidden):
-        reasons.append(
-            f"an MLP of {args['ffn_hidden_size']} (the estimate assumes 4 x hidden = {4 * hidden})"
-        )
-    if args.get("kv_channels") not in (None, hidden // heads):
-        reasons.append(f"kv_channels {args['kv_channels']} (the estimate assumes hidden / heads)")
-    precision = {
-        "fp16": args.get("fp16") is True or ds.get("fp16_enabled") is True,
-        "bf16": args.get("bf16") is True or ds.get("bfloat16_enabled") is True,
-    }
+    hidden, heads = stated.hidden_size, stated.num_attention_heads
+    if stated.ffn_hidden_size not in (None, 4 * hidden):
+        reasons.append(f"an MLP of {stated.ffn_hidden_size} (the estimate assumes 4 x hidden = {4 * hidden})")
+    if stated.kv_channels not in (None, hidden // heads):
+        reasons.append(f"kv_channels {stated.kv_channels} (the estimate assumes hidden / heads)")
     if reasons:
         return None, reasons
-    world = args.get("world_size") or ds.get("world_size")
-    if not isinstance(world, int):
+    if stated.world_size is None:
         return None, ["the log does not state the world size"]
+    shape = {key: getattr(stated, key) for key in ("num_layers", "hidden_size", "num_attention_heads")}
+    positions = stated.max_position_embeddings or stated.seq_length
     mapping = {
         "model": {
-            "name": f"gpt-{args['num_layers']}L-{hidden}h",
-            "num_layers": args["num_layers"],
-            "hidden_size": hidden,
-            "num_attention_heads": heads,
-            "seq_length": args["seq_length"],
-            "max_position_embeddings": args.get("max_position_embeddings") or args["seq_length"],
-            "vocab_size": args["padded_vocab_size"],
+            "name": model_name_of_shape(shape | {"max_position_embeddings": positions}),
+            **shape,
+            "seq_length": stated.seq_length,
+            "max_position_embeddings": positions,
+            "vocab_size": stated.padded_vocab_size,
             "make_vocab_size_divisible_by": 1,
             "attention_dropout": args.get("attention_dropout", 0.1),
             "hidden_dropout": args.get("hidden_dropout", 0.1),
         },
-        "parallel": {
-            "tensor": args.get("tensor_model_parallel_size") or 1,
-            "pipeline": args.get("pipeline_model_parallel_size") or 1,
-        },
-        "zero": _zero_section(args, ds, ds_json),
+        "parallel": {"tensor": stated.tensor_parallel or 1, "pipeline": stated.pipeline_parallel or 1},
+        "zero": _zero_section(stated, log.config.ds_json),
         "activation_checkpointing": _checkpointing(args),
-        "precision": precision,
+        "precision": {"fp16": stated.precision == "fp16", "bf16": stated.precision == "bf16"},
         "train": {
-            "micro_batch_size": args["micro_batch_size"],
-            "global_batch_size": args["global_batch_size"],
+            "micro_batch_size": stated.micro_batch_size,
+            "global_batch_size": stated.global_batch_size,
             "iters": args.get("train_iters") or 1,
         },
         "hardware": {
             "device": "cpu" if args.get("distributed_backend") == "gloo" else "cuda",
             "nodes": 1,
-            "procs_per_node": world,
+            "procs_per_node": stated.world_size,
         },
     }
     try:

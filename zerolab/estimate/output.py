@@ -16,10 +16,11 @@ from zerolab.estimate.communication import (
     step_traffic,
     with_data_parallel,
 )
-from zerolab.estimate.fit import DOES_NOT_FIT, FITS, INVALID, MICRO_BATCHES, SETUPS, TIGHT, FitTable
+from zerolab.estimate.fit import DOES_NOT_FIT, FITS, INVALID, MICRO_BATCHES, TIGHT, FitTable
 from zerolab.estimate.memory import MemoryEstimate
 from zerolab.estimate.parts import GIB, PHASES
 from zerolab.recipe.output import description_lines, summary_line, zero_label
+from zerolab.recipe.setups import ZERO_SETUPS
 
 GB = 1e9
 DATA_PARALLEL_SIZES = (1, 2, 8)
@@ -145,7 +146,7 @@ def as_json(
                     for micro in MICRO_BATCHES
                     for cell in [fit.cells[setup, micro]]
                 }
-                for setup, _ in SETUPS
+                for setup, _ in ZERO_SETUPS
             },
         }
     return result
@@ -325,7 +326,7 @@ def fit_grid(fit: FitTable) -> Any:
     for micro in MICRO_BATCHES:
         table.add_column(f"micro {fit.micro_label(micro)}", justify="right")
     reasons: dict[str, str] = {}
-    for setup, label in SETUPS:
+    for setup, label in ZERO_SETUPS:
         cells = []
         for micro in MICRO_BATCHES:
             cell = fit.cells[setup, micro]

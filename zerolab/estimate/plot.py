@@ -7,10 +7,11 @@ import textwrap
 from pathlib import Path
 
 from zerolab.estimate.buffers import ALLOCATOR_HEADROOM, CUDA_CONTEXT_GIB
-from zerolab.estimate.fit import DOES_NOT_FIT, FITS, INVALID, MICRO_BATCHES, SETUPS, TIGHT, FitTable
+from zerolab.estimate.fit import DOES_NOT_FIT, FITS, INVALID, MICRO_BATCHES, TIGHT, FitTable
 from zerolab.files import save_png
 from zerolab.recipe.output import recompute_label
 from zerolab.recipe.schema import Recipe
+from zerolab.recipe.setups import ZERO_SETUPS
 
 COLORS = {FITS: "#4daf4a", TIGHT: "#ffbf00", DOES_NOT_FIT: "#e41a1c", INVALID: "#d9d9d9"}
 LABELS = {
@@ -31,7 +32,7 @@ def write_fit_plot(fit: FitTable, recipe: Recipe, path: Path) -> None:
     from matplotlib.patches import Patch, Rectangle
 
     fig, ax = plt.subplots(figsize=(9.0, 5.6))
-    for row, (setup, _) in enumerate(SETUPS):
+    for row, (setup, _) in enumerate(ZERO_SETUPS):
         for column, micro in enumerate(MICRO_BATCHES):
             cell = fit.cells[setup, micro]
             current = (setup, micro) == fit.current
@@ -56,9 +57,9 @@ def write_fit_plot(fit: FitTable, recipe: Recipe, path: Path) -> None:
                 fontweight="bold" if current else "normal",
             )
     ax.set_xlim(-0.05, len(MICRO_BATCHES))
-    ax.set_ylim(len(SETUPS), -0.1)
+    ax.set_ylim(len(ZERO_SETUPS), -0.1)
     ax.set_xticks([i + 0.48 for i in range(len(MICRO_BATCHES))], [fit.micro_label(m) for m in MICRO_BATCHES])
-    ax.set_yticks([i + 0.46 for i in range(len(SETUPS))], [label for _, label in SETUPS])
+    ax.set_yticks([i + 0.46 for i in range(len(ZERO_SETUPS))], [label for _, label in ZERO_SETUPS])
     ax.set_xlabel(
         f"micro batch (sequences per GPU per forward pass); global batch {fit.global_batch} unless marked"
     )

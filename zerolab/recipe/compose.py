@@ -93,6 +93,21 @@ def model_name(recipe: Recipe) -> str:
     return "+".join([model.name, *changed])
 
 
+def model_name_of_shape(shape: dict[str, int | None]) -> str | None:
+    """The configs/model/ block whose shape keys equal every one `shape` states (`gpt2-124m`), else
+    `gpt-12L-768h`; None without the number of layers and the hidden size. For runs known only by
+    their log."""
+    layers, hidden = shape.get("num_layers"), shape.get("hidden_size")
+    if layers is None or hidden is None:
+        return None
+    stated = {key: value for key, value in shape.items() if key in MODEL_SHAPE_KEYS and value is not None}
+    for block in sorted((CONFIGS_DIR / "model").glob("*.yaml")):
+        model = read_yaml_mapping(block).get("model", {})
+        if all(model.get(key) == value for key, value in stated.items()):
+            return str(model.get("name", block.stem))
+    return f"gpt-{layers}L-{hidden}h"
+
+
 def compose(recipe_file: Path, overrides: tuple[str, ...] | list[str] = ()) -> tuple[dict[str, Any], Sources]:
     """The merged, not yet validated recipe mapping, and the source of every key."""
     own = read_yaml_mapping(recipe_file)

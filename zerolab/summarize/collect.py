@@ -9,12 +9,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from zerolab.logs.parse import ParsedLog, parse_log
+from zerolab.recipe.setups import ZERO_SETUPS
 from zerolab.summarize.discover import Run, discover
 from zerolab.summarize.rundir import read_run_dir
 from zerolab.summarize.summary import Options, RunSummary, summarize_run
 from zerolab.summarize.sweeps import SweepRuns, attach_sweeps
 
-SETUP_ORDER = ("dp", "z1", "z2", "z3", "z3_offload", "z3_offload_param")
+SETUP_ORDER = tuple(name for name, _ in ZERO_SETUPS)
 
 
 @dataclass
@@ -34,7 +35,7 @@ class Collection:
 
 
 def setup_rank(summary: RunSummary) -> tuple[int, str]:
-    """dp, z1, z2, z3, z3_offload, z3_offload_param first (in that order), then other setups, then unknown."""
+    """The ZeRO setups first (z0 ... z3_offload_param, in that order), then other setups, then unknown."""
     setup = summary.row["setup"]
     if setup in SETUP_ORDER:
         return SETUP_ORDER.index(setup), summary.row["name"]

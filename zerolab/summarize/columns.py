@@ -160,8 +160,9 @@ COLUMNS: tuple[Column, ...] = (
     Column("name", "run name (run.json, or the log file's stem)", label="run", terminal=1),
     Column(
         "setup",
-        "`dp`, `z1`, `z2`, `z3`, `z3_offload`, `z3_offload_param` (prefixed `tpT_ppP_` with model "
-        "parallelism)",
+        "the ZeRO setup: its configs/zero/ block's name (`z0`, `z1`, `z2`, `z3`, `z3_offload`, "
+        "`z3_offload_param`; `z2_offload` when a stage below 3 offloads), prefixed `tpT_ppP_` with "
+        "model parallelism",
         label="setup",
         show=lambda value: value or "",
         terminal=4,

@@ -1,0 +1,136 @@
+"""A run's settings as its log states them: the one reader of Megatron's argument dump, DeepSpeed's
+config dump and the user json it printed, for the summary's config columns and for the estimate of
+a plain log. A setting the log does not state is None, never a guess."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from zerolab.logs.parse import ParsedLog
+
+
+@dataclass(frozen=True)
+class LogSettings:
+    """What the log says the run was; None where it does not say."""
+
+    num_layers: int | None
+    hidden_size: int | None
+    num_attention_heads: int | None
+    ffn_hidden_size: int | None
+    kv_channels: int | None
+    seq_length: int | None
+    max_position_embeddings: int | None
+    padded_vocab_size: int | None
+    world_size: int | None
+    tensor_parallel: int | None
+    pipeline_parallel: int | None
+    zero_stage: int | None
+    offload_optimizer: bool | None
+    offload_param: bool | None
+    micro_batch_size: int | None
+    global_batch_size: int | None
+    precision: str | None
+    """`bf16`, `fp16` or `fp32`."""
+    full_recompute: bool
+    """Whole layers recomputed in the backward pass (`--recompute-granularity full` or the older
+    `--checkpoint-activations`)."""
+
+
+def first_stated(*values: Any) -> Any:
+    """The first value that is neither None nor empty text; None when there is none."""
+    for value in values:
+        if value is not None and value != "":
+            return value
+    return None
+
+
+def whole_number(value: Any) -> int | None:
+    """A size or count as a whole number >= 0; None for anything else (text, NaN, infinity, < 0)."""
+    if isinstance(value, bool) or value is None:
+        return None
+    try:
+        number = int(float(value))
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return number if number >= 0 else None
+
+
+def _precision(args: dict[str, Any], ds: dict[str, Any], ds_json: dict[str, Any]) -> str | None:
+    def enabled(section: str) -> Any:
+        value = ds_json.get(section)
+        return value.get("enabled") if isinstance(value, dict) else None
+
+    bf16 = first_stated(ds.get("bfloat16_enabled"), enabled("bf16"), enabled("bfloat16"), args.get("bf16"))
+    fp16 = first_stated(ds.get("fp16_enabled"), enabled("fp16"), args.get("fp16"))
+    if bf16 is True:
+        return "bf16"
+    if fp16 is True:
+        return "fp16"
+    if bf16 is False or fp16 is False:
+        return "fp32"
+    return None
+
+
+def zero_section(ds_json: dict[str, Any]) -> dict[str, Any] | None:
+    """The user json's `zero_optimization` section; None when it has none."""
+    section = ds_json.get("zero_optimization")
+    return section if isinstance(section, dict) else None
+
+
+def _offloaded(zero: dict[str, Any] | None, key: str, by_argument: bool) -> bool | None:
+    """Whether `key` (offload_optimizer, offload_param) goes off the GPU: by the ds_config's device,
+    or by Megatron's argument; None when neither states it."""
+    if by_argument:
+        return True
+    if zero is None:
+        return None
+    section = zero.get(key)
+    return isinstance(section, dict) and section.get("device") not in (None, "none")
+
+
+def read_settings(log: ParsedLog) -> LogSettings:
+    """The settings `log` states (its last global batch size when no dump states one)."""
+    args, ds, ds_json = log.config.args, log.config.ds, log.config.ds_json
+    zero = zero_section(ds_json) or {}
+    stage = whole_number(
+        first_stated(ds.get("zero_optimization_stage"), zero.get("stage"), args.get("zero_stage"))
+    )
+    batches = log.iterations["global_batch_size"]
+    last_batch = whole_number(batches[-1]) if len(batches) and batches[-1] == batches[-1] else None
+    return LogSettings(
+        num_layers=whole_number(args.get("num_layers")),
+        hidden_size=whole_number(args.get("hidden_size")),
+        num_attention_heads=whole_number(args.get("num_attention_heads")),
+        ffn_hidden_size=whole_number(args.get("ffn_hidden_size")),
+        kv_channels=whole_number(args.get("kv_channels")),
+        seq_length=whole_number(args.get("seq_length")),
+        max_position_embeddings=whole_number(args.get("max_position_embeddings")),
+        padded_vocab_size=whole_number(args.get("padded_vocab_size")),
+        world_size=whole_number(first_stated(args.get("world_size"), ds.get("world_size"))),
+        tensor_parallel=whole_number(args.get("tensor_model_parallel_size")),
+        pipeline_parallel=whole_number(args.get("pipeline_model_parallel_size")),
+        zero_stage=stage,
+        offload_optimizer=_offloaded(
+            zero_section(ds_json), "offload_optimizer", args.get("cpu_optimizer") is True and bool(stage)
+        ),
+        offload_param=_offloaded(zero_section(ds_json), "offload_param", args.get("remote_device") == "cpu"),
+        micro_batch_size=whole_number(
+            first_stated(
+                args.get("micro_batch_size"),
+                ds.get("train_micro_batch_size_per_gpu"),
+                ds_json.get("train_micro_batch_size_per_gpu"),
+            )
+        ),
+        global_batch_size=whole_number(
+            first_stated(
+                args.get("global_batch_size"),
+                last_batch,
+                ds.get("train_batch_size"),
+                ds_json.get("train_batch_size"),
+            )
+        ),
+        precision=_precision(args, ds, ds_json),
+        full_recompute=args.get("recompute_granularity") == "full"
+        or bool(args.get("checkpoint_activations")),
+    )
