@@ -11,7 +11,7 @@ import shlex
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -37,9 +37,10 @@ LATEST_CHECKPOINT = "latest_checkpointed_iteration.txt"
 
 STAMP_FORMAT = "%Y%m%d-%H%M%S"
 
-RUNNING, COMPLETED, FAILED, KILLED = "running", "completed", "failed", "killed"
-REFUSED = "refused"
-"""A sweep's cell whose recipe was refused before launch: its directory holds only status.json."""
+State = Literal["running", "completed", "failed", "killed", "refused"]
+"""status.json's `state`; `refused`: a sweep's cell whose recipe was refused before launch (its
+directory holds only status.json)."""
+RUNNING, COMPLETED, FAILED, KILLED, REFUSED = get_args(State)
 
 Count = Annotated[int, Field(ge=0, le=2**63 - 1)]
 """A size or count: a whole number >= 0 that fits in 64 bits."""
@@ -84,7 +85,7 @@ class Status(BaseModel):
 
     model_config = ConfigDict(extra="ignore")
 
-    state: Literal["running", "completed", "failed", "killed", "refused"]
+    state: State
     exit_code: int | None = None
     started: str | None = None
     ended: str | None = None

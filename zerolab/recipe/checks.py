@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from zerolab.engine.megatron_entry import FLASH_V2
 from zerolab.errors import UserError
 from zerolab.recipe.inputs import vocabulary_size
 from zerolab.recipe.length import train_iters
@@ -572,7 +573,7 @@ ATTENTION_FLAGS = frozenset(
     {
         "--use-flash-attn",
         "--use-flash-attn-v1",
-        "--use-flash-attn-v2",
+        FLASH_V2,
         "--use-flash-attn-triton",
         "--use-flash-attn-builder",
     }

@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
+from zerolab.engine.megatron_entry import FLASH_V2
 from zerolab.recipe.destinations import DeepSpeed, Destination, Env, Launcher, Megatron, Zerolab
 
 MAX_LAYERS, MAX_HIDDEN, MAX_HEADS = 1024, 65536, 1024
@@ -112,10 +113,10 @@ class ModelSection(Section):
         "(a seq x seq score matrix per head, stored for the backward pass); sdpa: PyTorch's "
         "scaled_dot_product_attention (fused flash/memory-efficient kernels on GPU; any device, any "
         "precision), zerolab's patch sdpa_attention, enabled at launch by ZEROLAB_ATTENTION=sdpa; "
-        "flash: the engine's FlashAttention-2 path (--use-flash-attn-v2): CUDA, bf16 or fp16, and the "
+        f"flash: the engine's FlashAttention-2 path ({FLASH_V2}): CUDA, bf16 or fp16, and the "
         "flash_attn package in the engine's environment",
         to=(
-            Megatron("--use-flash-attn-v2", "flash"),
+            Megatron(FLASH_V2, "flash"),
             Env("ZEROLAB_ATTENTION", "sdpa"),
         ),
     )

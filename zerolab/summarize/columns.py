@@ -13,16 +13,20 @@ from typing import Any, Literal
 
 from zerolab.files import generated_doc_main
 from zerolab.locations import REPO_ROOT
+from zerolab.rundir import COMPLETED, FAILED, REFUSED
 from zerolab.sweep.values import value_text
 
 Row = dict[str, Any]
 
+RUNNING_OR_CUT_OFF, TRUNCATED = "running_or_cut_off", "truncated"
+"""A summary's own statuses of a run, beside status.json's (rundir) completed, failed and refused."""
+
 STATUS_LABELS = {
-    "completed": "completed",
-    "running_or_cut_off": "running or cut off",
-    "truncated": "log ends early",
-    "failed": "failed",
-    "refused": "refused",
+    COMPLETED: "completed",
+    RUNNING_OR_CUT_OFF: "running or cut off",
+    TRUNCATED: "log ends early",
+    FAILED: "failed",
+    REFUSED: "refused",
 }
 """The words a summary shows for each status of a run."""
 

@@ -12,12 +12,11 @@ from typing import Any
 from rich.table import Table
 
 from zerolab.errors import UserError
+from zerolab.rundir import COMPLETED
 from zerolab.summarize.collect import Collection
 from zerolab.summarize.columns import METRICS, STATUS_LABELS
 from zerolab.summarize.discover import discover
 from zerolab.summarize.summary import RunSummary
-
-COMPLETED = "completed"
 
 
 def _runs_at(runs: list[RunSummary], path: Path) -> list[RunSummary]:

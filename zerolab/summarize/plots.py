@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from zerolab.files import save_png
+from zerolab.rundir import COMPLETED
 from zerolab.summarize.collect import Collection
 from zerolab.summarize.columns import COLUMNS, STATUS_LABELS
 from zerolab.summarize.summary import RunSummary
@@ -84,7 +85,7 @@ def shorten(text: str, width: int, lines: int = 1) -> list[str]:
 
 
 def _completed(summary: RunSummary) -> bool:
-    return summary.row["status"] == "completed"
+    return summary.row["status"] == COMPLETED
 
 
 def _with_status(summary: RunSummary) -> str:

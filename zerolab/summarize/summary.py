@@ -10,7 +10,8 @@ from typing import Any
 from zerolab.estimate.runs import estimated_peak_gib
 from zerolab.logs.failures import cause_text
 from zerolab.logs.parse import ParsedLog
-from zerolab.summarize.columns import ROW_KEYS
+from zerolab.rundir import COMPLETED, FAILED, KILLED, REFUSED
+from zerolab.summarize.columns import ROW_KEYS, RUNNING_OR_CUT_OFF, TRUNCATED
 from zerolab.summarize.config import config_columns, setup_label
 from zerolab.summarize.discover import Run
 from zerolab.summarize.flops import ModelShape, tflops_per_gpu
@@ -52,26 +53,26 @@ def _rounded(value: float | None, digits: int = 10) -> float | None:
 def _status(log: ParsedLog, facts: RunDirFacts | None) -> dict[str, Any]:
     failure = log.ending.failure
     state = (facts.status.get("state") if facts else None) or None
-    if facts and state == "refused":  # a sweep's cell the checks refused: nothing ran
-        return {"status": "refused", "cause_kind": None, "cause": facts.status.get("cause")}
+    if facts and state == REFUSED:  # a sweep's cell the checks refused: nothing ran
+        return {"status": REFUSED, "cause_kind": None, "cause": facts.status.get("cause")}
     completed_by_count = bool(
         log.iteration_count and log.train_iters and log.iterations["iteration"][-1] >= log.train_iters
     )
-    if state in ("failed", "killed") or (state is None and failure):
-        kind = failure.kind if failure else ("killed" if state == "killed" else "exception")
+    if state in (FAILED, KILLED) or (state is None and failure):
+        kind = failure.kind if failure else ("killed" if state == KILLED else "exception")
         detail = failure.detail if failure else (facts.status.get("cause") if facts else None)
         if not detail and facts and facts.status.get("exit_code") is not None:
             detail = f"exit code {facts.status['exit_code']}"
         return {
-            "status": "failed",
+            "status": FAILED,
             "cause_kind": kind,
             "cause": cause_text(kind, detail),
         }
-    if state == "completed" and not (log.ending.completed or completed_by_count):
-        return {"status": "truncated", "cause_kind": None, "cause": _ends_early(log)}
-    if state == "completed" or (state is None and (log.ending.completed or completed_by_count)):
-        return {"status": "completed", "cause_kind": None, "cause": None}
-    return {"status": "running_or_cut_off", "cause_kind": None, "cause": None}
+    if state == COMPLETED and not (log.ending.completed or completed_by_count):
+        return {"status": TRUNCATED, "cause_kind": None, "cause": _ends_early(log)}
+    if state == COMPLETED or (state is None and (log.ending.completed or completed_by_count)):
+        return {"status": COMPLETED, "cause_kind": None, "cause": None}
+    return {"status": RUNNING_OR_CUT_OFF, "cause_kind": None, "cause": None}
 
 
 def _ends_early(log: ParsedLog) -> str:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from zerolab.files import save_png
+from zerolab.rundir import COMPLETED
 from zerolab.summarize.collect import Collection
 from zerolab.summarize.columns import COLUMNS, Column
 from zerolab.summarize.summary import RunSummary
@@ -44,7 +45,6 @@ FROM_ZERO = ("tokens_per_s_per_gpu", "max_allocated_GiB", "peak_host_GiB")
 (its differences matter, not its distance from 0) and its title says so."""
 MIN_RELATIVE_SPAN = 0.04
 """A panel's y axis spans at least this fraction of its values."""
-MEASURED = "completed"
 """Only rows of this status are drawn as measurements."""
 DODGE = 0.5
 """On a categorical axis, the width around a tick that its series' points spread over."""
@@ -97,7 +97,7 @@ def points(metric: str, key: str, xs: dict[str, float], rows: list[RunSummary]) 
     drawn = []
     for summary in rows:
         row = summary.row
-        if row["status"] != MEASURED or row[metric] is None:
+        if row["status"] != COMPLETED or row[metric] is None:
             continue
         low, high = (row[end] for end in SPREAD[metric]) if metric in SPREAD else (None, None)
         drawn.append(Point(xs[value_text(row["sweep"][key])], row[metric], low, high))
@@ -108,7 +108,7 @@ def not_drawn(key: str, rows: list[RunSummary]) -> dict[str, list[str]]:
     """Per value of `key` (as text), the status of each of its cells that is not a measurement."""
     missing: dict[str, list[str]] = {}
     for summary in rows:
-        if summary.row["status"] != MEASURED:
+        if summary.row["status"] != COMPLETED:
             missing.setdefault(value_text(summary.row["sweep"][key]), []).append(summary.row["status"])
     return missing
 
@@ -128,7 +128,7 @@ def write_sweep_plots(collection: Collection, out: Path) -> tuple[list[Path], li
         plan, rows = sweep.plan, sweep.runs
         for key in plan.keys:
             path = out / plot_file(plan, key, several)
-            if not any(s.row["status"] == MEASURED for s in rows):
+            if not any(s.row["status"] == COMPLETED for s in rows):
                 skipped.append(f"{path.name}: no cell of sweep {plan.name} completed")
                 continue
             figure = sweep_figure(plan, key, rows)
@@ -151,7 +151,7 @@ def sweep_figure(plan: Plan, key: str, rows: list[RunSummary]) -> Any:
     values, positions, scale = axis(plan, key)
     xs = {value_text(value): x for value, x in zip(values, positions, strict=True)}
     groups = list(series(plan, key, rows))
-    measured = [label for label, members in groups if any(m.row["status"] == MEASURED for m in members)]
+    measured = [label for label, members in groups if any(m.row["status"] == COMPLETED for m in members)]
     missing = not_drawn(key, rows)
     fig, axes = plt.subplots(2, 2, figsize=(12.0, 8.2), sharex=True, layout="constrained")
     palette = matplotlib.colormaps["tab10"]
