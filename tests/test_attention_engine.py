@@ -46,8 +46,8 @@ def train(dataset: str, run_dir: Path, attention: str, overrides: list[str]) -> 
 def test_sdpa_trains_to_the_loss_of_the_engines_attention(engine, dataset, tmp_path, overrides):
     megatron = train(dataset, tmp_path / "megatron", "megatron", overrides)
     sdpa = train(dataset, tmp_path / "sdpa", "sdpa", overrides)
-    assert "zerolab: workaround sdpa_attention" in sdpa.read_text()
-    assert "zerolab: workaround sdpa_attention" not in megatron.read_text()
+    assert "zerolab: patch sdpa_attention" in sdpa.read_text()
+    assert "zerolab: patch sdpa_attention" not in megatron.read_text()
     expected, got = (parse_log(log).iterations for log in (megatron, sdpa))
     assert list(expected["iteration"]) == list(got["iteration"]) == [float(i + 1) for i in range(ITERATIONS)]
     differences = [abs(a - b) for a, b in zip(expected["loss"], got["loss"], strict=True)]

@@ -47,8 +47,8 @@ def test_both_sides_run_on_cpu_into_the_report(engine, dataset, tmp_path):
     assert "### gpt2-tiny micro 4, ZeRO-0 (profiled on request)" in report
     assert "# training steps 3-5 of rank 0, top 25 by self cpu time" in report and "aten::mm" in report
     measured = (work / "runs" / "gpt2-tiny-z0" / "train.log").read_text()
-    assert "zerolab: workaround sdpa_attention" in measured  # the recipe's attention
-    assert "zerolab: workaround profile_training_steps" not in measured  # only the profile run
+    assert "zerolab: patch sdpa_attention" in measured  # the recipe's attention
+    assert "zerolab: patch profile_training_steps" not in measured  # only the profile run
 
 
 def case(module, model: str, zero: int, zerolab_rate: float, peer_rate: float, mfu: float):

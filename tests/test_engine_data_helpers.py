@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_engine_workarounds import run_on_engine
+from engine_patch_helpers import run_on_engine
 
 from zerolab.engine import data_helpers
 from zerolab.engine.data_helpers import smoke_check

@@ -1,7 +1,7 @@
 """`python -m zerolab.engine.megatron_entry PRETRAIN_SCRIPT ARGS...`: what every rank runs.
 
-Applies zerolab's workarounds and the opt-in patches its environment asks for
-(zerolab.engine.workarounds), prints each one applied (rank 0), then runs PRETRAIN_SCRIPT as
+Applies zerolab's workarounds (zerolab.engine.workarounds) and the opt-in patches its environment
+asks for (sdpa_attention, step_profile), prints each one applied (rank 0), then runs PRETRAIN_SCRIPT as
 `__main__` with sys.argv = [PRETRAIN_SCRIPT, *ARGS], exactly as `python PRETRAIN_SCRIPT ARGS...`
 would. Its output is written a whole line at a time, so that the ranks sharing one train.log
 never split each other's lines. The DeepSpeed launcher puts `--local_rank=N` before
@@ -18,10 +18,17 @@ import runpy
 import sys
 from pathlib import Path
 
-from zerolab.engine.workarounds import apply_all
+from zerolab.engine.import_hooks import LaunchPatch, apply_wanted
+from zerolab.engine.sdpa_attention import SDPA_ATTENTION
+from zerolab.engine.step_profile import PROFILE_TRAINING_STEPS
+from zerolab.engine.workarounds import WORKAROUNDS
 
 FLASH_V2 = "--use-flash-attn-v2"
 """The engine's FlashAttention-2 switch (model.attention=flash); it imports flash_attn."""
+
+LAUNCH_PATCHES: tuple[LaunchPatch, ...] = (*WORKAROUNDS, SDPA_ATTENTION, PROFILE_TRAINING_STEPS)
+"""Everything applied in every rank before the training script: the workarounds, then the opt-in
+patches this launch's environment asks for."""
 
 
 def main(argv: list[str]) -> None:
@@ -44,12 +51,12 @@ def main(argv: list[str]) -> None:
             "model.attention=sdpa: PyTorch's own fused attention, nothing to install"
         )
     try:
-        applied = apply_all()
+        applied = apply_wanted(LAUNCH_PATCHES)
     except ValueError as error:  # a malformed ZEROLAB_* variable: say which, before any rank trains
         sys.exit(f"zerolab: {error}")
     if os.environ.get("RANK", "0") == "0":
-        for workaround in applied:
-            print(f"zerolab: workaround {workaround.name}: {workaround.why}", flush=True)
+        for patch in applied:
+            print(f"zerolab: {patch.kind} {patch.name}: {patch.why}", flush=True)
     sys.argv = [str(script), *launcher_options, *rest[1:]]
     sys.path.insert(0, str(script.parent))
     runpy.run_path(str(script), run_name="__main__")

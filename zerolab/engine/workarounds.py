@@ -1,12 +1,12 @@
 """What the pinned Megatron-DeepSpeed needs to run on current DeepSpeed, on CPU and on current
-CUDA, and the opt-in patches a launch asks for by environment variable (PyTorch's fused
-attention, a profile of a few training steps), applied by zerolab at launch and when `make
-setup` prebuilds the fused kernels (never by editing or copying the engine's files).
+CUDA, applied by zerolab at launch and when `make setup` prebuilds the fused kernels (never by
+editing or copying the engine's files). The opt-in patches a launch asks for are modules of their
+own: engine/sdpa_attention.py and engine/step_profile.py.
 
-Each workaround is an import hook on `sys.meta_path`: nothing of the engine is imported
-until the training script imports it itself. Standard library only at import: this module
-runs in the engine's environment before the training script (a patch imports torch only
-once the engine module it patches has been imported).
+Each workaround is an import hook on `sys.meta_path` (engine/import_hooks.py): nothing of the
+engine is imported until the training script imports it itself. Standard library only at import:
+this module runs in the engine's environment before the training script (a patch imports torch
+only once the engine module it patches has been imported).
 """
 
 from __future__ import annotations
@@ -22,83 +22,18 @@ import sys
 import sysconfig
 import types
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from zerolab.engine.cuda import nvcc_targets, nvcc_version
 from zerolab.engine.data_helpers import make_command, smoke_check
-
-
-def _always() -> bool:
-    return True
-
-
-@dataclass(frozen=True)
-class Workaround:
-    """One named fix: `why` is the one-line explanation printed at launch; `wanted` says
-    whether this launch applies it (the opt-in patches read their environment variable)."""
-
-    name: str
-    why: str
-    apply: Callable[[], None]
-    wanted: Callable[[], bool] = _always
-
-
-class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Provides module `fullname` from `build(module)` instead of (or in the absence of) its file."""
-
-    def __init__(self, fullname: str, build: Callable[[types.ModuleType], None]) -> None:
-        self.fullname = fullname
-        self.build = build
-
-    def find_spec(self, fullname: str, path: Sequence[str] | None, target: Any = None) -> Any:
-        if fullname != self.fullname:
-            return None
-        return importlib.util.spec_from_loader(fullname, self, origin=f"zerolab workaround for {fullname}")
-
-    def create_module(self, spec: Any) -> None:
-        return None
-
-    def exec_module(self, module: types.ModuleType) -> None:
-        self.build(module)
-
-
-class _PatchAfterImport(importlib.abc.MetaPathFinder):
-    """Runs each patch of module `fullname`, in order, right after its own loader executed it."""
-
-    def __init__(self, fullname: str) -> None:
-        self.fullname = fullname
-        self.patches: list[Callable[[types.ModuleType], None]] = []
-
-    def find_spec(self, fullname: str, path: Sequence[str] | None, target: Any = None) -> Any:
-        if fullname != self.fullname:
-            return None
-        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
-        if spec is None or spec.loader is None:
-            return None
-        original_exec = spec.loader.exec_module
-        patches = self.patches
-
-        def exec_module(module: types.ModuleType) -> None:
-            original_exec(module)
-            for patch in patches:
-                patch(module)
-
-        spec.loader.exec_module = exec_module  # type: ignore[method-assign]
-        return spec
-
-
-def _patch_after_import(fullname: str, patch: Callable[[types.ModuleType], None]) -> None:
-    """Have `patch(module)` run once module `fullname` is imported (one hook per module)."""
-    hook = next(
-        (f for f in sys.meta_path if isinstance(f, _PatchAfterImport) and f.fullname == fullname), None
-    )
-    if hook is None:
-        hook = _PatchAfterImport(fullname)
-        sys.meta_path.insert(0, hook)
-    hook.patches.append(patch)
-
+from zerolab.engine.import_hooks import (
+    LaunchPatch,
+    StubFinder,
+    apply_wanted,
+    launch_patch,
+    patch_after_import,
+)
 
 KNN_MONITOR = "megatron.model.vision.knn_monitor"
 
@@ -130,7 +65,7 @@ def _lazy_module(module: types.ModuleType) -> None:
 
 def lazy_vision_import() -> None:
     """Defer megatron.model.vision.knn_monitor (torchvision) until DINO pretraining calls it."""
-    sys.meta_path.insert(0, _StubFinder(KNN_MONITOR, _lazy_module))
+    sys.meta_path.insert(0, StubFinder(KNN_MONITOR, _lazy_module))
 
 
 COMPRESS = "deepspeed.compression.compress"
@@ -149,7 +84,7 @@ def _compression_unavailable(module: types.ModuleType) -> None:
 
 def missing_compression_module() -> None:
     """Provide deepspeed.compression.compress (removed in DeepSpeed 0.19.7) only where it is absent."""
-    sys.meta_path.append(_StubFinder(COMPRESS, _compression_unavailable))
+    sys.meta_path.append(StubFinder(COMPRESS, _compression_unavailable))
 
 
 TRANSFORMER = "megatron.model.transformer"
@@ -168,7 +103,7 @@ def _contiguous_core_attention(module: types.ModuleType) -> None:
 
 def contiguous_attention_inputs() -> None:
     """Make q/k/v contiguous before CoreAttention.forward: its .view() fails on them at micro-batch > 1."""
-    _patch_after_import(TRANSFORMER, _contiguous_core_attention)
+    patch_after_import(TRANSFORMER, _contiguous_core_attention)
 
 
 OPTIMIZER = "megatron.optimizer"
@@ -197,7 +132,7 @@ def _group_by_full_shape(module: types.ModuleType) -> None:
 
 def zero3_weight_decay_groups() -> None:
     """Pick weight-decay groups by full shape: under ZeRO-3's zero.Init no tensor would be decayed."""
-    _patch_after_import(OPTIMIZER, _group_by_full_shape)
+    patch_after_import(OPTIMIZER, _group_by_full_shape)
 
 
 def _decoupled_adam_on_cpu(module: types.ModuleType) -> None:
@@ -211,7 +146,7 @@ def _decoupled_adam_on_cpu(module: types.ModuleType) -> None:
 
 def cpu_adamw_like_gpu() -> None:
     """On CPU use torch AdamW, as apex FusedAdam (GPU) and DeepSpeed's CPU Adam do, not L2 Adam."""
-    _patch_after_import(OPTIMIZER, _decoupled_adam_on_cpu)
+    patch_after_import(OPTIMIZER, _decoupled_adam_on_cpu)
 
 
 DS_CHECKPOINTING = "deepspeed.runtime.activation_checkpointing.checkpointing"
@@ -263,7 +198,7 @@ def _cpu_checkpointing(module: types.ModuleType) -> None:
 # then empties for the backward pass.
 def cpu_activation_checkpointing() -> None:
     """DeepSpeed's activation checkpointing on CPU: a stand-in for the side stream, real CPU copies."""
-    _patch_after_import(DS_CHECKPOINTING, _cpu_checkpointing)
+    patch_after_import(DS_CHECKPOINTING, _cpu_checkpointing)
 
 
 def _merge_each_argument_once(module: types.ModuleType) -> None:
@@ -285,7 +220,7 @@ def _merge_each_argument_once(module: types.ModuleType) -> None:
 # recomputed layer gets too many (DeepSpeed PR #8455).
 def partitioned_checkpoint_arguments() -> None:
     """Restore each argument of a partitioned activation checkpoint once (DeepSpeed PR #8455)."""
-    _patch_after_import(DS_CHECKPOINTING, _merge_each_argument_once)
+    patch_after_import(DS_CHECKPOINTING, _merge_each_argument_once)
 
 
 TENSOR_PARALLEL = "megatron.core.tensor_parallel"
@@ -311,7 +246,7 @@ def _reset_contiguous_checkpoints_too(module: types.ModuleType) -> None:
 # pass: the previous pass's checkpoints are consumed or unwanted by then.
 def contiguous_checkpoints_in_eval() -> None:
     """Reset DeepSpeed's contiguous checkpoint buffers before each forward pass (evaluation has none)."""
-    _patch_after_import(TENSOR_PARALLEL, _reset_contiguous_checkpoints_too)
+    patch_after_import(TENSOR_PARALLEL, _reset_contiguous_checkpoints_too)
 
 
 def _differentiable_placeholders(outputs: Any) -> Any:
@@ -352,161 +287,7 @@ def _checkpoint_with_differentiable_placeholders(module: types.ModuleType) -> No
 # gradient and fails ("element 1 of tensors does not require grad").
 def recompute_chunks_of_layers() -> None:
     """Give recomputed chunks of several layers differentiable MoE-loss zeros, as one layer gets."""
-    _patch_after_import(TENSOR_PARALLEL, _checkpoint_with_differentiable_placeholders)
-
-
-ATTENTION_ENV = "ZEROLAB_ATTENTION"
-"""`sdpa` in a launch's environment (the render of model.attention=sdpa) applies sdpa_attention;
-unset, the engine's own attention runs."""
-SDPA = "sdpa"
-
-
-def sdpa_wanted() -> bool:
-    """Whether this launch asked for PyTorch's attention (ZEROLAB_ATTENTION=sdpa)."""
-    value = os.environ.get(ATTENTION_ENV, "")
-    if value not in ("", SDPA):
-        raise ValueError(
-            f"{ATTENTION_ENV}={value!r}: zerolab knows only {SDPA!r} (model.attention=sdpa); "
-            "unset it for the engine's own attention"
-        )
-    return value == SDPA
-
-
-def _sdpa_core_attention(module: types.ModuleType) -> None:
-    # torch here, not at the top: only in the engine's environment
-    import torch.nn.functional as F
-
-    core_attention = module.CoreAttention
-    engine_forward = core_attention.forward
-    causal = module.AttnMaskType.causal
-
-    def whole_sequence_causal(attention: Any) -> bool:
-        """GPT's mask: causal over the whole sequence (not one mask per document)."""
-        if not hasattr(attention, "_zerolab_sdpa"):
-            attention._zerolab_sdpa = (
-                attention.attn_mask_type == causal and not module.get_args().reset_attention_mask
-            )
-        return attention._zerolab_sdpa
-
-    def sdpa_forward(
-        self: Any, query_layer: Any, key_layer: Any, value_layer: Any, attention_mask: Any
-    ) -> Any:
-        # [s, b, heads of this tensor-parallel rank, head size] in, [s, b, heads x head size] out.
-        seq, batch, heads, head_size = query_layer.shape
-        if key_layer.size(0) != seq or not whole_sequence_causal(self):
-            return engine_forward(self, query_layer, key_layer, value_layer, attention_mask)
-        query, key, value = (t.permute(1, 2, 0, 3) for t in (query_layer, key_layer, value_layer))
-        # The engine scales by 1 / norm_factor, then (query-key layer scaling) by coeff in its softmax.
-        scale = (self.scale_mask_softmax.scale or 1.0) / self.norm_factor
-        dropout = self.attention_dropout.p if self.attention_dropout.training else 0.0
-
-        def attend() -> Any:
-            return F.scaled_dot_product_attention(
-                query, key, value, dropout_p=dropout, is_causal=True, scale=scale
-            )
-
-        if self.sequence_parallel:
-            context = attend()
-        else:  # the engine's attention dropout draws from its model-parallel RNG state
-            with module.tensor_parallel.get_cuda_rng_tracker().fork():
-                context = attend()
-        return context.permute(2, 0, 1, 3).reshape(seq, batch, heads * head_size)
-
-    sdpa_forward.__wrapped__ = engine_forward  # type: ignore[attr-defined]
-    core_attention.forward = sdpa_forward
-
-
-# The same function as CoreAttention: causal mask, scale 1/sqrt(head size) whatever the engine's
-# query-key layer scaling, attention dropout with the engine's RNG tracker, each tensor-parallel
-# rank's heads. Anything else (a mask per document, key length != query length in generation)
-# runs the engine's own forward.
-def sdpa_attention() -> None:
-    """CoreAttention computed by PyTorch's scaled_dot_product_attention (model.attention=sdpa)."""
-    _patch_after_import(TRANSFORMER, _sdpa_core_attention)
-
-
-TRAINING = "megatron.training"
-PROFILE_DIR_ENV = "ZEROLAB_PROFILE_DIR"
-"""A directory in a launch's environment applies profile_training_steps: rank 0 writes
-profile_file(directory, 0) there."""
-PROFILE_STEPS_ENV = "ZEROLAB_PROFILE_STEPS"
-"""`FIRST,LAST`: the training steps profiled (default 3,5)."""
-DEFAULT_PROFILE_STEPS = (3, 5)
-PROFILE_ROWS = 25
-
-
-def profile_file(directory: str, rank: int) -> str:
-    """The profile table that `rank` writes into `directory`."""
-    return os.path.join(directory, f"profile-rank{rank}.txt")
-
-
-def profile_steps() -> tuple[int, int]:
-    """The first and last training step to profile, from ZEROLAB_PROFILE_STEPS."""
-    text = os.environ.get(PROFILE_STEPS_ENV, "")
-    if not text:
-        return DEFAULT_PROFILE_STEPS
-    parts = text.split(",")
-    if len(parts) != 2 or not all(part.strip().isdigit() for part in parts):
-        raise ValueError(f"{PROFILE_STEPS_ENV}={text!r}: write FIRST,LAST training steps, e.g. 3,5")
-    first, last = (int(part) for part in parts)
-    if not 1 <= first <= last:
-        raise ValueError(f"{PROFILE_STEPS_ENV}={text!r}: steps count from 1 and FIRST <= LAST")
-    return first, last
-
-
-def profile_wanted() -> bool:
-    """Whether this launch asked for a profile (ZEROLAB_PROFILE_DIR)."""
-    if not os.environ.get(PROFILE_DIR_ENV):
-        return False
-    profile_steps()  # refuses a malformed step range before training starts
-    return True
-
-
-def _profile_train_steps(module: types.ModuleType) -> None:
-    # torch here, not at the top: only in the engine's environment
-    import torch
-    from torch.profiler import ProfilerActivity
-
-    train_step = module.train_step
-    first, last = profile_steps()
-    directory = os.environ[PROFILE_DIR_ENV]
-    rank = int(os.environ.get("RANK", "0"))
-    on_gpu = torch.cuda.is_available()
-    calls = 0
-    profiler: Any = None
-
-    def profiled_train_step(*args: Any, **kwargs: Any) -> Any:
-        nonlocal calls, profiler
-        calls += 1
-        if calls == first and rank == 0:
-            activities = [ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if on_gpu else [])]
-            profiler = torch.profiler.profile(activities=activities)
-            profiler.start()
-        result = train_step(*args, **kwargs)
-        if calls == last and profiler is not None:
-            if on_gpu:
-                torch.cuda.synchronize()
-            profiler.stop()
-            device = "cuda" if on_gpu else "cpu"
-            table = profiler.key_averages().table(
-                sort_by=f"self_{'device' if on_gpu else 'cpu'}_time_total", row_limit=PROFILE_ROWS
-            )
-            os.makedirs(directory, exist_ok=True)
-            with open(profile_file(directory, rank), "w") as out:
-                out.write(
-                    f"# training steps {first}-{last} of rank {rank}, top {PROFILE_ROWS} by self "
-                    f"{device} time\n{table}\n"
-                )
-            profiler = None
-        return result
-
-    profiled_train_step.__wrapped__ = train_step  # type: ignore[attr-defined]
-    module.train_step = profiled_train_step  # type: ignore[attr-defined]
-
-
-def profile_training_steps() -> None:
-    """Profile training steps (ZEROLAB_PROFILE_STEPS, default 3-5) into ZEROLAB_PROFILE_DIR."""
-    _patch_after_import(TRAINING, _profile_train_steps)
+    patch_after_import(TENSOR_PARALLEL, _checkpoint_with_differentiable_placeholders)
 
 
 FUSED_KERNELS = "megatron.fused_kernels"
@@ -570,7 +351,7 @@ def _buildable_archs_only(module: types.ModuleType) -> None:
 
 def fused_kernels_buildable_archs() -> None:
     """Leave -gencode pairs nvcc cannot build (sm_70 on CUDA 13) out of Megatron's fused kernels."""
-    _patch_after_import(FUSED_KERNELS, _buildable_archs_only)
+    patch_after_import(FUSED_KERNELS, _buildable_archs_only)
 
 
 DATASET_UTILS = "megatron.data.dataset_utils"
@@ -594,7 +375,7 @@ def _make_with_this_pythons_suffix(module: types.ModuleType) -> None:
 
 def helpers_suffix_from_python() -> None:
     """Give the helpers' Makefile this Python's extension suffix (it asks python3-config: none in a venv)."""
-    _patch_after_import(DATASET_UTILS, _make_with_this_pythons_suffix)
+    patch_after_import(DATASET_UTILS, _make_with_this_pythons_suffix)
 
 
 HELPERS = "megatron.data.helpers"
@@ -678,35 +459,29 @@ def _unlink_once_mapped(module: types.ModuleType) -> None:
 # never unlinks it, so every CPU run used to leave 64 MiB per rank behind until memory ran out.
 def shm_buffers_unlinked() -> None:
     """Unlink DeepSpeed's CPU all-reduce buffers in /dev/shm once every rank has mapped them."""
-    _patch_after_import(DS_TORCH_BACKEND, _unlink_once_mapped)
+    patch_after_import(DS_TORCH_BACKEND, _unlink_once_mapped)
 
 
-WORKAROUNDS: tuple[Workaround, ...] = tuple(
-    Workaround(name=function.__name__, why=(function.__doc__ or "").strip(), apply=function, wanted=wanted)
-    for function, wanted in (
-        (lazy_vision_import, _always),
-        (missing_compression_module, _always),
-        (contiguous_attention_inputs, _always),
-        (zero3_weight_decay_groups, _always),
-        (cpu_adamw_like_gpu, _always),
-        (cpu_activation_checkpointing, _always),
-        (partitioned_checkpoint_arguments, _always),
-        (contiguous_checkpoints_in_eval, _always),
-        (recompute_chunks_of_layers, _always),
-        (fused_kernels_buildable_archs, _always),
-        (helpers_suffix_from_python, _always),
-        (python_sample_index, _always),
-        (shm_buffers_unlinked, _always),
-        (sdpa_attention, sdpa_wanted),
-        (profile_training_steps, profile_wanted),
+WORKAROUNDS: tuple[LaunchPatch, ...] = tuple(
+    launch_patch(function)
+    for function in (
+        lazy_vision_import,
+        missing_compression_module,
+        contiguous_attention_inputs,
+        zero3_weight_decay_groups,
+        cpu_adamw_like_gpu,
+        cpu_activation_checkpointing,
+        partitioned_checkpoint_arguments,
+        contiguous_checkpoints_in_eval,
+        recompute_chunks_of_layers,
+        fused_kernels_buildable_archs,
+        helpers_suffix_from_python,
+        python_sample_index,
+        shm_buffers_unlinked,
     )
 )
 
 
-def apply_all() -> list[Workaround]:
-    """Install the import hook of every workaround this launch wants; returns them in the order
-    applied. Raises ValueError for a malformed opt-in environment variable."""
-    wanted = [workaround for workaround in WORKAROUNDS if workaround.wanted()]
-    for workaround in wanted:
-        workaround.apply()
-    return wanted
+def apply_all() -> list[LaunchPatch]:
+    """Install the import hook of every workaround; returns them in the order applied."""
+    return apply_wanted(WORKAROUNDS)

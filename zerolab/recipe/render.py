@@ -24,7 +24,7 @@ from zerolab.engine.paths import (
     engine_python,
     torch_extensions_dir,
 )
-from zerolab.engine.workarounds import ATTENTION_ENV, SDPA
+from zerolab.engine.sdpa_attention import ATTENTION_ENV, SDPA
 from zerolab.locations import CHECKOUT
 from zerolab.recipe.destinations import DeepSpeed, Megatron, destinations, one_to_one
 from zerolab.recipe.inputs import tokenizer_file
