@@ -10,6 +10,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+from launch_helpers import free_port
+
 from zerolab.locations import REPO_ROOT
 
 APPLY_LAUNCH_PATCHES = (
@@ -87,3 +89,15 @@ def run_entry(tmp_path: Path, *args: str, **env_vars: str) -> subprocess.Complet
         text=True,
         cwd=tmp_path,
     )
+
+
+def one_rank_env() -> dict[str, str]:
+    """The environment of a one-rank torch.distributed job on this machine (a free port)."""
+    return {
+        "RANK": "0",
+        "LOCAL_RANK": "0",
+        "WORLD_SIZE": "1",
+        "LOCAL_SIZE": "1",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(free_port()),
+    }

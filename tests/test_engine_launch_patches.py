@@ -7,8 +7,7 @@ from __future__ import annotations
 import importlib.util
 
 import pytest
-from engine_patch_helpers import run_entry, run_on_engine, run_with_standins
-from launch_helpers import free_port
+from engine_patch_helpers import one_rank_env, run_entry, run_on_engine, run_with_standins
 
 
 def test_opt_in_patches_apply_only_when_their_variable_asks(tmp_path):
@@ -125,12 +124,7 @@ def test_sdpa_is_the_engines_attention(engine):
         engine,
         SDPA_AGAINST_THE_ENGINE,
         ZEROLAB_ATTENTION="sdpa",
-        RANK="0",
-        LOCAL_RANK="0",
-        WORLD_SIZE="1",
-        LOCAL_SIZE="1",
-        MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=str(free_port()),
+        **one_rank_env(),
     )
     lines = [line.split() for line in out.splitlines() if line.startswith(("fp32", "bf16"))]
     assert [line[0] for line in lines] == ["fp32", "fp32", "bf16"]

@@ -13,8 +13,7 @@ import textwrap
 
 import pytest
 from cuda_helpers import cuda_toolkit
-from engine_patch_helpers import STANDIN_FILES, run_on_engine, run_with_standins
-from launch_helpers import free_port
+from engine_patch_helpers import STANDIN_FILES, one_rank_env, run_on_engine, run_with_standins
 
 from zerolab.engine import fused_kernels
 from zerolab.engine.megatron_entry import LAUNCH_PATCHES
@@ -184,12 +183,7 @@ def test_real_zero3_init_parameters_are_weight_decayed_like_unpartitioned_ones(e
         print(tuple(model[0].weight.shape), decayed(get_param_groups([model], None, None, 1.0)))
         print(decayed(get_param_groups.__wrapped__([model], None, None, 1.0)))
         """,
-        RANK="0",
-        LOCAL_RANK="0",
-        WORLD_SIZE="1",
-        LOCAL_SIZE="1",
-        MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=str(free_port()),
+        **one_rank_env(),
     )
     # Partitioned, the Linear weight looks 1-D: Megatron's own grouping decays nothing.
     assert out.split("\n")[-3:-1] == ["(0,) [(8, 8)]", "[]"]
