@@ -64,7 +64,8 @@ RUN DS_ACCELERATOR=cuda DS_BUILD_OPS=0 DS_BUILD_CPU_ADAM=1 DS_BUILD_FUSED_ADAM=1
 COPY zerolab/errors.py /opt/zerolab-pins/zerolab/
 COPY zerolab/logs/__init__.py zerolab/logs/signals.py /opt/zerolab-pins/zerolab/logs/
 COPY zerolab/engine/apex.py zerolab/engine/build.py zerolab/engine/checkout.py zerolab/engine/cuda.py \
-     zerolab/engine/data_helpers.py zerolab/engine/fused_kernels.py zerolab/engine/workarounds.py \
+     zerolab/engine/data_helpers.py zerolab/engine/fused_kernels.py zerolab/engine/import_hooks.py \
+     zerolab/engine/workarounds.py \
      /opt/zerolab-pins/zerolab/engine/
 
 # apex: Megatron-DeepSpeed imports apex's fused layer norm, FusedAdam and gradient-accumulation
