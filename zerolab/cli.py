@@ -21,6 +21,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "zerolab.commands.demo",
     "zerolab.commands.summarize",
     "zerolab.commands.estimate",
+    "zerolab.commands.export",
 )
 
 

@@ -1,7 +1,7 @@
 """Files written whole: a reader never sees half of one, and a crash leaves the old file or none.
 Each goes through a temporary file beside it that is renamed into place, with the permissions
 of any new file (the umask), or those given. Also folders made for a job and removed again when it
-fails, and the command every generated document shares."""
+fails, a folder written whole, and the command every generated document shares."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ import contextlib
 import io
 import json
 import os
+import shutil
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -53,6 +55,30 @@ def folders_made(directory: Path) -> Iterator[None]:
             with contextlib.suppress(OSError):  # not empty: something was written into it
                 folder.rmdir()
         raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+@contextlib.contextmanager
+def folder_written_whole(out: Path) -> Iterator[Path]:
+    """A temporary folder beside `out` to fill; when the block ends well it becomes `out` (which must
+    be absent or empty), with the permissions of new files and folders; otherwise it is removed."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    partial = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
+    try:
+        yield partial
+        mask = _umask()
+        for path in [partial, *partial.rglob("*")]:
+            os.chmod(path, (0o777 if path.is_dir() else 0o666) & ~mask)
+        if out.is_dir():
+            out.rmdir()
+        partial.rename(out)
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
 
 
 def generated_doc_main(path: Path, text: Callable[[], str], argv: list[str] | None = None) -> int:

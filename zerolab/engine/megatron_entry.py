@@ -1,12 +1,13 @@
 """`python -m zerolab.engine.megatron_entry PRETRAIN_SCRIPT ARGS...`: what every rank runs.
 
 Applies zerolab's workarounds (zerolab.engine.workarounds) and the opt-in patches its environment
-asks for (sdpa_attention, step_profile), prints each one applied (rank 0), then runs PRETRAIN_SCRIPT as
-`__main__` with sys.argv = [PRETRAIN_SCRIPT, *ARGS], exactly as `python PRETRAIN_SCRIPT ARGS...`
-would. Its output is written a whole line at a time, so that the ranks sharing one train.log
-never split each other's lines. The DeepSpeed launcher puts `--local_rank=N` before
-PRETRAIN_SCRIPT; the script gets it first, as from `python PRETRAIN_SCRIPT --local_rank=N ARGS...`
-(Megatron's parser reads an option anywhere). Standard library only: it runs inside the engine's environment.
+asks for (sdpa_attention, step_profile, forward_probe), prints each one applied (rank 0), then
+runs PRETRAIN_SCRIPT as `__main__` with sys.argv = [PRETRAIN_SCRIPT, *ARGS], exactly as
+`python PRETRAIN_SCRIPT ARGS...` would. Its output is written a whole line at a time, so that the
+ranks sharing one train.log never split each other's lines. The DeepSpeed launcher puts
+`--local_rank=N` before PRETRAIN_SCRIPT; the script gets it first, as from
+`python PRETRAIN_SCRIPT --local_rank=N ARGS...` (Megatron's parser reads an option anywhere).
+Standard library only: it runs inside the engine's environment.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import runpy
 import sys
 from pathlib import Path
 
+from zerolab.engine.forward_probe import FORWARD_PROBE
 from zerolab.engine.import_hooks import LaunchPatch, apply_wanted
 from zerolab.engine.sdpa_attention import SDPA_ATTENTION
 from zerolab.engine.step_profile import PROFILE_TRAINING_STEPS
@@ -26,7 +28,12 @@ from zerolab.engine.workarounds import WORKAROUNDS
 FLASH_V2 = "--use-flash-attn-v2"
 """The engine's FlashAttention-2 switch (model.attention=flash); it imports flash_attn."""
 
-LAUNCH_PATCHES: tuple[LaunchPatch, ...] = (*WORKAROUNDS, SDPA_ATTENTION, PROFILE_TRAINING_STEPS)
+LAUNCH_PATCHES: tuple[LaunchPatch, ...] = (
+    *WORKAROUNDS,
+    SDPA_ATTENTION,
+    PROFILE_TRAINING_STEPS,
+    FORWARD_PROBE,
+)
 """Everything applied in every rank before the training script: the workarounds, then the opt-in
 patches this launch's environment asks for."""
 

@@ -1,0 +1,1 @@
+"""A run's checkpoint as a Hugging Face GPT-2 directory (`zerolab export`)."""

@@ -1,0 +1,218 @@
+"""A Megatron-DeepSpeed GPT checkpoint written as a Hugging Face GPT-2 directory: safetensors weights,
+config.json with the run's shape and activation, and the GPT-2 tokenizer files.
+
+Run by the engine's Python (torch, DeepSpeed and transformers are there, not in zerolab's own
+environment): `python hf_gpt2.py REQUEST.json`. The request names the checkpoints folder, the
+iteration, the tensor- and pipeline-parallel sizes, the ZeRO stage, the tokenizer's vocabulary size
+and files, and the output folder. ZeRO-3 checkpoints hold each weight in pieces across ranks: they
+are put back together by DeepSpeed's own zero_to_fp32; the other stages keep whole weights in each
+tensor-parallel rank's model file, merged here along the dimension Megatron splits them. A
+checkpoint this cannot read exits with status 2 and one line naming the file."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+from safetensors.torch import save_file
+from transformers import GPT2TokenizerFast
+
+CHECKPOINT_VERSION = 3.0
+"""What the pinned engine writes (megatron/checkpointing.py)."""
+
+COLUMN_PARALLEL = ("word_embeddings.weight", "dense_h_to_4h.weight", "dense_h_to_4h.bias")
+ROW_PARALLEL = ("self_attention.dense.weight", "mlp.dense_4h_to_h.weight")
+QKV = ("query_key_value.weight", "query_key_value.bias")
+"""Weights Megatron splits across tensor-parallel ranks: along the output dimension (0) or the input
+dimension (1); the fused QKV along 0 within each of q, k and v (a rank holds [q, k, v] of its own
+heads, the whole model [q, k, v] of all heads: GPT-2's c_attn order); every other weight is the
+same on each rank."""
+
+
+class CheckpointError(Exception):
+    """A checkpoint this cannot read: the message names the file and what is wrong."""
+
+
+def _load(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise CheckpointError(f"{path}: missing (the checkpoint is incomplete)")
+    try:
+        # The run's own file; its `args` is an argparse Namespace, so not weights only.
+        return torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as error:  # any unreadable file is reported the same way
+        raise CheckpointError(f"{path}: not a checkpoint torch can read ({error})") from error
+
+
+def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, torch.Tensor]:
+    """Megatron's nested state dict (`language_model` > `encoder` > ...) as dotted parameter names."""
+    flat: dict[str, torch.Tensor] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            flat |= _flat(value, f"{prefix}{key}.")
+        elif isinstance(value, torch.Tensor):
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def _layer_files_state(step_dir: Path, tensor_rank: int) -> dict[str, torch.Tensor]:
+    """A pipeline checkpoint's layer files of one tensor-parallel rank, named as an unsplit model's."""
+    files = sorted(step_dir.glob(f"layer_*-model_{tensor_rank:02d}-model_states.pt"))
+    if not files:
+        raise CheckpointError(f"{step_dir}: no layer_*-model_{tensor_rank:02d}-model_states.pt files")
+    state: dict[str, torch.Tensor] = {}
+    layer = 0
+    for path in files:
+        weights = _load(path)
+        if "word_embeddings.weight" in weights:
+            if "language_model.embedding.word_embeddings.weight" not in state:
+                state |= {f"language_model.embedding.{k}": v for k, v in weights.items()}
+        elif "input_layernorm.weight" in weights:
+            state |= {f"language_model.encoder.layers.{layer}.{k}": v for k, v in weights.items()}
+            layer += 1
+        elif set(weights) <= {"weight", "bias"}:
+            state |= {f"language_model.encoder.final_layernorm.{k}": v for k, v in weights.items()}
+        else:
+            raise CheckpointError(f"{path}: a pipeline layer of unknown kind ({', '.join(sorted(weights))})")
+    return state
+
+
+def _merge_tensor_parallel(ranks: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    if len(ranks) == 1:
+        return ranks[0]
+    merged = {}
+    for name, first in ranks[0].items():
+        pieces = [rank[name] for rank in ranks]
+        if name.endswith(QKV):
+            by_kind = [piece.chunk(3, dim=0) for piece in pieces]
+            merged[name] = torch.cat([torch.cat([rank[kind] for rank in by_kind]) for kind in range(3)])
+        elif name.endswith(COLUMN_PARALLEL):
+            merged[name] = torch.cat(pieces, dim=0)
+        elif name.endswith(ROW_PARALLEL):
+            merged[name] = torch.cat(pieces, dim=1)
+        else:
+            merged[name] = first
+    return merged
+
+
+def megatron_state(request: dict[str, Any]) -> tuple[dict[str, torch.Tensor], Any]:
+    """The whole model's weights by Megatron's parameter names, and the run's saved arguments."""
+    checkpoints, tag = Path(request["checkpoints"]), f"global_step{request['iteration']}"
+    step_dir = checkpoints / tag
+    if not step_dir.is_dir():
+        raise CheckpointError(f"{step_dir}: missing (no checkpoint at iteration {request['iteration']})")
+    first = _load(step_dir / "mp_rank_00_model_states.pt")
+    version = first.get("checkpoint_version")
+    if version != CHECKPOINT_VERSION:
+        raise CheckpointError(
+            f"{step_dir / 'mp_rank_00_model_states.pt'}: checkpoint_version {version}, not the "
+            f"{CHECKPOINT_VERSION} of the pinned engine (written by another engine version)"
+        )
+    tensor, pipeline = request["tensor_parallel"], request["pipeline_parallel"]
+    if request["zero_stage"] == 3:
+        return get_fp32_state_dict_from_zero_checkpoint(str(checkpoints), tag=tag), first["args"]
+    if pipeline > 1:
+        ranks = [_layer_files_state(step_dir, rank) for rank in range(tensor)]
+    else:
+        models = [first] + [_load(step_dir / f"mp_rank_{r:02d}_model_states.pt") for r in range(1, tensor)]
+        ranks = [_flat(model["module"]) for model in models]
+    return _merge_tensor_parallel(ranks), first["args"]
+
+
+_LAYER = re.compile(r"^language_model\.encoder\.layers\.(\d+)\.(.+)$")
+_LAYER_NAMES = {
+    "input_layernorm": "ln_1",
+    "self_attention.query_key_value": "attn.c_attn",
+    "self_attention.dense": "attn.c_proj",
+    "post_attention_layernorm": "ln_2",
+    "mlp.dense_h_to_4h": "mlp.c_fc",
+    "mlp.dense_4h_to_h": "mlp.c_proj",
+}
+_LINEAR = ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj")
+"""HF GPT-2's Conv1D keeps a weight as (in, out), the transpose of Megatron's Linear."""
+
+
+def hf_state(megatron: dict[str, torch.Tensor], vocab_size: int) -> dict[str, torch.Tensor]:
+    """GPT2LMHeadModel's weights (the output layer is tied to wte), in fp32."""
+    out: dict[str, torch.Tensor] = {}
+    for name, tensor in megatron.items():
+        tensor = tensor.detach().to(torch.float32)
+        if name == "language_model.embedding.word_embeddings.weight":
+            out["transformer.wte.weight"] = tensor[:vocab_size]
+        elif name == "language_model.embedding.position_embeddings.weight":
+            out["transformer.wpe.weight"] = tensor
+        elif name.startswith("language_model.encoder.final_layernorm."):
+            out[f"transformer.ln_f.{name.rsplit('.', 1)[1]}"] = tensor
+        elif match := _LAYER.match(name):
+            layer, rest = match.groups()
+            module, kind = rest.rsplit(".", 1)
+            if module not in _LAYER_NAMES:
+                raise CheckpointError(f"a weight GPT-2 has no place for: {name}")
+            hf = _LAYER_NAMES[module]
+            if hf in _LINEAR and kind == "weight":
+                tensor = tensor.t()
+            out[f"transformer.h.{layer}.{hf}.{kind}"] = tensor.contiguous()
+        elif name != "word_embeddings_for_head.weight":
+            raise CheckpointError(f"a weight GPT-2 has no place for: {name}")
+    return out
+
+
+def hf_config(args: Any, vocab_size: int) -> dict[str, Any]:
+    """GPT2Config's fields for the run: its shape, dropouts, layer-norm epsilon and activation (the
+    engine's fused bias-GeLU and --openai-gelu are the tanh approximation, `gelu_new`)."""
+    tanh_gelu = getattr(args, "bias_gelu_fusion", False) or getattr(args, "openai_gelu", False)
+    ffn = getattr(args, "ffn_hidden_size", None)
+    return {
+        "model_type": "gpt2",
+        "architectures": ["GPT2LMHeadModel"],
+        "vocab_size": vocab_size,
+        "n_positions": args.max_position_embeddings,
+        "n_embd": args.hidden_size,
+        "n_layer": args.num_layers,
+        "n_head": args.num_attention_heads,
+        "n_inner": None if ffn in (None, 4 * args.hidden_size) else ffn,
+        "activation_function": "gelu_new" if tanh_gelu else "gelu",
+        "layer_norm_epsilon": args.layernorm_epsilon,
+        "resid_pdrop": args.hidden_dropout,
+        "embd_pdrop": args.hidden_dropout,
+        "attn_pdrop": args.attention_dropout,
+        "initializer_range": args.init_method_std,
+        "bos_token_id": vocab_size - 1,
+        "eos_token_id": vocab_size - 1,
+        "tie_word_embeddings": True,
+    }
+
+
+def export(request: dict[str, Any]) -> None:
+    """Write the request's checkpoint into its `out` folder as a Hugging Face GPT-2 directory."""
+    megatron, args = megatron_state(request)
+    if getattr(args, "num_experts", [1]) not in (None, [1], 1) or getattr(args, "swiglu", False):
+        raise CheckpointError("the run is not a GPT-2 (mixture of experts or SwiGLU): nothing to export to")
+    vocab_size = request["vocab_size"]
+    weights = hf_state(megatron, vocab_size)
+    out = Path(request["out"])
+    save_file(weights, str(out / "model.safetensors"), metadata={"format": "pt"})
+    config = hf_config(args, vocab_size) | {"zerolab": request["provenance"]}
+    (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    tokenizer = GPT2TokenizerFast(vocab=request["vocab_file"], merges=request["merge_file"])
+    tokenizer.model_max_length = args.max_position_embeddings
+    tokenizer.save_pretrained(str(out))
+
+
+def main(argv: list[str]) -> int:
+    """Export the request in file argv[0]; 2 with one line on stderr for a checkpoint it cannot read."""
+    request = json.loads(Path(argv[0]).read_text())
+    try:
+        export(request)
+    except CheckpointError as error:
+        print(f"zerolab export: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

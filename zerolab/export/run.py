@@ -1,0 +1,120 @@
+"""`zerolab export`: a run directory's checkpoint into a Hugging Face GPT-2 directory. What can be
+judged from the run directory is judged here, before the engine's Python starts; the weights are
+read and written by export/hf_gpt2.py in the engine's environment. The output folder appears whole
+or not at all."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from zerolab.engine.paths import engine_dir, engine_missing, engine_python
+from zerolab.errors import UserError
+from zerolab.files import folder_written_whole
+from zerolab.recipe.compose import load_recipe
+from zerolab.recipe.inputs import tokenizer_file
+from zerolab.rundir import CHECKPOINTS_DIR, RECIPE_FILE, last_checkpoint, read_facts
+
+CONVERTER = Path(__file__).resolve().with_name("hf_gpt2.py")
+STEP_PREFIX = "global_step"
+"""DeepSpeed's name for the folder of one iteration's checkpoint (`global_step50`)."""
+
+
+@dataclass(frozen=True)
+class Exported:
+    """An export done: the output folder and the checkpoint it holds."""
+
+    out: Path
+    run_dir: Path
+    iteration: int
+
+
+def saved_iterations(run_dir: Path) -> list[int]:
+    """The iterations of the checkpoints in `run_dir`, in order."""
+    folder = run_dir / CHECKPOINTS_DIR
+    steps = [p.name[len(STEP_PREFIX) :] for p in folder.glob(f"{STEP_PREFIX}*") if p.is_dir()]
+    return sorted(int(step) for step in steps if step.isdigit())
+
+
+def _iteration(run_dir: Path, asked: int | None) -> int:
+    saved = saved_iterations(run_dir)
+    if not saved:
+        raise UserError(
+            f"{run_dir / CHECKPOINTS_DIR}: no checkpoint; a run saves them when its recipe sets "
+            "train.save_interval (or train.save_interval_epochs): zerolab launch RECIPE train.save_interval=N"
+        )
+    if asked is None:
+        latest = last_checkpoint(run_dir)
+        return latest if latest in saved else saved[-1]
+    if asked not in saved:
+        raise UserError(
+            f"--iteration {asked}: {run_dir / CHECKPOINTS_DIR} holds checkpoints at iterations "
+            f"{', '.join(map(str, saved))}; give one of those"
+        )
+    return asked
+
+
+def _refuse_taken(out: Path) -> None:
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise UserError(f"--out {out}: already exists and is not an empty folder; give a new folder")
+
+
+def export_run(run_dir: Path, out: Path, iteration: int | None = None) -> Exported:
+    """Export the checkpoint of `run_dir` at `iteration` (default: the last saved) into `out`."""
+    facts, problems = read_facts(run_dir)
+    if facts is None or not (run_dir / RECIPE_FILE).is_file():
+        why = "; ".join(problems) or f"no {RECIPE_FILE}"
+        raise UserError(f"{run_dir}: not a run directory written by zerolab launch ({why})")
+    step = _iteration(run_dir, iteration)
+    _refuse_taken(out)
+    missing = engine_missing()
+    if missing:
+        raise UserError(f"zerolab export reads the checkpoint with the engine's torch: {missing}")
+    recipe = load_recipe(run_dir / RECIPE_FILE)
+    request = {
+        "checkpoints": str(run_dir / CHECKPOINTS_DIR),
+        "iteration": step,
+        "tensor_parallel": recipe.parallel.tensor,
+        "pipeline_parallel": recipe.parallel.pipeline,
+        "zero_stage": recipe.zero.stage,
+        "vocab_size": recipe.model.vocab_size,
+        "vocab_file": tokenizer_file(recipe, "vocab_file"),
+        "merge_file": tokenizer_file(recipe, "merge_file"),
+        "provenance": {
+            "run": facts.name,
+            "run_dir": str(run_dir.resolve()),
+            "iteration": step,
+            "model": facts.model,
+            "zero_stage": recipe.zero.stage,
+            "tensor_parallel": recipe.parallel.tensor,
+            "pipeline_parallel": recipe.parallel.pipeline,
+            "precision": facts.precision,
+        },
+    }
+    with folder_written_whole(out) as partial:
+        request["out"] = str(partial)
+        request_file = partial / "request.json"
+        request_file.write_text(json.dumps(request))
+        env = {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "PYTHONHOME")}
+        done = subprocess.run(
+            [str(engine_python()), str(CONVERTER), str(request_file)],
+            # the checkpoint pickles some of Megatron's own classes: the engine's checkout is on the path
+            env=env | {"DS_ACCELERATOR": "cpu", "PYTHONPATH": str(engine_dir())},
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        request_file.unlink()
+        if done.returncode != 0:
+            said = [line for line in done.stderr.splitlines() if line.startswith("zerolab export: ")]
+            detail = said[-1].removeprefix("zerolab export: ") if said else _last_line(done.stderr)
+            raise UserError(f"{run_dir}: cannot export the checkpoint at iteration {step}: {detail}")
+    return Exported(out, run_dir, step)
+
+
+def _last_line(text: str) -> str:
+    lines = [line for line in text.splitlines() if line.strip()]
+    return lines[-1] if lines else "the engine's Python exited without a word"
