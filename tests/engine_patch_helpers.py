@@ -47,7 +47,12 @@ def run_with_standins(
         (tmp_path / name).write_text(text)
     prelude = f"{APPLY_LAUNCH_PATCHES}applied = apply_wanted(LAUNCH_PATCHES)\n"
     env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{REPO_ROOT}", **env_vars}
-    for name in ("ZEROLAB_ATTENTION", "ZEROLAB_PROFILE_DIR", "ZEROLAB_PROFILE_STEPS"):
+    for name in (
+        "ZEROLAB_ATTENTION",
+        "ZEROLAB_PROFILE_DIR",
+        "ZEROLAB_PROFILE_STEPS",
+        "ZEROLAB_FORWARD_PROBE",
+    ):
         if name not in env_vars:
             env.pop(name, None)
     result = subprocess.run(

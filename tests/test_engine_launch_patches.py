@@ -33,6 +33,9 @@ def test_entry_refuses_a_malformed_variable_before_training(tmp_path):
     assert "ZEROLAB_ATTENTION='flash': zerolab knows only 'sdpa'" in unknown.stderr
     steps = run_entry(tmp_path, ZEROLAB_PROFILE_DIR=str(tmp_path), ZEROLAB_PROFILE_STEPS="5,3")
     assert steps.returncode == 1 and "ZEROLAB_PROFILE_STEPS='5,3'" in steps.stderr
+    probe = run_entry(tmp_path, ZEROLAB_FORWARD_PROBE=str(tmp_path / "nowhere"))
+    assert probe.returncode == 1 and "trained" not in probe.stdout
+    assert "no tokens.json there to run the model on" in probe.stderr
 
 
 def test_entry_names_the_missing_flash_attn_package(tmp_path):

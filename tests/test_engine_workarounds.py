@@ -41,6 +41,7 @@ def test_every_workaround_is_named_and_explained_in_one_line():
     assert [(p.name, p.kind) for p in LAUNCH_PATCHES[len(WORKAROUNDS) :]] == [
         ("sdpa_attention", "patch"),
         ("profile_training_steps", "patch"),
+        ("forward_probe", "patch"),
     ]
     for patch in LAUNCH_PATCHES:
         assert patch.why and "\n" not in patch.why and len(patch.why) < 110

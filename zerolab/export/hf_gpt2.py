@@ -105,15 +105,18 @@ def megatron_state(request: dict[str, Any]) -> tuple[dict[str, torch.Tensor], An
     step_dir = checkpoints / tag
     if not step_dir.is_dir():
         raise CheckpointError(f"{step_dir}: missing (no checkpoint at iteration {request['iteration']})")
-    first = _load(step_dir / "mp_rank_00_model_states.pt")
+    # the run's arguments and version are in every model-states file; ZeRO-3 names them per rank
+    zero3 = request["zero_stage"] == 3
+    states = step_dir / f"{'zero_pp_rank_0_' if zero3 else ''}mp_rank_00_model_states.pt"
+    first = _load(states)
     version = first.get("checkpoint_version")
     if version != CHECKPOINT_VERSION:
         raise CheckpointError(
-            f"{step_dir / 'mp_rank_00_model_states.pt'}: checkpoint_version {version}, not the "
-            f"{CHECKPOINT_VERSION} of the pinned engine (written by another engine version)"
+            f"{states}: checkpoint_version {version}, not the {CHECKPOINT_VERSION} of the pinned "
+            "engine (written by another engine version)"
         )
     tensor, pipeline = request["tensor_parallel"], request["pipeline_parallel"]
-    if request["zero_stage"] == 3:
+    if zero3:
         return get_fp32_state_dict_from_zero_checkpoint(str(checkpoints), tag=tag), first["args"]
     if pipeline > 1:
         ranks = [_layer_files_state(step_dir, rank) for rank in range(tensor)]
