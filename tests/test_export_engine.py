@@ -125,3 +125,15 @@ def test_an_iteration_not_saved_and_an_output_folder_in_use_are_refused(tmp_path
     assert main(["export", str(run), "--out", str(taken)]) == 2
     assert "already exists and is not an empty folder" in capsys.readouterr().err
     assert (taken / "model.safetensors").read_text() == "someone's"
+
+
+def test_a_zero3_checkpoint_split_across_tensor_parallel_ranks_is_refused(tmp_path, capsys):
+    run = tmp_path / "run"
+    (run / "checkpoints" / "global_step4").mkdir(parents=True)
+    (run / "run.json").write_text('{"name": "tiny_z3"}')
+    recipe = (Path(__file__).resolve().parents[1] / "recipes" / "cpu" / "tiny_z3.yaml").read_text()
+    (run / "recipe.yaml").write_text(recipe + "parallel:\n  tensor: 2\n")
+    assert main(["export", str(run), "--out", str(tmp_path / "hf")]) == 2
+    said = capsys.readouterr().err
+    assert "tensor parallel 2 is not exported" in said and "parallel.tensor=1" in said
+    assert not (tmp_path / "hf").exists()

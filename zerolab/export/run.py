@@ -74,6 +74,13 @@ def export_run(run_dir: Path, out: Path, iteration: int | None = None) -> Export
     if missing:
         raise UserError(f"zerolab export reads the checkpoint with the engine's torch: {missing}")
     recipe = load_recipe(run_dir / RECIPE_FILE)
+    if recipe.zero.stage == 3 and recipe.parallel.tensor > 1:
+        raise UserError(
+            f"{run_dir}: a ZeRO-3 checkpoint at tensor parallel {recipe.parallel.tensor} is not exported: "
+            "DeepSpeed's zero_to_fp32 puts together the pieces of one tensor-parallel rank only, and "
+            "the weights would be wrong; train ZeRO-3 at parallel.tensor=1, or ZeRO 1 or 2 with "
+            "tensor parallelism"
+        )
     request = {
         "checkpoints": str(run_dir / CHECKPOINTS_DIR),
         "iteration": step,
