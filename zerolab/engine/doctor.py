@@ -26,7 +26,13 @@ from zerolab.engine import cuda, data_helpers, fused_kernels
 from zerolab.engine.apex import APEX_MODULES, APEX_SRC_VARIABLE
 from zerolab.engine.checkout import checkout_commit
 from zerolab.engine.container import kept_builds
-from zerolab.engine.paths import engine_dir, engine_python, torch_extensions_dir, zerolab_home
+from zerolab.engine.paths import (
+    engine_dir,
+    engine_python,
+    engine_python_env,
+    torch_extensions_dir,
+    zerolab_home,
+)
 from zerolab.engine.pins import load_pins
 from zerolab.engine.record import read_record
 from zerolab.files import write_json_atomic
@@ -186,8 +192,7 @@ def probe_engine(packages: dict[str, str], *, cached: bool) -> dict[str, Any]:
     if result is None:
         with tempfile.TemporaryDirectory() as scratch:
             out = Path(scratch) / "probe.json"
-            env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
-            env["TORCH_EXTENSIONS_DIR"] = str(torch_extensions_dir())
+            env = engine_python_env() | {"TORCH_EXTENSIONS_DIR": str(torch_extensions_dir())}
             subprocess.run(
                 [str(python), str(PROBE_SCRIPT), str(out), ",".join(APEX_MODULES), *packages],
                 env=env,

@@ -6,14 +6,13 @@ time: about 6 s)."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from zerolab.engine.paths import engine_dir, engine_missing, engine_python
+from zerolab.engine.paths import engine_dir, engine_missing, engine_python, engine_python_env
 from zerolab.errors import UserError
 
 CHECKER = Path(__file__).resolve().parent / "parser_check.py"
@@ -55,8 +54,7 @@ def judge(cases: list[Case], *, timeout_s: float = 300) -> dict[str, dict[str, A
                 }
             )
         (folder / "cases.json").write_text(json.dumps(payload))
-        env = {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "PYTHONHOME")}
-        env |= {"DS_ACCELERATOR": "cpu", "RANK": "0", "PYTHONPATH": str(engine_dir())}
+        env = engine_python_env() | {"DS_ACCELERATOR": "cpu", "RANK": "0", "PYTHONPATH": str(engine_dir())}
         results_file = folder / "results.json"
         run = subprocess.run(
             [

@@ -30,6 +30,7 @@ from zerolab.engine.paths import (
     cuda_link_dir,
     engine_dir,
     engine_python,
+    engine_python_env,
     torch_extensions_dir,
     zerolab_home,
 )
@@ -108,7 +109,7 @@ def installed_versions(python: Path, names: list[str]) -> dict[str, str | None]:
         capture_output=True,
         text=True,
         check=True,
-        env=_clean_env(),
+        env=engine_python_env(),
     )
     return json.loads(result.stdout)
 
@@ -134,7 +135,7 @@ def torch_cuda(python: Path) -> str | None:
         capture_output=True,
         text=True,
         check=False,
-        env=_clean_env(),
+        env=engine_python_env(),
     )
     return (result.stdout.strip() or None) if result.returncode == 0 else None
 
@@ -147,7 +148,7 @@ def zerolab_location(python: Path) -> Path | None:
         text=True,
         check=False,
         cwd="/",
-        env=_clean_env(),
+        env=engine_python_env(),
     )
     return Path(result.stdout.strip()).parent if result.returncode == 0 else None
 
@@ -258,7 +259,7 @@ def prebuild_all(python: Path, pins: Pins, console: Console) -> dict:
     # for pybind11's headers, and DeepSpeed builds with the `ninja` found there (another
     # ninja version keeps another build log, and rebuilds everything).
     env = {
-        **_clean_env(),
+        **engine_python_env(),
         "PATH": f"{python.parent}{os.pathsep}{os.environ.get('PATH', '')}",
         "TORCH_EXTENSIONS_DIR": str(torch_extensions_dir()),
     }
@@ -321,11 +322,6 @@ def _pip(python: Path, args: list[str]) -> None:
 
 def _run(argv: list[str], env: dict[str, str] | None = None) -> None:
     """Run a step with its output on the terminal (pip's and git's own progress)."""
-    result = subprocess.run(argv, env=env or _clean_env(), check=False)
+    result = subprocess.run(argv, env=env or engine_python_env(), check=False)
     if result.returncode != 0:
         raise UserError(f"`{' '.join(argv)}` failed with exit code {result.returncode} (output above)")
-
-
-def _clean_env() -> dict[str, str]:
-    """This environment without PYTHONPATH/PYTHONHOME, so the engine Python sees only its own packages."""
-    return {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "PYTHONHOME")}

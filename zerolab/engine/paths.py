@@ -17,6 +17,12 @@ from pathlib import Path
 from zerolab.engine.pins import load_pins
 
 
+def engine_python_env() -> dict[str, str]:
+    """This environment without PYTHONPATH and PYTHONHOME, for the engine's Python (or another
+    interpreter zerolab starts) to see only its own packages."""
+    return {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "PYTHONHOME")}
+
+
 def zerolab_home() -> Path:
     """The cache directory for the engine (`ZEROLAB_HOME`, default `~/.cache/zerolab`)."""
     return Path(os.environ.get("ZEROLAB_HOME", "~/.cache/zerolab")).expanduser()

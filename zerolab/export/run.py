@@ -6,12 +6,11 @@ or not at all."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from zerolab.engine.paths import engine_dir, engine_missing, engine_python
+from zerolab.engine.paths import engine_dir, engine_missing, engine_python, engine_python_env
 from zerolab.errors import UserError
 from zerolab.files import folder_written_whole
 from zerolab.recipe.compose import load_recipe
@@ -105,11 +104,10 @@ def export_run(run_dir: Path, out: Path, iteration: int | None = None) -> Export
         request["out"] = str(partial)
         request_file = partial / "request.json"
         request_file.write_text(json.dumps(request))
-        env = {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "PYTHONHOME")}
         done = subprocess.run(
             [str(engine_python()), str(CONVERTER), str(request_file)],
             # the checkpoint pickles some of Megatron's own classes: the engine's checkout is on the path
-            env=env | {"DS_ACCELERATOR": "cpu", "PYTHONPATH": str(engine_dir())},
+            env=engine_python_env() | {"DS_ACCELERATOR": "cpu", "PYTHONPATH": str(engine_dir())},
             capture_output=True,
             text=True,
             check=False,

@@ -92,9 +92,10 @@ def _offloaded(zero: dict[str, Any] | None, key: str, by_argument: bool) -> bool
 def read_settings(log: ParsedLog) -> LogSettings:
     """The settings `log` states (its last global batch size when no dump states one)."""
     args, ds, ds_json = log.config.args, log.config.ds, log.config.ds_json
-    zero = zero_section(ds_json) or {}
+    zero = zero_section(ds_json)
+    stated_stage = (zero or {}).get("stage")
     stage = whole_number(
-        first_stated(ds.get("zero_optimization_stage"), zero.get("stage"), args.get("zero_stage"))
+        first_stated(ds.get("zero_optimization_stage"), stated_stage, args.get("zero_stage"))
     )
     batches = log.iterations["global_batch_size"]
     last_batch = whole_number(batches[-1]) if len(batches) and batches[-1] == batches[-1] else None
@@ -112,9 +113,9 @@ def read_settings(log: ParsedLog) -> LogSettings:
         pipeline_parallel=whole_number(args.get("pipeline_model_parallel_size")),
         zero_stage=stage,
         offload_optimizer=_offloaded(
-            zero_section(ds_json), "offload_optimizer", args.get("cpu_optimizer") is True and bool(stage)
+            zero, "offload_optimizer", args.get("cpu_optimizer") is True and bool(stage)
         ),
-        offload_param=_offloaded(zero_section(ds_json), "offload_param", args.get("remote_device") == "cpu"),
+        offload_param=_offloaded(zero, "offload_param", args.get("remote_device") == "cpu"),
         micro_batch_size=whole_number(
             first_stated(
                 args.get("micro_batch_size"),

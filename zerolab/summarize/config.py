@@ -34,7 +34,8 @@ def config_columns(run: dict[str, Any], log: ParsedLog) -> dict[str, Any]:
         "max_position_embeddings": stated.max_position_embeddings,
     }
     return {
-        "model": first_stated(run.get("model"), model_name_of_shape(shape)),
+        # the model blocks are read only for a run that run.json does not name
+        "model": first_stated(run.get("model")) or model_name_of_shape(shape),
         "num_layers": num_layers,
         "hidden_size": hidden,
         "ffn_hidden_size": stated.ffn_hidden_size,
