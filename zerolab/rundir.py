@@ -34,6 +34,8 @@ MARKERS = (RUN_FILE, LOG_FILE, STATUS_FILE)
 """A directory holding any of these is a run directory."""
 LATEST_CHECKPOINT = "latest_checkpointed_iteration.txt"
 """Megatron's record, in the checkpoints directory, of the last complete save."""
+STEP_PREFIX = "global_step"
+"""DeepSpeed's name for the folder of one iteration's checkpoint (`global_step50`)."""
 
 STAMP_FORMAT = "%Y%m%d-%H%M%S"
 
@@ -203,6 +205,13 @@ def last_checkpoint(run_dir: Path) -> int | None:
         return int((run_dir / CHECKPOINTS_DIR / LATEST_CHECKPOINT).read_text().strip())
     except (FileNotFoundError, ValueError):
         return None
+
+
+def saved_iterations(run_dir: Path) -> list[int]:
+    """The iterations of the checkpoints in `run_dir`, in order."""
+    folder = run_dir / CHECKPOINTS_DIR
+    steps = [p.name[len(STEP_PREFIX) :] for p in folder.glob(f"{STEP_PREFIX}*") if p.is_dir()]
+    return sorted(int(step) for step in steps if step.isdigit())
 
 
 def status_shell(run_dir: str, state: str, exit_code: str, started: str, ended: str) -> str:

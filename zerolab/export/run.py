@@ -15,11 +15,9 @@ from zerolab.errors import UserError
 from zerolab.files import folder_written_whole
 from zerolab.recipe.compose import load_recipe
 from zerolab.recipe.inputs import tokenizer_file
-from zerolab.rundir import CHECKPOINTS_DIR, RECIPE_FILE, last_checkpoint, read_facts
+from zerolab.rundir import CHECKPOINTS_DIR, RECIPE_FILE, last_checkpoint, read_facts, saved_iterations
 
 CONVERTER = Path(__file__).resolve().with_name("hf_gpt2.py")
-STEP_PREFIX = "global_step"
-"""DeepSpeed's name for the folder of one iteration's checkpoint (`global_step50`)."""
 
 
 @dataclass(frozen=True)
@@ -29,13 +27,6 @@ class Exported:
     out: Path
     run_dir: Path
     iteration: int
-
-
-def saved_iterations(run_dir: Path) -> list[int]:
-    """The iterations of the checkpoints in `run_dir`, in order."""
-    folder = run_dir / CHECKPOINTS_DIR
-    steps = [p.name[len(STEP_PREFIX) :] for p in folder.glob(f"{STEP_PREFIX}*") if p.is_dir()]
-    return sorted(int(step) for step in steps if step.isdigit())
 
 
 def _iteration(run_dir: Path, asked: int | None) -> int:
