@@ -109,8 +109,8 @@ RULES: dict[tuple[str, str], tuple[tuple[str, list[str]], tuple[str, list[str]] 
     ),
     ("train.save_interval", "--save-interval"): (("gpt2_z1", ["train.save_interval=50"]), ON_GPU),
     ("train.save_interval_epochs", "--save-interval"): (
-        ("cpu/tiny_z1", [*PREPARED, "train.save_interval_epochs=1"]),
-        ON_CPU,
+        ("cpu/tiny_z1", [*PREPARED, "train.save_interval=null", "train.save_interval_epochs=1"]),
+        ON_GPU,
     ),
     ("hardware.device", "DS_ACCELERATOR"): (ON_CPU, ON_GPU),
     ("hardware.device", "--distributed-backend"): (ON_CPU, None),

@@ -244,7 +244,11 @@ def test_save_interval_in_epochs_is_rendered_in_iterations_of_the_prepared_split
     # 247 samples per epoch (above) in steps of 8: one epoch is 30.9 iterations, rounded up
     data = [f"data.path={FIXTURE_PREFIX}", "data.split=100,0,0", "train.iters=100"]
     for epochs, iterations in (("1", "31"), ("0.5", "16"), ("2", "62"), ("0.001", "1")):
-        argv = render(load_recipe("cpu/tiny_z1", [*data, f"train.save_interval_epochs={epochs}"])).argv
+        argv = render(
+            load_recipe(
+                "cpu/tiny_z1", [*data, "train.save_interval=null", f"train.save_interval_epochs={epochs}"]
+            )
+        ).argv
         assert option(argv, "--save-interval") == iterations
         assert "--save" in argv
     argv = render(load_recipe("cpu/tiny_z1", [*data, "train.save_interval=7"])).argv
@@ -436,14 +440,26 @@ def test_epochs_of_a_split_dataset_count_the_whole_training_dataset():
     # data.train_path is the training split itself: 247 samples per epoch (above), whatever data.split says
     splits = ["data.path=null", f"data.train_path={FIXTURE_PREFIX}", "data.split=50,50,0"]
     recipe = load_recipe(
-        "cpu/tiny_z1", [*splits, "train.iters=null", "train.epochs=2", "train.save_interval_epochs=1"]
+        "cpu/tiny_z1",
+        [
+            *splits,
+            "train.iters=null",
+            "train.epochs=2",
+            "train.save_interval=null",
+            "train.save_interval_epochs=1",
+        ],
     )
     argv = render(recipe).argv
     assert (option(argv, "--train-iters"), option(argv, "--save-interval")) == ("62", "31")
 
 
 def test_epochs_of_a_missing_split_dataset_name_the_prep_command_that_writes_it():
-    splits = ["data.path=null", "data.train_path=d/x_train_text_document", "train.save_interval_epochs=1"]
+    splits = [
+        "data.path=null",
+        "data.train_path=d/x_train_text_document",
+        "train.save_interval=null",
+        "train.save_interval_epochs=1",
+    ]
     with pytest.raises(UserError) as error:
         render(load_recipe("cpu/tiny_z1", splits))
     message = str(error.value)

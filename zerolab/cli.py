@@ -22,6 +22,8 @@ COMMAND_MODULES: tuple[str, ...] = (
     "zerolab.commands.summarize",
     "zerolab.commands.estimate",
     "zerolab.commands.export",
+    "zerolab.commands.evaluate",
+    "zerolab.commands.generate",
 )
 
 

@@ -26,6 +26,7 @@ RUN_FILE = "run.json"
 LOG_FILE = "train.log"
 SAMPLES_FILE = "samples.csv"
 STATUS_FILE = "status.json"
+EVAL_FILE = "eval.json"
 HOSTFILE = "hostfile"
 CHECKPOINTS_DIR = "checkpoints"
 TENSORBOARD_DIR = "tensorboard"
@@ -96,6 +97,45 @@ class Status(BaseModel):
     exit code, or why the checks refused the recipe."""
     last_lines: list[str] = []
     """When a rank was killed by a signal: the last lines it printed before it."""
+
+
+EvalTask = Literal["val", "wikitext", "hellaswag"]
+"""`zerolab eval`'s tasks."""
+EVAL_METRICS: dict[str, tuple[str, ...]] = {
+    "val": ("loss", "ppl"),
+    "wikitext": ("loss", "ppl"),
+    "hellaswag": ("acc", "acc_norm"),
+}
+"""Each task's metrics in eval.json, in order."""
+
+
+class TaskScore(BaseModel):
+    """One task's result in eval.json (`zerolab eval`)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    metrics: dict[str, float]
+    """`loss` and `ppl` (val, wikitext); `acc` and `acc_norm` (hellaswag)."""
+    iteration: int | None = None
+    """The checkpoint's iteration."""
+    data: str
+    """Where the examples came from: `sample` (shipped with zerolab), `hub` (Hugging Face) or `run`
+    (the run's own validation documents)."""
+    examples: Count
+    """Windows scored (val, wikitext) or tasks answered (hellaswag)."""
+    tokens: Count | None = None
+    """Tokens predicted (val, wikitext)."""
+    scorer: str = "zerolab"
+    evaluated: str
+    """When, UTC, ISO 8601."""
+
+
+class EvalResults(BaseModel):
+    """eval.json: the latest score of each task."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    tasks: dict[str, TaskScore] = {}
 
 
 def now_iso() -> str:
@@ -173,6 +213,19 @@ def write_refusal(run_dir: Path, message: str) -> Status:
     """status.json of a run the checks refused before launch (a sweep's cell): state `refused`,
     the message as its one-line cause."""
     return write_status(run_dir, Status(state=REFUSED, ended=now_iso(), cause=one_line(message)))
+
+
+def write_eval(run_dir: Path, scores: dict[str, TaskScore]) -> EvalResults:
+    """eval.json with `scores` put in place of those tasks' earlier scores; returns what was written."""
+    earlier, _ = read_eval(run_dir)
+    results = EvalResults(tasks={**(earlier.tasks if earlier else {}), **scores})
+    write_json_atomic(run_dir / EVAL_FILE, results.model_dump(mode="json"))
+    return results
+
+
+def read_eval(run_dir: Path) -> tuple[EvalResults | None, list[str]]:
+    """eval.json (None when absent or unreadable) and what could not be read in it."""
+    return _read_model(run_dir / EVAL_FILE, EvalResults)
 
 
 def one_line(text: str) -> str:

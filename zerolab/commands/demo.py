@@ -1,20 +1,25 @@
 """`zerolab demo` (`make demo`): the seed study on CPU as one sweep. Prepares the bundled dolly-15k
-sample, then sweeps the tiny GPT-2 over the five ZeRO setups (DP, ZeRO 1, 2, 3, 3 + CPU
-offload), two ranks each, into logs/sweeps/demo/, summarized there side by side."""
+sample, sweeps the tiny GPT-2 over the five ZeRO setups (DP, ZeRO 1, 2, 3, 3 + CPU offload), two
+ranks each, into logs/sweeps/demo/, scores each setup's last checkpoint (`zerolab eval` on the
+shipped samples) and summarizes them there side by side."""
 
 from __future__ import annotations
 
 import argparse
 import time
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
 from zerolab.commands.prep import run_prep
+from zerolab.evaluate.run import evaluate
+from zerolab.evaluate.tasks import TASKS
 from zerolab.locations import SAMPLES_DIR, display_path
+from zerolab.rundir import COMPLETED, last_checkpoint, read_eval
 from zerolab.summarize.report import summarize_sweep
 from zerolab.sweep.cells import check_name, expand
-from zerolab.sweep.plan import sweep_dir
+from zerolab.sweep.plan import cell_dir, cell_state, read_plan, sweep_dir
 from zerolab.sweep.run import run_sweep
 
 RECIPE = "cpu/tiny_dp"
@@ -35,8 +40,10 @@ def register(subparsers: Any) -> None:
         help="the CPU demo: five ZeRO setups of a tiny GPT-2, 2 ranks each, summarized in logs/sweeps/demo/",
         description="Prepare the bundled dolly-15k sample, then sweep the tiny GPT-2 over DP, ZeRO-1, "
         "ZeRO-2, ZeRO-3 and ZeRO-3 with CPU optimizer offload (two CPU ranks each; `zerolab sweep "
-        f"{RECIPE} {' '.join(SETUPS)} --name {NAME}`) and summarize them side by side (summary.md, "
-        "summary.json, plots) in logs/sweeps/demo/. Run again, it runs only what did not complete.",
+        f"{RECIPE} {' '.join(SETUPS)} --name {NAME}`), score each setup's last checkpoint (`zerolab "
+        "eval RUN --task val,wikitext,hellaswag --data sample`) and summarize them side by side "
+        "(summary.md, summary.json, plots) in logs/sweeps/demo/. Run again, it runs only what did not "
+        "complete.",
     )
     parser.add_argument(
         "overrides", nargs="*", metavar="KEY=VALUE", help="applied to every setup, e.g. train.iters=100"
@@ -51,6 +58,31 @@ def demo_sweep(overrides: list[str]) -> Any:
     return expand(RECIPE, [*SETUPS, *overrides])
 
 
+def evaluate_cells(directory: Path, console: Any) -> None:
+    """`zerolab eval` of each completed cell's last checkpoint on the shipped samples, unless its
+    eval.json already scores that checkpoint on every task."""
+    plan, _ = read_plan(directory)
+    for cell in plan.cells if plan else []:
+        run_dir = cell_dir(directory, cell)
+        if cell_state(directory, cell) != COMPLETED or last_checkpoint(run_dir) is None:
+            continue
+        done, _ = read_eval(run_dir)
+        scored = done.tasks if done else {}
+        if all(task in scored and scored[task].iteration == last_checkpoint(run_dir) for task in TASKS):
+            continue
+        started = time.monotonic()
+        _, scores, _ = evaluate(str(run_dir), list(TASKS), data="sample", progress=False)
+        said = ", ".join(
+            f"{task} {metric} {value:.4g}"
+            for task, score in scores.items()
+            for metric, value in score.metrics.items()
+            if metric in ("ppl", "acc_norm")
+        )
+        console.print(
+            f"{cell.name}  {said}  ({time.monotonic() - started:.0f} s)", soft_wrap=True, markup=False
+        )
+
+
 def run_demo(args: argparse.Namespace) -> int:
     """Run the demo; 0 when all five setups completed."""
 
@@ -63,6 +95,10 @@ def run_demo(args: argparse.Namespace) -> int:
     console.rule(f"[bold]zerolab demo: 2/2 training {len(sweep.cells)} setups, 2 CPU ranks each")
     ran = run_sweep(sweep, check_name(args.name), retry_failed=True, console=console)
     if ran.ended:
+        console.rule(
+            "[bold]zerolab demo: each setup's last checkpoint scored (val, WikiText and HellaSwag samples)"
+        )
+        evaluate_cells(ran.directory, console)
         summarize_sweep(ran.directory)
     console.print(
         f"demo finished in {time.monotonic() - started:.0f} s; runs and summary in "

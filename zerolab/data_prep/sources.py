@@ -223,6 +223,8 @@ class HubDataset:
     name: str
     split: str = "train"
     streaming: bool = False
+    config: str | None = None
+    """The dataset's configuration (e.g. `wikitext-103-raw-v1`), where it has several."""
 
     def describe(self) -> dict:
         return {"dataset": self.name, "split": self.split, "streaming": self.streaming}
@@ -231,14 +233,15 @@ class HubDataset:
         return None
 
     def batches(self, start: dict) -> Iterator[tuple[Batch, dict, int]]:
-        dataset = self._load()
+        dataset = self.load()
         if start["record"]:
             dataset = dataset.skip(start["record"])
         rows = _guarded(iter(dataset), self.name)
         name = f"{self.name}[{self.split}]"
         yield from _record_batches(rows, start["record"], name, lambda n: {**START, "record": n})
 
-    def _load(self):
+    def load(self):
+        """The dataset (an iterable one when streaming); offline, a cached copy or a UserError at once."""
         unreachable = not os.environ.get("HF_HUB_OFFLINE") and _unreachable_hub()
         try:
             # datasets, huggingface_hub here, not at the top: heavy (1.3 s), loaded only when the hub is read
@@ -248,7 +251,9 @@ class HubDataset:
             datasets.logging.set_verbosity_error()
             # unreachable: offline, where a cached copy still loads and none fails at once, not after retries
             with _offline(datasets.config, huggingface_hub.constants, offline=bool(unreachable)):
-                return datasets.load_dataset(self.name, split=self.split, streaming=self.streaming)
+                return datasets.load_dataset(
+                    self.name, self.config, split=self.split, streaming=self.streaming
+                )
         except Exception as error:
             if unreachable:
                 raise UserError(

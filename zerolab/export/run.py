@@ -5,12 +5,11 @@ or not at all."""
 
 from __future__ import annotations
 
-import json
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from zerolab.engine.paths import engine_dir, engine_missing, engine_python, engine_python_env
+from zerolab.engine.paths import engine_missing
+from zerolab.engine.scripts import run_engine_script
 from zerolab.errors import UserError
 from zerolab.files import folder_written_whole
 from zerolab.recipe.compose import load_recipe
@@ -93,24 +92,9 @@ def export_run(run_dir: Path, out: Path, iteration: int | None = None) -> Export
     }
     with folder_written_whole(out) as partial:
         request["out"] = str(partial)
-        request_file = partial / "request.json"
-        request_file.write_text(json.dumps(request))
-        done = subprocess.run(
-            [str(engine_python()), str(CONVERTER), str(request_file)],
+        try:
             # the checkpoint pickles some of Megatron's own classes: the engine's checkout is on the path
-            env=engine_python_env() | {"DS_ACCELERATOR": "cpu", "PYTHONPATH": str(engine_dir())},
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        request_file.unlink()
-        if done.returncode != 0:
-            said = [line for line in done.stderr.splitlines() if line.startswith("zerolab export: ")]
-            detail = said[-1].removeprefix("zerolab export: ") if said else _last_line(done.stderr)
-            raise UserError(f"{run_dir}: cannot export the checkpoint at iteration {step}: {detail}")
+            run_engine_script(CONVERTER, request, partial, name="export", engine_path=True)
+        except UserError as error:
+            raise UserError(f"{run_dir}: cannot export the checkpoint at iteration {step}: {error}") from None
     return Exported(out, run_dir, step)
-
-
-def _last_line(text: str) -> str:
-    lines = [line for line in text.splitlines() if line.strip()]
-    return lines[-1] if lines else "the engine's Python exited without a word"

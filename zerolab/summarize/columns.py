@@ -138,6 +138,17 @@ def _val(row: Row) -> str:
     return " / ".join(parts) if any(parts) else ""
 
 
+def _scored(key: str, data_key: str, show: Callable[[Any], str]) -> Callable[[Row], str]:
+    """An eval.json metric's cell, `(sample)` after it when it was scored on zerolab's shipped sample."""
+
+    def cell(row: Row) -> str:
+        if row[key] is None:
+            return ""
+        return show(row[key]) + (" (sample)" if row[data_key] == "sample" else "")
+
+    return cell
+
+
 def _estimate(row: Row) -> str:
     """`7.89 (+0.8%)`: zerolab estimate's predicted peak and its error against max allocated."""
     if row["estimated_peak_GiB"] is None:
@@ -357,6 +368,38 @@ COLUMNS: tuple[Column, ...] = (
         show=_loss_value,
         cell=_val,
         better="lower",
+    ),
+    Column(
+        "eval_val_ppl",
+        "`zerolab eval --task val` (eval.json): perplexity and loss of the checkpoint over the run's whole "
+        "validation split (all of it, where the log's `val_ppl` is Megatron's draw of eval_iters batches); "
+        "`eval_iteration`: the checkpoint scored",
+        label="eval val PPL",
+        companions=("eval_val_loss", "eval_val_data", "eval_iteration"),
+        show=lambda value: number(value, 4),
+        better="lower",
+    ),
+    Column(
+        "eval_wikitext_ppl",
+        "`zerolab eval --task wikitext`: WikiText-103 test perplexity (a sliding window of the model's "
+        "context); `(sample)` in the tables: on the 3-article sample shipped with zerolab, not comparable "
+        "with published figures",
+        label="WikiText PPL",
+        companions=("eval_wikitext_loss", "eval_wikitext_data"),
+        cell=_scored("eval_wikitext_ppl", "eval_wikitext_data", lambda value: number(value, 4)),
+        better="lower",
+        terminal=17,
+    ),
+    Column(
+        "eval_hellaswag_acc_norm",
+        "`zerolab eval --task hellaswag`: HellaSwag validation accuracy, the ending with the highest mean "
+        "log-likelihood per token (`acc_norm`) and with the highest sum (`acc`); chance is 0.25; "
+        "`(sample)`: on the 101-task sample shipped with zerolab",
+        label="HellaSwag acc_norm",
+        companions=("eval_hellaswag_acc", "eval_hellaswag_data"),
+        cell=_scored("eval_hellaswag_acc_norm", "eval_hellaswag_data", lambda value: f"{value:.3f}"),
+        better="higher",
+        terminal=18,
     ),
     Column(
         "notes",

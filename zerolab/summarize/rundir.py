@@ -1,5 +1,6 @@
-"""What a summary takes from a run directory: run.json (config facts) and status.json (how it
-ended), read through zerolab.rundir, samples.csv (host memory) and doctor.json (devices)."""
+"""What a summary takes from a run directory: run.json (config facts), status.json (how it
+ended) and eval.json (`zerolab eval`'s scores), read through zerolab.rundir, samples.csv (host
+memory) and doctor.json (devices)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,8 @@ class RunDirFacts:
     peak_host_rss_MiB: float | None = None
     device_name: str | None = None
     device_peak_tflops: float | None = None
+    evaluation: dict[str, Any] = field(default_factory=dict)
+    """eval.json's scores by task (`zerolab eval`)."""
     problems: list[str] = field(default_factory=list)
 
 
@@ -85,6 +88,11 @@ def read_run_dir(directory: Path) -> RunDirFacts:
     status, status_problems = rundir.read_status(directory)
     facts.status = status.model_dump() if status else {}
     facts.problems = problems + status_problems
+    evaluation, eval_problems = rundir.read_eval(directory)
+    facts.evaluation = (
+        {task: score.model_dump() for task, score in evaluation.tasks.items()} if evaluation else {}
+    )
+    facts.problems += eval_problems
     samples = directory / rundir.SAMPLES_FILE
     if samples.is_file():
         facts.peak_host_rss_MiB = peak_rss_MiB(samples, facts.problems)

@@ -10,7 +10,7 @@ from typing import Any
 from zerolab.estimate.runs import estimated_peak_gib
 from zerolab.logs.failures import cause_text
 from zerolab.logs.parse import ParsedLog
-from zerolab.rundir import COMPLETED, FAILED, KILLED, REFUSED
+from zerolab.rundir import COMPLETED, EVAL_METRICS, FAILED, KILLED, REFUSED
 from zerolab.summarize.columns import ROW_KEYS, RUNNING_OR_CUT_OFF, TRUNCATED
 from zerolab.summarize.config import config_columns, setup_label
 from zerolab.summarize.discover import Run
@@ -220,6 +220,19 @@ def _losses(log: ParsedLog) -> dict[str, Any]:
     }
 
 
+def _evaluation(scores: dict[str, Any]) -> dict[str, Any]:
+    """The summary's columns of eval.json: each task's metrics and where its examples came from."""
+    row: dict[str, Any] = {"eval_iteration": None}
+    for task, metrics in EVAL_METRICS.items():
+        score = scores.get(task)
+        for metric in metrics:
+            row[f"eval_{task}_{metric}"] = _finite(score["metrics"].get(metric)) if score else None
+        row[f"eval_{task}_data"] = score["data"] if score else None
+        if score and score.get("iteration") is not None:
+            row["eval_iteration"] = score["iteration"]
+    return row
+
+
 def _run_name(run: Run, facts: RunDirFacts | None) -> str:
     if run.run_dir is not None:
         name = facts.run.get("name") if facts else None
@@ -298,6 +311,7 @@ def summarize_run(run: Run, log: ParsedLog, facts: RunDirFacts | None, options: 
     estimate, estimate_notes = estimate_columns(run, log, row["max_allocated_GiB"])
     row.update(estimate)
     row.update(_losses(log))
+    row.update(_evaluation(facts.evaluation if facts else {}))
     problems = facts.problems if facts else []
     if log.ends_mid_line is not None:
         notes.append(

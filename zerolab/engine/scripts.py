@@ -1,0 +1,64 @@
+"""Running one of zerolab's standalone scripts (export/hf_gpt2.py, evaluate/score_hf.py, ...) in the
+engine's Python, where torch, transformers and DeepSpeed live: the script reads a request JSON and
+says why it failed on a stderr line `zerolab NAME: ...`, which becomes the UserError."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from zerolab.engine.paths import engine_dir, engine_missing, engine_python, engine_python_env
+from zerolab.errors import UserError
+
+REQUEST_FILE = "request.json"
+KEPT_STDERR = 20_000
+"""Characters of the script's stderr kept for the error message."""
+
+
+def run_engine_script(
+    script: Path,
+    request: dict[str, Any],
+    work: Path,
+    *,
+    name: str,
+    engine_path: bool = False,
+    echo: bool = False,
+) -> None:
+    """Run `script` with `request` (written to `work`/request.json, removed after) on CPU. With
+    `engine_path`, the Megatron-DeepSpeed checkout is importable (its checkpoints pickle its classes);
+    with `echo`, the script's stderr (its progress bars) shows as it runs. UserError when the
+    engine is not set up or the script fails, with the reason it printed."""
+    missing = engine_missing()
+    if missing:
+        raise UserError(f"zerolab {name} runs in the engine's Python (torch, transformers): {missing}")
+    request_file = work / REQUEST_FILE
+    request_file.write_text(json.dumps(request))
+    env = engine_python_env() | {"DS_ACCELERATOR": "cpu", "CUDA_VISIBLE_DEVICES": ""}
+    if engine_path:
+        env["PYTHONPATH"] = str(engine_dir())
+    process = subprocess.Popen(
+        [str(engine_python()), str(script), str(request_file)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    said = ""
+    assert process.stderr is not None
+    while chunk := os.read(process.stderr.fileno(), 4096).decode(errors="replace"):
+        if echo:
+            sys.stderr.write(chunk)
+            sys.stderr.flush()
+        said = (said + chunk)[-KEPT_STDERR:]
+    code = process.wait()
+    request_file.unlink()
+    if code != 0:
+        prefix = f"zerolab {name}: "
+        lines = [line.strip() for line in said.replace("\r", "\n").splitlines() if line.strip()]
+        own = [line.removeprefix(prefix) for line in lines if line.startswith(prefix)]
+        raise UserError(
+            own[-1] if own else (lines[-1] if lines else "the engine's Python exited without a word")
+        )

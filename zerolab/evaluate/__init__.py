@@ -1,0 +1,1 @@
+"""A model scored (`zerolab eval`: validation, WikiText, HellaSwag) and sampled (`zerolab generate`)."""

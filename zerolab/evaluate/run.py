@@ -1,0 +1,53 @@
+"""`zerolab eval`: score a model on the tasks asked, in the engine's Python (evaluate/score_hf.py),
+and keep the scores of a run's checkpoint in its run directory (eval.json, zerolab.rundir)."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from zerolab.engine.scripts import run_engine_script
+from zerolab.evaluate.target import Model, hf_model
+from zerolab.evaluate.tasks import Data, Task, task_inputs
+from zerolab.rundir import TaskScore, now_iso, write_eval
+
+SCORER = Path(__file__).resolve().with_name("score_hf.py")
+
+
+def evaluate(
+    target: str,
+    tasks: list[Task],
+    *,
+    data: Data = "hub",
+    iteration: int | None = None,
+    limit: int | None = None,
+    stride: int | None = None,
+    progress: bool = True,
+) -> tuple[Model, dict[str, TaskScore], dict[str, Any]]:
+    """Score TARGET on `tasks`; returns the model scored, each task's score (also written to the
+    run's eval.json when TARGET is a run or checkpoint) and the scorer's whole output (per-example
+    log-likelihoods of hellaswag)."""
+    with hf_model(target, iteration) as model:
+        inputs = {task: task_inputs(task, data, model.run_dir, limit, stride) for task in tasks}
+        with tempfile.TemporaryDirectory(prefix="zerolab-score-") as work:
+            result_file = Path(work) / "result.json"
+            request = {"model": model.source, "tasks": inputs, "result": str(result_file)}
+            run_engine_script(SCORER, request, Path(work), name="eval", echo=progress)
+            output = json.loads(result_file.read_text())
+    when = now_iso()
+    scores = {
+        task: TaskScore(
+            metrics=output[task]["metrics"],
+            iteration=model.iteration,
+            data="run" if task == "val" else data,
+            examples=output[task]["examples"],
+            tokens=output[task].get("tokens"),
+            evaluated=when,
+        )
+        for task in tasks
+    }
+    if model.run_dir is not None:
+        write_eval(model.run_dir, scores)
+    return model, scores, output

@@ -1,0 +1,132 @@
+"""Scores a Hugging Face GPT-2 folder on zerolab's evaluation tasks, in the engine's Python (torch,
+transformers): `python score_hf.py REQUEST.json`. The request, written by zerolab/evaluate/run.py,
+names the model folder, each task's inputs and the file the result goes to. It imports torch,
+transformers and tqdm only (not zerolab), as export/hf_gpt2.py does.
+
+- token windows (`val`): rows of seq_length + 1 token ids; the mean loss of predicting each row's
+  last seq_length tokens from those before, over every row.
+- strided text (`wikitext`): the text tokenized whole, scored in windows of the model's context
+  length moved by `stride` tokens; each token is predicted once, from up to a full window of the
+  tokens before it (the sliding-window perplexity of the fine-tuning literature).
+- choices (`hellaswag`): for each task the log-likelihood of each ending (" " + ending) after its
+  context; `acc`: the ending with the highest sum, `acc_norm`: the highest mean per token."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+
+import torch
+import torch.nn.functional as F
+import transformers
+from tqdm import tqdm
+from transformers import AutoTokenizer, GPT2LMHeadModel
+
+BATCH = 8
+
+
+def _windows_loss(model, rows: list[list[int]]) -> dict:
+    total, count = 0.0, 0
+    for start in tqdm(range(0, len(rows), BATCH), desc="val windows", unit="batch", file=sys.stderr):
+        batch = torch.tensor(rows[start : start + BATCH])
+        with torch.no_grad():
+            logits = model(batch[:, :-1]).logits
+        total += F.cross_entropy(logits.flatten(0, 1), batch[:, 1:].flatten(), reduction="sum").item()
+        count += batch[:, 1:].numel()
+    return _loss_metrics(total, count, len(rows))
+
+
+def _strided(model, tokenizer, text: str, stride: int) -> dict:
+    ids = tokenizer(text, return_tensors="pt").input_ids[0]
+    window = model.config.n_positions
+    stride = stride or window // 2
+    if stride > window:
+        print(
+            f"zerolab eval: --stride {stride} is longer than the model's context ({window} tokens); "
+            f"give at most {window}",
+            file=sys.stderr,
+        )
+        sys.exit(2)
+    total, count, scored_until, windows = 0.0, 0, 1, 0
+    starts = range(0, max(len(ids) - 1, 1), stride)
+    for begin in tqdm(starts, desc="wikitext windows", unit="window", file=sys.stderr):
+        end = min(begin + window, len(ids))
+        if end <= scored_until:
+            break
+        piece = ids[begin:end]
+        with torch.no_grad():
+            logits = model(piece[None]).logits[0]
+        # position p of piece predicts token begin+p+1; score the tokens not scored yet
+        first = scored_until - begin - 1
+        total += F.cross_entropy(logits[first:-1], piece[first + 1 :], reduction="sum").item()
+        count += end - scored_until
+        scored_until, windows = end, windows + 1
+        if end == len(ids):
+            break
+    return _loss_metrics(total, count, windows)
+
+
+def _loss_metrics(total: float, count: int, examples: int) -> dict:
+    loss = total / count
+    return {"metrics": {"loss": loss, "ppl": math.exp(loss)}, "examples": examples, "tokens": count}
+
+
+def _choices(model, tokenizer, docs: list[dict]) -> dict:
+    window = model.config.n_positions
+    eos = tokenizer.eos_token_id
+    right, right_norm, sums = 0, 0, []
+    for doc in tqdm(docs, desc="hellaswag tasks", unit="task", file=sys.stderr):
+        context = tokenizer(doc["context"]).input_ids
+        endings = [tokenizer(" " + ending).input_ids for ending in doc["endings"]]
+        rows = [(context + ending)[-window:] for ending in endings]
+        width = max(len(row) for row in rows)
+        batch = torch.tensor([row + [eos] * (width - len(row)) for row in rows])
+        with torch.no_grad():
+            logits = model(batch).logits
+        scores = []
+        for k, (row, ending) in enumerate(zip(rows, endings, strict=True)):
+            n = len(ending)
+            predicting = F.log_softmax(logits[k, len(row) - n - 1 : len(row) - 1].float(), dim=-1)
+            scores.append(predicting.gather(1, torch.tensor(row[-n:])[:, None]).sum().item())
+        sums.append(scores)
+        means = [score / len(ending) for score, ending in zip(scores, endings, strict=True)]
+        right += max(range(len(scores)), key=scores.__getitem__) == doc["label"]
+        right_norm += max(range(len(means)), key=means.__getitem__) == doc["label"]
+    return {
+        "metrics": {"acc": right / len(docs), "acc_norm": right_norm / len(docs)},
+        "examples": len(docs),
+        "loglikelihoods": sums,
+    }
+
+
+def main() -> None:
+    with open(sys.argv[1], encoding="utf-8") as handle:
+        request = json.load(handle)
+    transformers.logging.set_verbosity_error()  # its notes (a long text's length) are not the user's concern
+    transformers.logging.disable_progress_bar()
+    try:
+        model = GPT2LMHeadModel.from_pretrained(request["model"], dtype=torch.float32).eval()
+        tokenizer = AutoTokenizer.from_pretrained(request["model"])
+    except (OSError, ValueError) as error:
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        print(
+            f"zerolab eval: {request['model']}: not a GPT-2 folder here, and transformers could not "
+            f"load it ({first}); give a run directory or a GPT-2 folder (zerolab export writes one)",
+            file=sys.stderr,
+        )
+        sys.exit(2)
+    results = {}
+    for task, inputs in request["tasks"].items():
+        if "rows" in inputs:
+            results[task] = _windows_loss(model, inputs["rows"])
+        elif "text" in inputs:
+            results[task] = _strided(model, tokenizer, inputs["text"], inputs["stride"])
+        else:
+            results[task] = _choices(model, tokenizer, inputs["docs"])
+    with open(request["result"], "w", encoding="utf-8") as out:
+        json.dump(results, out)
+
+
+if __name__ == "__main__":
+    main()
