@@ -5,9 +5,11 @@ others: `pytest -m "not real_engine"`."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from engine_runs import SHARED_RUNS, Trained, train
 
 from zerolab.cli import main
 from zerolab.engine.paths import engine_dir, engine_missing, engine_python
@@ -55,3 +57,18 @@ def split_dataset(tmp_path_factory) -> dict[str, str]:
     argv = ["prep", "dolly", "--input", str(DOLLY_SAMPLE), "--out", str(out), "--split", "90,10,0", "--quiet"]
     assert main(argv) == 0
     return {split: f"{out}_{split}_text_document" for split in ("train", "valid")}
+
+
+@pytest.fixture(scope="session")
+def trained(engine, dataset, tmp_path_factory) -> Callable[[str], Trained]:
+    """`trained(NAME)`: the run engine_runs.SHARED_RUNS names, trained on first use and shared by
+    every test of the session (3 iterations, a checkpoint at the end)."""
+    done: dict[str, Trained] = {}
+
+    def get(name: str) -> Trained:
+        if name not in done:
+            recipe, *overrides = SHARED_RUNS[name]
+            done[name] = train(dataset, tmp_path_factory.mktemp("runs") / name, recipe, *overrides)
+        return done[name]
+
+    return get

@@ -1,0 +1,88 @@
+"""Training the tiny GPT-2 on the real engine for a test: `train` launches a recipe through
+`zerolab launch` (3 iterations by default; the CPU recipes save a checkpoint at the end) and
+reads what the run printed. SHARED_RUNS are trained once per session (conftest's `trained`) and
+shared by the engine matrix, the export proof and the evaluation tests."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from launch_helpers import free_port
+
+from zerolab.cli import main
+from zerolab.logs.config_dump import ConfigCollector
+from zerolab.logs.lines import read_lines
+from zerolab.logs.parse import ParsedLog, parse_log
+
+ITERATIONS = 3
+SHORT = [f"train.iters={ITERATIONS}", "train.lr_warmup_iters=1", "train.log_interval=1"]
+
+SHARED_RUNS: dict[str, tuple[str, ...]] = {
+    "z0": ("cpu/tiny_dp",),
+    "z1": ("cpu/tiny_z1",),
+    "z2": ("cpu/tiny_z2",),
+    "z3": ("cpu/tiny_z3",),
+    "z3_offload": ("cpu/tiny_z3_offload",),
+    "z3_offload_param": ("cpu/tiny_z3_offload_param",),
+    "tp2": ("cpu/tiny_z1", "parallel.tensor=2"),
+    "pp2": ("cpu/tiny_dp", "parallel.pipeline=2"),
+    "pp2_z1": ("cpu/tiny_z1", "parallel.pipeline=2"),
+    "bf16": ("cpu/tiny_dp", "precision=bf16"),
+}
+"""Runs several test modules read: the five demo setups, ZeRO-3 with the weights offloaded, tensor
+and pipeline parallel 2, and bf16."""
+DEMO_SETUPS = ("z0", "z1", "z2", "z3", "z3_offload")
+
+
+@dataclass(frozen=True)
+class Trained:
+    """A completed run: its directory, parsed log, and every argument and DeepSpeed setting it printed."""
+
+    run_dir: Path
+    log: ParsedLog
+    args: dict[str, Any]
+    ds: dict[str, Any]
+
+    @property
+    def losses(self) -> list[float]:
+        return list(self.log.iterations["loss"])
+
+    @property
+    def text(self) -> str:
+        return (self.run_dir / "train.log").read_text(errors="replace")
+
+
+def train(dataset: str, run_dir: Path, recipe: str, *overrides: str, short: bool = True) -> Trained:
+    """Launch `recipe` with `overrides` into `run_dir`; it must complete every iteration."""
+    argv = [
+        "launch",
+        recipe,
+        f"data.path={dataset}",
+        *(SHORT if short else []),
+        f"hardware.master_port={free_port()}",
+        *overrides,
+        "--run-dir",
+        str(run_dir),
+    ]
+    code = main(argv)
+    status = json.loads((run_dir / "status.json").read_text())
+    log_tail = (run_dir / "train.log").read_text(errors="replace")[-3000:]
+    assert code == 0 and status["state"] == "completed", (status["cause"], log_tail)
+    log = parse_log(run_dir / "train.log")
+    dumped = ConfigCollector()
+    for line in read_lines(run_dir / "train.log"):
+        dumped.feed(line.text)
+    trained = Trained(run_dir, log, dumped.args, dumped.ds)
+    assert len(trained.losses) == log.train_iters == int(log.iterations["iteration"][-1]), log_tail
+    assert all(math.isfinite(loss) for loss in trained.losses), trained.losses
+    return trained
+
+
+def same_losses(a: Trained, b: Trained, tolerance: float) -> bool:
+    return len(a.losses) == len(b.losses) and all(
+        abs(x - y) <= tolerance for x, y in zip(a.losses, b.losses, strict=True)
+    )

@@ -1,0 +1,101 @@
+"""`zerolab eval` and `zerolab generate` on the session's shared tiny GPT-2 runs (real engine
+checkpoints, exported on the fly): the scores land in the run's eval.json and in `zerolab
+summarize`, a run and its exported folder score the same, the validation split is Megatron's own,
+and sampling is reproducible by its seed. Skipped, with the reason, without the engine."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import subprocess
+
+import pytest
+
+from zerolab.cli import main
+from zerolab.evaluate.tasks import megatron_split
+
+SPLIT = """
+import json, sys
+from megatron.data.dataset_utils import get_train_valid_test_split_
+cases = json.loads(sys.argv[1])
+print(json.dumps([get_train_valid_test_split_(split, size) for split, size in cases]))
+"""
+
+
+@pytest.fixture(scope="module")
+def scored(trained):
+    """The ZeRO-1 run scored on every task on the shipped samples."""
+    run = trained("z1").run_dir
+    argv = ["eval", str(run), "--task", "val,wikitext,hellaswag", "--data", "sample", "--limit", "40"]
+    assert main(argv) == 0
+    return run
+
+
+def test_a_runs_scores_are_kept_and_summarized(scored, tmp_path, capsys):
+    kept = json.loads((scored / "eval.json").read_text())["tasks"]
+    assert sorted(kept) == ["hellaswag", "val", "wikitext"]
+    assert {task: kept[task]["iteration"] for task in kept} == {"hellaswag": 3, "val": 3, "wikitext": 3}
+    assert kept["wikitext"]["data"] == "sample" and kept["val"]["data"] == "run"
+    for task in ("val", "wikitext"):
+        loss, ppl = kept[task]["metrics"]["loss"], kept[task]["metrics"]["ppl"]
+        assert 5.0 < loss < 11.5 and abs(ppl - 2.718281828459045**loss) <= 1e-6 * ppl  # 3 steps from random
+    assert kept["hellaswag"]["examples"] == 40 and 0.05 <= kept["hellaswag"]["metrics"]["acc_norm"] <= 0.5
+    assert main(["summarize", str(scored), "--out", str(tmp_path / "summary"), "--no-plots"]) == 0
+    (row,) = json.loads((tmp_path / "summary" / "summary.json").read_text())["runs"]
+    assert row["eval_wikitext_ppl"] == pytest.approx(kept["wikitext"]["metrics"]["ppl"])
+    assert row["eval_hellaswag_acc_norm"] == kept["hellaswag"]["metrics"]["acc_norm"]
+    assert row["eval_iteration"] == 3
+    assert "(sample)" in (tmp_path / "summary" / "summary.md").read_text()
+
+
+def test_an_exported_folder_scores_as_its_run(scored, tmp_path, capsys):
+    assert main(["export", str(scored), "--out", str(tmp_path / "hf")]) == 0
+    argv = ["eval", str(tmp_path / "hf"), "--task", "wikitext,hellaswag", "--data", "sample", "--limit", "40"]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    kept = json.loads((scored / "eval.json").read_text())["tasks"]
+    assert f"{kept['wikitext']['metrics']['ppl']:.4f}" in printed
+    assert f"{kept['hellaswag']['metrics']['acc_norm']:.4f}" in printed
+    assert not (tmp_path / "hf" / "eval.json").exists()  # a model folder is not a run: nothing kept there
+
+
+def test_the_validation_documents_are_the_engines_own_split(engine):
+    checkout, python = engine
+    cases = [["98,2,0", 151], ["969,30,1", 1000], ["1", 7], ["90,10", 3], ["50,50,0", 9], ["2,1,1", 13]]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"PYTHONPATH": str(checkout)}
+    done = subprocess.run(
+        [str(python), "-c", SPLIT, json.dumps(cases)], capture_output=True, text=True, env=env, check=True
+    )
+    engines = json.loads(done.stdout.strip().splitlines()[-1])
+    for (split, size), bounds in zip(cases, engines, strict=True):
+        assert megatron_split(split, size) == list(itertools.pairwise(bounds)), (split, size)
+
+
+def test_sampling_is_reproducible_by_its_seed(trained, tmp_path, capsys):
+    assert main(["export", str(trained("z0").run_dir), "--out", str(tmp_path / "hf")]) == 0
+    run = str(tmp_path / "hf")
+    texts = []
+    for seed in (7, 7, 8):
+        assert (
+            main(["generate", run, "The capital of France is", "--max-new-tokens", "12", "--seed", str(seed)])
+            == 0
+        )
+        texts.append(capsys.readouterr().out)
+    assert texts[0] == texts[1] != texts[2]
+    assert all(text.startswith("The capital of France is") for text in texts)
+    assert (
+        main(["generate", run, "Hello", "--temperature", "0", "--samples", "2", "--max-new-tokens", "5"]) == 0
+    )
+    greedy = capsys.readouterr().out.split("--- sample 2\n")
+    assert greedy[0].removeprefix("--- sample 1\n") == greedy[1]  # greedy: the same text every time
+
+
+def test_a_run_without_a_checkpoint_is_refused_and_keeps_no_scores(tmp_path, capsys):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "run.json").write_text('{"name": "tiny"}')
+    (run / "recipe.yaml").write_text("base: [model/gpt2-tiny]\n")
+    assert main(["eval", str(run), "--task", "wikitext", "--data", "sample"]) == 2
+    assert "no checkpoint" in capsys.readouterr().err
+    assert not (run / "eval.json").exists()
