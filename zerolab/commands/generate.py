@@ -41,6 +41,11 @@ def run_generate(args: argparse.Namespace) -> int:
             raise UserError(f"--{option.replace('_', '-')} {getattr(args, option)}: give at least 1")
     if args.temperature < 0:
         raise UserError(f"--temperature {args.temperature}: give 0 (greedy) or more")
+    if args.temperature == 0 and args.samples > 1:
+        raise UserError(
+            f"--samples {args.samples} with --temperature 0: greedy decoding gives one text; give "
+            "--samples 1, or a temperature above 0 to draw several"
+        )
     if not args.prompt:
         raise UserError("PROMPT is empty: give the text to continue")
     sampling = Sampling(args.max_new_tokens, args.temperature, args.top_k, args.seed, args.samples)
