@@ -1,7 +1,7 @@
 """Samples text from a Hugging Face GPT-2 folder, in the engine's Python (torch, transformers):
 `python sample_hf.py REQUEST.json`. The request, written by zerolab/evaluate/generate.py, names the
 model folder, the prompt and the sampling settings; the texts go to request["result"] as JSON. It
-imports torch and transformers only (not zerolab)."""
+imports torch, transformers and its neighbour score_hf.py only (not zerolab)."""
 
 from __future__ import annotations
 
@@ -9,27 +9,15 @@ import json
 import sys
 
 import torch
-import transformers
-from transformers import AutoTokenizer, GPT2LMHeadModel, set_seed
+from score_hf import load_gpt2  # its neighbour: the script's folder is on the path
+from transformers import set_seed
 
 
 def main() -> None:
     with open(sys.argv[1], encoding="utf-8") as handle:
         request = json.load(handle)
     set_seed(request["seed"])
-    transformers.logging.set_verbosity_error()
-    transformers.logging.disable_progress_bar()
-    try:
-        model = GPT2LMHeadModel.from_pretrained(request["model"], dtype=torch.float32).eval()
-        tokenizer = AutoTokenizer.from_pretrained(request["model"])
-    except (OSError, ValueError) as error:
-        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        print(
-            f"zerolab generate: {request['model']}: not a GPT-2 folder here, and transformers could not "
-            f"load it ({first}); give a run directory or a GPT-2 folder (zerolab export writes one)",
-            file=sys.stderr,
-        )
-        sys.exit(2)
+    model, tokenizer = load_gpt2(request["model"], "generate")
     prompt = tokenizer(request["prompt"], return_tensors="pt")
     room = model.config.n_positions - prompt.input_ids.shape[1]
     greedy = request["temperature"] == 0

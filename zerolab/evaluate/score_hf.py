@@ -100,22 +100,28 @@ def _choices(model, tokenizer, docs: list[dict]) -> dict:
     }
 
 
-def main() -> None:
-    with open(sys.argv[1], encoding="utf-8") as handle:
-        request = json.load(handle)
+def load_gpt2(source: str, command: str):
+    """The fp32 GPT2LMHeadModel and tokenizer of `source` (a folder or a hub name), transformers'
+    notes and bars silenced; exit 2 with a `zerolab COMMAND:` line when it cannot load."""
     transformers.logging.set_verbosity_error()  # its notes (a long text's length) are not the user's concern
     transformers.logging.disable_progress_bar()
     try:
-        model = GPT2LMHeadModel.from_pretrained(request["model"], dtype=torch.float32).eval()
-        tokenizer = AutoTokenizer.from_pretrained(request["model"])
+        model = GPT2LMHeadModel.from_pretrained(source, dtype=torch.float32).eval()
+        return model, AutoTokenizer.from_pretrained(source)
     except (OSError, ValueError) as error:
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         print(
-            f"zerolab eval: {request['model']}: not a GPT-2 folder here, and transformers could not "
-            f"load it ({first}); give a run directory or a GPT-2 folder (zerolab export writes one)",
+            f"zerolab {command}: {source}: not a GPT-2 folder here, and transformers could not load it "
+            f"({first}); give a run directory or a GPT-2 folder (zerolab export writes one)",
             file=sys.stderr,
         )
         sys.exit(2)
+
+
+def main() -> None:
+    with open(sys.argv[1], encoding="utf-8") as handle:
+        request = json.load(handle)
+    model, tokenizer = load_gpt2(request["model"], "eval")
     results = {}
     for task, inputs in request["tasks"].items():
         if "rows" in inputs:
