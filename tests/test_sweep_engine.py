@@ -66,6 +66,7 @@ def words() -> list[str]:
         "train.lr_warmup_iters=1",
         "train.log_interval=1",
         "train.eval_iters=1",
+        "train.save_interval=null",
         "train.save_interval_epochs=0.001",  # a checkpoint every iteration, given in epochs
         f"hardware.master_port={free_port()}",
         "--name",
