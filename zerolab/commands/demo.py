@@ -64,14 +64,15 @@ def evaluate_cells(directory: Path, console: Any) -> None:
     plan, _ = read_plan(directory)
     for cell in plan.cells if plan else []:
         run_dir = cell_dir(directory, cell)
-        if cell_state(directory, cell) != COMPLETED or last_checkpoint(run_dir) is None:
+        saved = last_checkpoint(run_dir)
+        if cell_state(directory, cell) != COMPLETED or saved is None:
             continue
         done, _ = read_eval(run_dir)
         scored = done.tasks if done else {}
-        if all(task in scored and scored[task].iteration == last_checkpoint(run_dir) for task in TASKS):
+        if all(task in scored and scored[task].iteration == saved for task in TASKS):
             continue
         started = time.monotonic()
-        _, scores, _ = evaluate(str(run_dir), list(TASKS), data="sample", progress=False)
+        _, scores = evaluate(str(run_dir), list(TASKS), data="sample", progress=False)
         said = ", ".join(
             f"{task} {metric} {value:.4g}"
             for task, score in scores.items()

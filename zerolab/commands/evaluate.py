@@ -64,7 +64,7 @@ def run_eval(args: argparse.Namespace) -> int:
     for option in ("limit", "stride"):
         if getattr(args, option) is not None and getattr(args, option) < 1:
             raise UserError(f"--{option} {getattr(args, option)}: give a whole number of at least 1")
-    model, scores, _ = evaluate(
+    model, scores = evaluate(
         args.target, tasks, data=args.data, iteration=args.iteration, limit=args.limit, stride=args.stride
     )
     where = f"{display_path(model.run_dir)} at iteration {model.iteration}" if model.run_dir else model.source

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import tempfile
 from pathlib import Path
-from typing import Any
 
 from zerolab.engine.scripts import run_engine_script
 from zerolab.evaluate.target import Model, hf_model
@@ -25,10 +24,9 @@ def evaluate(
     limit: int | None = None,
     stride: int | None = None,
     progress: bool = True,
-) -> tuple[Model, dict[str, TaskScore], dict[str, Any]]:
-    """Score TARGET on `tasks`; returns the model scored, each task's score (also written to the
-    run's eval.json when TARGET is a run or checkpoint) and the scorer's whole output (per-example
-    log-likelihoods of hellaswag)."""
+) -> tuple[Model, dict[str, TaskScore]]:
+    """Score TARGET on `tasks`; returns the model scored and each task's score (also written to the
+    run's eval.json when TARGET is a run or checkpoint)."""
     with hf_model(target, iteration) as model:
         inputs = {task: task_inputs(task, data, model.run_dir, limit, stride) for task in tasks}
         with tempfile.TemporaryDirectory(prefix="zerolab-score-") as work:
@@ -50,4 +48,4 @@ def evaluate(
     }
     if model.run_dir is not None:
         write_eval(model.run_dir, scores)
-    return model, scores, output
+    return model, scores

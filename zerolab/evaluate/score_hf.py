@@ -75,7 +75,7 @@ def _loss_metrics(total: float, count: int, examples: int) -> dict:
 def _choices(model, tokenizer, docs: list[dict]) -> dict:
     window = model.config.n_positions
     eos = tokenizer.eos_token_id
-    right, right_norm, sums = 0, 0, []
+    right, right_norm = 0, 0
     for doc in tqdm(docs, desc="hellaswag tasks", unit="task", file=sys.stderr):
         context = tokenizer(doc["context"]).input_ids
         endings = [tokenizer(" " + ending).input_ids for ending in doc["endings"]]
@@ -89,14 +89,12 @@ def _choices(model, tokenizer, docs: list[dict]) -> dict:
             n = len(ending)
             predicting = F.log_softmax(logits[k, len(row) - n - 1 : len(row) - 1].float(), dim=-1)
             scores.append(predicting.gather(1, torch.tensor(row[-n:])[:, None]).sum().item())
-        sums.append(scores)
         means = [score / len(ending) for score, ending in zip(scores, endings, strict=True)]
         right += max(range(len(scores)), key=scores.__getitem__) == doc["label"]
         right_norm += max(range(len(means)), key=means.__getitem__) == doc["label"]
     return {
         "metrics": {"acc": right / len(docs), "acc_norm": right_norm / len(docs)},
         "examples": len(docs),
-        "loglikelihoods": sums,
     }
 
 
