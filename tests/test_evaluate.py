@@ -85,10 +85,12 @@ def test_the_validation_documents_are_megatrons_split(split, documents):
     assert megatron_split(split, documents) == expected[(split, documents)]
 
 
-def test_the_hellaswag_sample_is_the_record_made_from_the_hubs_row():
+def test_the_hellaswag_sample_is_the_record_made_from_the_hubs_row_but_for_one_capital():
     first = json.loads(tasks.HELLASWAG_SAMPLE.read_text(encoding="utf-8").splitlines()[0])
     row = {  # the first validation row of Rowan/hellaswag (rowanz/hellaswag's data/README example)
         "activity_label": "Roof shingle removal",
+        "ctx_a": "A man is sitting on a roof.",
+        "ctx_b": "he",
         "ctx": "A man is sitting on a roof. he",
         "endings": [
             "is using wrap to wrap a pair of skis.",
@@ -98,10 +100,17 @@ def test_the_hellaswag_sample_is_the_record_made_from_the_hubs_row():
         ],
         "label": "3",
     }
-    assert hellaswag_record(row) == {key: first[key] for key in ("context", "endings", "label")}
+    record = hellaswag_record(row)
+    assert record["context"] == "Roof shingle removal: A man is sitting on a roof. He"
+    # the sample's extraction joined ctx as the dataset does, ctx_b not capitalized
+    assert first["context"] == "Roof shingle removal: A man is sitting on a roof. he"
+    assert {key: first[key] for key in ("endings", "label")} == {
+        key: record[key] for key in ("endings", "label")
+    }
     wikihow = {
         "activity_label": "Health",
-        "ctx": "[header] How to rest [title] Sit down. [step] Breathe.",
+        "ctx_a": "[header] How to rest [title] Sit down. [step] Breathe.",
+        "ctx_b": "",
         "endings": [" a  b "],
         "label": 0,
     }

@@ -1,7 +1,8 @@
 """`zerolab eval` and `zerolab generate` on the session's shared tiny GPT-2 runs (real engine
 checkpoints, exported on the fly): the scores land in the run's eval.json and in `zerolab
-summarize`, a run and its exported folder score the same, the validation split is Megatron's own,
-and sampling is reproducible by its seed. Skipped, with the reason, without the engine."""
+summarize`, a run and its exported folder score the same, lm-evaluation-harness scores HellaSwag as
+zerolab does from the same prompts as its own task's, the validation split is Megatron's own, and
+sampling is reproducible by its seed. Skipped, with the reason, without the engine."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import subprocess
 import pytest
 
 from zerolab.cli import main
-from zerolab.evaluate.tasks import megatron_split
+from zerolab.evaluate.tasks import hellaswag_record, megatron_split
 
 SPLIT = """
 import json, sys
@@ -21,6 +22,42 @@ from megatron.data.dataset_utils import get_train_valid_test_split_
 cases = json.loads(sys.argv[1])
 print(json.dumps([get_train_valid_test_split_(split, size) for split, size in cases]))
 """
+
+LM_EVAL_PROMPTS = """
+import json, sys
+import datasets
+from lm_eval.tasks.hellaswag.utils import process_docs
+rows = datasets.Dataset.from_list(json.loads(sys.argv[1]))
+print(json.dumps([[doc["query"], doc["choices"], doc["gold"]] for doc in process_docs(rows)]))
+"""
+HELLASWAG_ROWS = [
+    {  # Rowan/hellaswag's first validation row (rowanz/hellaswag's README example)
+        "activity_label": "Roof shingle removal",
+        "ctx_a": "A man is sitting on a roof.",
+        "ctx_b": "he",
+        "endings": [
+            "is using wrap to wrap a pair of skis.",
+            "is ripping level tiles off.",
+            "is holding a rubik's cube.",
+            "starts pulling up roofing on a roof.",
+        ],
+        "label": "3",
+    },
+    {  # WikiHow-shaped: markers, no ctx_b, spaces to clean
+        "activity_label": "Home and Garden",
+        "ctx_a": "[header] How to clean a grill [title] Heat the grill. [step] Turn the burners up  high.",
+        "ctx_b": "",
+        "endings": ["[substeps] Close the lid. ", " Scrub the grates [title] Use a brush.", "x", "[step] y"],
+        "label": "1",
+    },
+    {  # ctx_b a phrase whose first word capitalize() changes, and one it lowers
+        "activity_label": "Skiing",
+        "ctx_a": "A skier stands at the top.",
+        "ctx_b": "the skier then ADJUSTS",
+        "endings": ["goggles.", "poles.", "skis.", "a hat."],
+        "label": "0",
+    },
+]
 
 
 @pytest.fixture(scope="module")
@@ -58,6 +95,45 @@ def test_an_exported_folder_scores_as_its_run(scored, tmp_path, capsys):
     assert f"{kept['wikitext']['metrics']['ppl']:.4f}" in printed
     assert f"{kept['hellaswag']['metrics']['acc_norm']:.4f}" in printed
     assert not (tmp_path / "hf" / "eval.json").exists()  # a model folder is not a run: nothing kept there
+
+
+def test_lm_evaluation_harness_scores_hellaswag_as_zerolab_does(scored, tmp_path, capsys):
+    zerolabs = json.loads((scored / "eval.json").read_text())["tasks"]["hellaswag"]
+    argv = [
+        "eval",
+        str(scored),
+        "--task",
+        "hellaswag",
+        "--data",
+        "sample",
+        "--limit",
+        "40",
+        "--scorer",
+        "lm-eval",
+    ]
+    assert main(argv) == 0
+    lm_evals = json.loads((scored / "eval.json").read_text())["tasks"]["hellaswag"]
+    assert (zerolabs["scorer"], lm_evals["scorer"]) == ("zerolab", "lm-eval")
+    assert sorted(lm_evals["metrics"]) == ["acc", "acc_norm", "acc_norm_chars"]
+    assert lm_evals["metrics"] == zerolabs["metrics"] and lm_evals["examples"] == 40
+    assert main(["summarize", str(scored), "--out", str(tmp_path / "summary"), "--no-plots"]) == 0
+    (row,) = json.loads((tmp_path / "summary" / "summary.json").read_text())["runs"]
+    assert row["eval_hellaswag_scorer"] == "lm-eval"
+    assert row["eval_hellaswag_acc_norm_chars"] == lm_evals["metrics"]["acc_norm_chars"]
+
+
+def test_zerolabs_hellaswag_prompts_are_lm_evaluation_harness_own(engine):
+    _, python = engine
+    done = subprocess.run(
+        [str(python), "-c", LM_EVAL_PROMPTS, json.dumps(HELLASWAG_ROWS)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    theirs = json.loads(done.stdout.strip().splitlines()[-1])
+    ours = [hellaswag_record(row) for row in HELLASWAG_ROWS]
+    assert [[record["context"], record["endings"], record["label"]] for record in ours] == theirs
+    assert ours[2]["context"] == "Skiing: A skier stands at the top. The skier then adjusts"
 
 
 def test_the_validation_documents_are_the_engines_own_split(engine):

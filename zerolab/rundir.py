@@ -101,10 +101,12 @@ class Status(BaseModel):
 
 EvalTask = Literal["val", "wikitext", "hellaswag"]
 """`zerolab eval`'s tasks."""
+Scorer = Literal["zerolab", "lm-eval"]
+"""What computed a task's log-likelihoods: zerolab's own scorer, or lm-evaluation-harness (hellaswag)."""
 EVAL_METRICS: dict[str, tuple[str, ...]] = {
     "val": ("loss", "ppl"),
     "wikitext": ("loss", "ppl"),
-    "hellaswag": ("acc", "acc_norm"),
+    "hellaswag": ("acc", "acc_norm", "acc_norm_chars"),
 }
 """Each task's metrics in eval.json, in order."""
 
@@ -115,7 +117,8 @@ class TaskScore(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     metrics: dict[str, float]
-    """`loss` and `ppl` (val, wikitext); `acc` and `acc_norm` (hellaswag)."""
+    """`loss` and `ppl` (val, wikitext); `acc`, `acc_norm` (per token) and `acc_norm_chars` (per
+    character, lm-evaluation-harness's acc_norm) (hellaswag)."""
     iteration: int | None = None
     """The checkpoint's iteration."""
     data: str
@@ -125,7 +128,8 @@ class TaskScore(BaseModel):
     """Windows scored (val, wikitext) or tasks answered (hellaswag)."""
     tokens: Count | None = None
     """Tokens predicted (val, wikitext)."""
-    scorer: str = "zerolab"
+    scorer: Scorer = "zerolab"
+    """What computed the log-likelihoods: `zerolab` or `lm-eval` (lm-evaluation-harness)."""
     evaluated: str
     """When, UTC, ISO 8601."""
 

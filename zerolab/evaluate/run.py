@@ -1,5 +1,6 @@
-"""`zerolab eval`: score a model on the tasks asked, in the engine's Python (evaluate/score_hf.py),
-and keep the scores of a run's checkpoint in its run directory (eval.json, zerolab.rundir)."""
+"""`zerolab eval`: score a model on the tasks asked, in the engine's Python (evaluate/score_hf.py;
+HellaSwag by lm-evaluation-harness with evaluate/score_lm_eval.py when asked), and keep the scores
+of a run's checkpoint in its run directory (eval.json, zerolab.rundir)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,12 @@ from pathlib import Path
 from zerolab.engine.scripts import run_engine_script
 from zerolab.evaluate.target import Model, hf_model
 from zerolab.evaluate.tasks import Data, Task, task_inputs
-from zerolab.rundir import TaskScore, now_iso, write_eval
+from zerolab.rundir import Scorer, TaskScore, now_iso, write_eval
 
-SCORER = Path(__file__).resolve().with_name("score_hf.py")
+SCRIPTS: dict[Scorer, Path] = {
+    "zerolab": Path(__file__).resolve().with_name("score_hf.py"),
+    "lm-eval": Path(__file__).resolve().with_name("score_lm_eval.py"),
+}
 
 
 def evaluate(
@@ -23,17 +27,21 @@ def evaluate(
     iteration: int | None = None,
     limit: int | None = None,
     stride: int | None = None,
+    hellaswag_scorer: Scorer = "zerolab",
     progress: bool = True,
 ) -> tuple[Model, dict[str, TaskScore]]:
-    """Score TARGET on `tasks`; returns the model scored and each task's score (also written to the
-    run's eval.json when TARGET is a run or checkpoint)."""
+    """Score TARGET on `tasks` (HellaSwag by `hellaswag_scorer`, the rest by zerolab); returns the
+    model scored and each task's score (also written to the run's eval.json when TARGET is a run or
+    checkpoint)."""
+    scorers: dict[str, Scorer] = {
+        task: hellaswag_scorer if task == "hellaswag" else "zerolab" for task in tasks
+    }
     with hf_model(target, iteration) as model:
         inputs = {task: task_inputs(task, data, model.run_dir, limit, stride) for task in tasks}
-        with tempfile.TemporaryDirectory(prefix="zerolab-score-") as work:
-            result_file = Path(work) / "result.json"
-            request = {"model": model.source, "tasks": inputs, "result": str(result_file)}
-            run_engine_script(SCORER, request, Path(work), name="eval", echo=progress)
-            output = json.loads(result_file.read_text())
+        output: dict = {}
+        for scorer in dict.fromkeys(scorers.values()):
+            mine = {task: inputs[task] for task in tasks if scorers[task] == scorer}
+            output |= _score(scorer, model.source, mine, progress)
     when = now_iso()
     scores = {
         task: TaskScore(
@@ -42,6 +50,7 @@ def evaluate(
             data="run" if task == "val" else data,
             examples=output[task]["examples"],
             tokens=output[task].get("tokens"),
+            scorer=scorers[task],
             evaluated=when,
         )
         for task in tasks
@@ -49,3 +58,15 @@ def evaluate(
     if model.run_dir is not None:
         write_eval(model.run_dir, scores)
     return model, scores
+
+
+def _score(scorer: Scorer, model: str, inputs: dict[str, dict], progress: bool) -> dict:
+    """Each task's result from `scorer`'s script in the engine's Python."""
+    with tempfile.TemporaryDirectory(prefix="zerolab-score-") as work:
+        result_file = Path(work) / "result.json"
+        if scorer == "lm-eval":
+            request = {"model": model, "docs": inputs["hellaswag"]["docs"], "result": str(result_file)}
+        else:
+            request = {"model": model, "tasks": inputs, "result": str(result_file)}
+        run_engine_script(SCRIPTS[scorer], request, Path(work), name="eval", echo=progress)
+        return json.loads(result_file.read_text())

@@ -9,7 +9,8 @@ transformers and tqdm only (not zerolab), as export/hf_gpt2.py does.
   length moved by `stride` tokens; each token is predicted once, from up to a full window of the
   tokens before it (the sliding-window perplexity of the fine-tuning literature).
 - choices (`hellaswag`): for each task the log-likelihood of each ending (" " + ending) after its
-  context; `acc`: the ending with the highest sum, `acc_norm`: the highest mean per token."""
+  context, the accuracies from them by `choice_metrics` (score_lm_eval.py gets the same from
+  lm-evaluation-harness's log-likelihoods)."""
 
 from __future__ import annotations
 
@@ -75,7 +76,7 @@ def _loss_metrics(total: float, count: int, examples: int) -> dict:
 def _choices(model, tokenizer, docs: list[dict]) -> dict:
     window = model.config.n_positions
     eos = tokenizer.eos_token_id
-    right, right_norm = 0, 0
+    answers = []
     for doc in tqdm(docs, desc="hellaswag tasks", unit="task", file=sys.stderr):
         context = tokenizer(doc["context"]).input_ids
         endings = [tokenizer(" " + ending).input_ids for ending in doc["endings"]]
@@ -89,13 +90,32 @@ def _choices(model, tokenizer, docs: list[dict]) -> dict:
             n = len(ending)
             predicting = F.log_softmax(logits[k, len(row) - n - 1 : len(row) - 1].float(), dim=-1)
             scores.append(predicting.gather(1, torch.tensor(row[-n:])[:, None]).sum().item())
-        means = [score / len(ending) for score, ending in zip(scores, endings, strict=True)]
-        right += max(range(len(scores)), key=scores.__getitem__) == doc["label"]
-        right_norm += max(range(len(means)), key=means.__getitem__) == doc["label"]
-    return {
-        "metrics": {"acc": right / len(docs), "acc_norm": right_norm / len(docs)},
-        "examples": len(docs),
-    }
+        answers.append(
+            {
+                "loglikelihoods": scores,
+                "tokens": [len(ending) for ending in endings],
+                "characters": [len(ending) for ending in doc["endings"]],
+                "label": doc["label"],
+            }
+        )
+    return {"metrics": choice_metrics(answers), "examples": len(docs)}
+
+
+def choice_metrics(answers: list[dict]) -> dict:
+    """HellaSwag's accuracies from each task's endings (`loglikelihoods`, `tokens`, `characters`,
+    the gold `label`): `acc`, the highest sum is gold; `acc_norm`, the highest mean per token (the
+    GPT-2 reproduction's); `acc_norm_chars`, the highest per character (lm-evaluation-harness's
+    acc_norm)."""
+
+    def right(norms: str | None) -> float:
+        hits = 0
+        for answer in answers:
+            sums = answer["loglikelihoods"]
+            scores = [s / n for s, n in zip(sums, answer[norms], strict=True)] if norms else sums
+            hits += max(range(len(scores)), key=scores.__getitem__) == answer["label"]
+        return hits / len(answers)
+
+    return {"acc": right(None), "acc_norm": right("tokens"), "acc_norm_chars": right("characters")}
 
 
 def load_gpt2(source: str, command: str):

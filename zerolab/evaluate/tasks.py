@@ -107,19 +107,21 @@ def _hellaswag(data: Data) -> list[dict]:
 
 
 def hellaswag_record(row: dict[str, Any]) -> dict[str, Any]:
-    """A HellaSwag row as zerolab scores it: `context` (the activity label, `: `, the context) and
-    the `endings`, WikiHow's markers cleaned up as lm-evaluation-harness does, and the gold `label`."""
+    """A HellaSwag row as lm-evaluation-harness's `hellaswag` task prompts it: `context` (the activity
+    label, `: `, `ctx_a`, a space, `ctx_b` capitalized) and the `endings`, WikiHow's markers cleaned
+    up, and the gold `label`."""
     return {
-        "context": f"{_clean(row['activity_label'])}: {_clean(row['ctx'])}",
+        "context": _clean(f"{row['activity_label']}: {row['ctx_a']} {row['ctx_b'].capitalize()}"),
         "endings": [_clean(ending) for ending in row["endings"]],
         "label": int(row["label"]),
     }
 
 
 def _clean(text: str) -> str:
-    text = text.replace("[header]", "").replace("[step]", "").replace("[substeps]", "")
-    text = text.replace(" [title]", ". ").replace("[title] ", "").replace("[title].", "")
-    return re.sub(" {2}", " ", text).strip(" ")
+    """lm-evaluation-harness's clean-up of WikiHow's markers: ` [title]` ends a sentence, every other
+    `[marker]` goes, a double space becomes one."""
+    text = text.strip().replace(" [title]", ". ")
+    return re.sub(r"\[.*?\]", "", text).replace("  ", " ")
 
 
 def _sample(path: Path) -> Path:

@@ -393,10 +393,17 @@ COLUMNS: tuple[Column, ...] = (
     Column(
         "eval_hellaswag_acc_norm",
         "`zerolab eval --task hellaswag`: HellaSwag validation accuracy, the ending with the highest mean "
-        "log-likelihood per token (`acc_norm`) and with the highest sum (`acc`); chance is 0.25; "
-        "`(sample)`: on the 101-task sample shipped with zerolab",
+        "log-likelihood per token (`acc_norm`), with the highest sum (`acc`) and the highest per character "
+        "(`acc_norm_chars`, lm-evaluation-harness's acc_norm); chance is 0.25; `(sample)`: on the 101-task "
+        "sample shipped with zerolab; `eval_hellaswag_scorer`: `zerolab` or `lm-eval`, what computed the "
+        "log-likelihoods",
         label="HellaSwag acc_norm",
-        companions=("eval_hellaswag_acc", "eval_hellaswag_data"),
+        companions=(
+            "eval_hellaswag_acc",
+            "eval_hellaswag_acc_norm_chars",
+            "eval_hellaswag_data",
+            "eval_hellaswag_scorer",
+        ),
         cell=_scored("eval_hellaswag_acc_norm", "eval_hellaswag_data", lambda value: f"{value:.3f}"),
         better="higher",
         terminal=18,

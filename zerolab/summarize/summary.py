@@ -221,7 +221,8 @@ def _losses(log: ParsedLog) -> dict[str, Any]:
 
 
 def _evaluation(scores: dict[str, Any]) -> dict[str, Any]:
-    """The summary's columns of eval.json: each task's metrics and where its examples came from."""
+    """The summary's columns of eval.json: each task's metrics and where its examples came from, and
+    what scored HellaSwag."""
     row: dict[str, Any] = {"eval_iteration": None}
     for task, metrics in EVAL_METRICS.items():
         score = scores.get(task)
@@ -230,6 +231,7 @@ def _evaluation(scores: dict[str, Any]) -> dict[str, Any]:
         row[f"eval_{task}_data"] = score["data"] if score else None
         if score and score.get("iteration") is not None:
             row["eval_iteration"] = score["iteration"]
+    row["eval_hellaswag_scorer"] = scores["hellaswag"].get("scorer") if scores.get("hellaswag") else None
     return row
 
 
