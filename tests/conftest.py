@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from engine_runs import SHARED_RUNS, Trained, train
+from engine_runs import SHARED_RUNS, Trained, held_out_probe, train
 
 from zerolab.cli import main
 from zerolab.engine.paths import engine_dir, engine_missing, engine_python
@@ -62,13 +62,16 @@ def split_dataset(tmp_path_factory) -> dict[str, str]:
 @pytest.fixture(scope="session")
 def trained(engine, dataset, tmp_path_factory) -> Callable[[str], Trained]:
     """`trained(NAME)`: the run engine_runs.SHARED_RUNS names, trained on first use and shared by
-    every test of the session (3 iterations, a checkpoint at the end)."""
+    every test of the session (3 iterations, a checkpoint at the end, the engine's forward pass of
+    those final weights on held-out tokens in its `probe` folder)."""
     done: dict[str, Trained] = {}
 
     def get(name: str) -> Trained:
         if name not in done:
             recipe, *overrides = SHARED_RUNS[name]
-            done[name] = train(dataset, tmp_path_factory.mktemp("runs") / name, recipe, *overrides)
+            runs = tmp_path_factory.mktemp("runs")
+            probe = held_out_probe(dataset, runs / "probe")
+            done[name] = train(dataset, runs / name, recipe, *overrides, probe=probe)
         return done[name]
 
     return get

@@ -1,19 +1,24 @@
 """Training the tiny GPT-2 on the real engine for a test: `train` launches a recipe through
 `zerolab launch` (3 iterations by default; the CPU recipes save a checkpoint at the end) and
 reads what the run printed. SHARED_RUNS are trained once per session (conftest's `trained`) and
-shared by the engine matrix, the export proof and the evaluation tests."""
+shared by the engine matrix, the export proof and the evaluation tests; each also runs the
+engine's forward pass of its final weights on held-out tokens (the forward_probe patch), which
+the export proof compares with."""
 
 from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from launch_helpers import free_port
 
 from zerolab.cli import main
+from zerolab.engine.forward_probe import PROBE_ENV, TOKENS_FILE
 from zerolab.logs.config_dump import ConfigCollector
 from zerolab.logs.lines import read_lines
 from zerolab.logs.parse import ParsedLog, parse_log
@@ -46,6 +51,8 @@ class Trained:
     log: ParsedLog
     args: dict[str, Any]
     ds: dict[str, Any]
+    probe: Path | None = None
+    """Where the forward probe wrote the engine's logits of the final weights (engine.pt), if asked."""
 
     @property
     def losses(self) -> list[float]:
@@ -56,8 +63,21 @@ class Trained:
         return (self.run_dir / "train.log").read_text(errors="replace")
 
 
-def train(dataset: str, run_dir: Path, recipe: str, *overrides: str, short: bool = True) -> Trained:
-    """Launch `recipe` with `overrides` into `run_dir`; it must complete every iteration."""
+def held_out_probe(dataset: str, directory: Path) -> Path:
+    """A forward-probe folder: two rows of seq_length + 1 tokens from the end of the prepared
+    sample (the tiny model's micro batch)."""
+    tokens = np.fromfile(f"{dataset}.bin", dtype=np.uint16).astype(int)
+    directory.mkdir(parents=True)
+    rows = [tokens[-400:-271].tolist(), tokens[-200:-71].tolist()]
+    (directory / TOKENS_FILE).write_text(json.dumps(rows))
+    return directory
+
+
+def train(
+    dataset: str, run_dir: Path, recipe: str, *overrides: str, short: bool = True, probe: Path | None = None
+) -> Trained:
+    """Launch `recipe` with `overrides` into `run_dir`; it must complete every iteration. With
+    `probe` (a held_out_probe folder), the engine's forward pass of the final weights goes there."""
     argv = [
         "launch",
         recipe,
@@ -68,7 +88,12 @@ def train(dataset: str, run_dir: Path, recipe: str, *overrides: str, short: bool
         "--run-dir",
         str(run_dir),
     ]
-    code = main(argv)
+    if probe is not None:
+        os.environ[PROBE_ENV] = str(probe)
+    try:
+        code = main(argv)
+    finally:
+        os.environ.pop(PROBE_ENV, None)
     status = json.loads((run_dir / "status.json").read_text())
     log_tail = (run_dir / "train.log").read_text(errors="replace")[-3000:]
     assert code == 0 and status["state"] == "completed", (status["cause"], log_tail)
@@ -76,7 +101,7 @@ def train(dataset: str, run_dir: Path, recipe: str, *overrides: str, short: bool
     dumped = ConfigCollector()
     for line in read_lines(run_dir / "train.log"):
         dumped.feed(line.text)
-    trained = Trained(run_dir, log, dumped.args, dumped.ds)
+    trained = Trained(run_dir, log, dumped.args, dumped.ds, probe)
     assert len(trained.losses) == log.train_iters == int(log.iterations["iteration"][-1]), log_tail
     assert all(math.isfinite(loss) for loss in trained.losses), trained.losses
     return trained

@@ -86,15 +86,22 @@ def test_a_runs_scores_are_kept_and_summarized(scored, tmp_path, capsys):
     assert "(sample)" in (tmp_path / "summary" / "summary.md").read_text()
 
 
-def test_an_exported_folder_scores_as_its_run(scored, tmp_path, capsys):
-    assert main(["export", str(scored), "--out", str(tmp_path / "hf")]) == 0
-    argv = ["eval", str(tmp_path / "hf"), "--task", "wikitext,hellaswag", "--data", "sample", "--limit", "40"]
+@pytest.fixture(scope="module")
+def exported(scored, tmp_path_factory):
+    """The scored run's checkpoint exported to a Hugging Face folder."""
+    out = tmp_path_factory.mktemp("exported") / "hf"
+    assert main(["export", str(scored), "--out", str(out)]) == 0
+    return out
+
+
+def test_an_exported_folder_scores_as_its_run(scored, exported, capsys):
+    argv = ["eval", str(exported), "--task", "wikitext,hellaswag", "--data", "sample", "--limit", "40"]
     assert main(argv) == 0
     printed = capsys.readouterr().out
     kept = json.loads((scored / "eval.json").read_text())["tasks"]
     assert f"{kept['wikitext']['metrics']['ppl']:.4f}" in printed
     assert f"{kept['hellaswag']['metrics']['acc_norm']:.4f}" in printed
-    assert not (tmp_path / "hf" / "eval.json").exists()  # a model folder is not a run: nothing kept there
+    assert not (exported / "eval.json").exists()  # a model folder is not a run: nothing kept there
 
 
 def test_lm_evaluation_harness_scores_hellaswag_as_zerolab_does(scored, tmp_path, capsys):
@@ -148,10 +155,9 @@ def test_the_validation_documents_are_the_engines_own_split(engine):
         assert megatron_split(split, size) == list(itertools.pairwise(bounds)), (split, size)
 
 
-def test_sampling_is_reproducible_by_its_seed(trained, tmp_path, capsys):
-    assert main(["export", str(trained("z0").run_dir), "--out", str(tmp_path / "hf")]) == 0
+def test_sampling_is_reproducible_by_its_seed(exported, capsys):
     capsys.readouterr()
-    run = str(tmp_path / "hf")
+    run = str(exported)
     texts = []
     for seed in (7, 7, 8):
         assert (

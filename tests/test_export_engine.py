@@ -1,12 +1,12 @@
-"""`zerolab export` proven equal, not assumed. Each way the engine keeps a checkpoint's weights
-(whole fp32 weights in each rank's model file: ZeRO 0, 1, 2; ZeRO-3's pieces, put together by
-DeepSpeed's zero_to_fp32: ZeRO 3 with or without offload; tensor parallel 2's halves; pipeline
-parallel 2's layer files; bf16 weights), exported and loaded by the real transformers, gives the
-logits and loss of the engine's own forward pass of the same checkpoint (the forward_probe launch
-patch) on held-out tokens; and the five demo setups' exports agree with each other, since ZeRO
-does not change the arithmetic. The tiny GPT-2 on CPU, 2 ranks over gloo, the session's shared
-runs (engine_runs.SHARED_RUNS); skipped, with the reason, without the engine. fp16 is not here:
-DeepSpeed refuses fp16 on CPU."""
+"""`zerolab export` proven equal, not assumed. Every shared run of the session (engine_runs.SHARED_RUNS:
+ZeRO 0, 1, 2 keep whole fp32 weights in each rank's model file; ZeRO 3, with the optimizer or also
+the weights offloaded, keeps pieces that DeepSpeed's zero_to_fp32 puts together; tensor parallel 2
+keeps halves; pipeline parallel 2, with ZeRO 0 or 1, keeps layer files; bf16 keeps bf16 weights),
+exported and loaded by the real transformers, gives the logits and loss of the engine's own forward
+pass of the weights it trained and saved (the forward_probe patch, run at the end of training) on
+held-out tokens; and the five demo setups' exports agree with each other, since ZeRO does not change
+the arithmetic. The tiny GPT-2 on CPU, 2 ranks over gloo; skipped, with the reason, without the
+engine. fp16 is not here: DeepSpeed refuses fp16 on CPU."""
 
 from __future__ import annotations
 
@@ -17,17 +17,12 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
-from engine_runs import DEMO_SETUPS, ITERATIONS
-from launch_helpers import free_port
+from engine_runs import DEMO_SETUPS, ITERATIONS, SHARED_RUNS
 
 from zerolab.cli import main
-from zerolab.engine.forward_probe import OUTPUT_FILE, PROBE_ENV, TOKENS_FILE
+from zerolab.engine.forward_probe import OUTPUT_FILE, PROBE_ENV
 
-PROBED = ("z2", "z3_offload_param", "tp2", "pp2", "bf16")
-"""One setup of each way of keeping the weights, probed against the engine's forward pass (each
-probe is a launch); the other demo setups are held to these by the agreement test below."""
 TOLERANCE = {"bf16": (0.05, 0.01)}
 """(max abs logit difference, loss difference) where the engine computes in bf16 and transformers
 in fp32 from the same weights; fp32 everywhere else: (1e-4, 1e-5)."""
@@ -35,26 +30,24 @@ in fp32 from the same weights; fp32 everywhere else: (1e-4, 1e-5)."""
 COMPARE = """
 import json, sys, torch
 from transformers import AutoTokenizer, GPT2LMHeadModel
-exported, probe = sys.argv[1], sys.argv[2]
-rows = torch.tensor(json.load(open(f"{probe}/tokens.json")))
-engine = torch.load(f"{probe}/engine.pt")
-model = GPT2LMHeadModel.from_pretrained(exported).eval()
-with torch.no_grad():
-    logits = model(rows[:, :-1]).logits
-loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), rows[:, 1:].flatten())
-tokenizer = AutoTokenizer.from_pretrained(exported)
-print(json.dumps({
-    "max_abs_logit_difference": (engine["logits"] - logits).abs().max().item(),
-    "loss": loss.item(),
-    "engine_loss": engine["loss"],
-    "hello_world": tokenizer("hello world")["input_ids"],
-    "activation": model.config.activation_function,
-}))
+results = {}
+for exported, probe in json.loads(sys.argv[1]):
+    rows = torch.tensor(json.load(open(f"{probe}/tokens.json")))
+    engine = torch.load(f"{probe}/engine.pt")
+    model = GPT2LMHeadModel.from_pretrained(exported).eval()
+    with torch.no_grad():
+        logits = model(rows[:, :-1]).logits
+    loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), rows[:, 1:].flatten())
+    tokenizer = AutoTokenizer.from_pretrained(exported)
+    results[exported] = {
+        "max_abs_logit_difference": (engine["logits"] - logits).abs().max().item(),
+        "loss": loss.item(),
+        "engine_loss": engine["loss"],
+        "hello_world": tokenizer("hello world")["input_ids"],
+        "activation": model.config.activation_function,
+    }
+print(json.dumps(results))
 """
-
-
-def _launch(*argv: str) -> None:
-    assert main(["launch", *argv, f"hardware.master_port={free_port()}"]) == 0
 
 
 def _engine_python_json(python: Path, code: str, *args: str) -> Any:
@@ -81,19 +74,18 @@ def exported(trained, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def held_out(dataset, tmp_path_factory) -> Path:
-    """A probe folder with two rows of seq_length + 1 tokens from the end of the prepared sample."""
-    tokens = np.fromfile(f"{dataset}.bin", dtype=np.uint16).astype(int)
-    probe = tmp_path_factory.mktemp("probe")
-    rows = [tokens[-400:-271].tolist(), tokens[-200:-71].tolist()]
-    (probe / TOKENS_FILE).write_text(json.dumps(rows))
-    return probe
+def compared(engine, trained, exported) -> dict[str, dict[str, Any]]:
+    """Each shared run's export against the engine's forward pass of its final weights, in one call
+    of the engine's Python: by setup, the largest logit difference, both losses, and what the
+    exported tokenizer and config say."""
+    pairs = [(str(exported(setup)), str(trained(setup).probe)) for setup in SHARED_RUNS]
+    _, python = engine
+    results = _engine_python_json(python, COMPARE, json.dumps(pairs))
+    return {setup: results[str(exported(setup))] for setup in SHARED_RUNS}
 
 
-@pytest.mark.parametrize("setup", PROBED)
-def test_an_export_gives_the_engines_own_logits(
-    engine, trained, exported, held_out, tmp_path, monkeypatch, setup
-):
+@pytest.mark.parametrize("setup", list(SHARED_RUNS))
+def test_an_export_gives_the_engines_own_logits(trained, exported, compared, setup):
     hf = exported(setup)
     assert sorted(p.name for p in hf.iterdir()) == [
         "config.json",
@@ -101,13 +93,9 @@ def test_an_export_gives_the_engines_own_logits(
         "tokenizer.json",
         "tokenizer_config.json",
     ]
-    monkeypatch.setenv(PROBE_ENV, str(held_out))
-    (held_out / OUTPUT_FILE).unlink(missing_ok=True)
-    run = trained(setup).run_dir
-    _launch("--resume", str(run), f"train.iters={ITERATIONS + 1}", "--run-dir", str(tmp_path / "probe"))
-    assert "zerolab: patch forward_probe" in (tmp_path / "probe" / "train.log").read_text()
-    _, python = engine
-    result = _engine_python_json(python, COMPARE, str(hf), str(held_out))
+    assert "zerolab: patch forward_probe" in trained(setup).text
+    assert (trained(setup).probe / OUTPUT_FILE).is_file()
+    result = compared[setup]
     logits_within, loss_within = TOLERANCE.get(setup, (1e-4, 1e-5))
     assert result["max_abs_logit_difference"] <= logits_within, result
     assert abs(result["loss"] - result["engine_loss"]) <= loss_within, result
@@ -129,13 +117,13 @@ print(json.dumps(max((a - b).abs().max().item() for a, b in itertools.combinatio
 """
 
 
-def test_the_five_demo_setups_export_the_same_model(engine, exported, held_out):
+def test_the_five_demo_setups_export_the_same_model(engine, trained, exported):
     """ZeRO does not change the arithmetic: three iterations of each setup end with the same weights
     (to the float rounding of their different reduction orders), ZeRO-3's consolidated pieces
     included."""
     _, python = engine
     folders = [str(exported(setup)) for setup in (*DEMO_SETUPS, "z3_offload_param")]
-    assert _engine_python_json(python, AGREE, str(held_out), *folders) <= 1e-4
+    assert _engine_python_json(python, AGREE, str(trained("z0").probe), *folders) <= 1e-4
 
 
 def test_a_run_without_a_checkpoint_is_refused_with_the_key_that_saves_one(tmp_path, capsys):

@@ -1,20 +1,19 @@
-"""The engine's own forward pass of a loaded checkpoint, instead of training
+"""The engine's own forward pass of the model it trained, at the end of training
 (ZEROLAB_FORWARD_PROBE=DIR): a patch of megatron.training's `train`, which `pretrain` calls once
-the model, its DeepSpeed engine and the checkpoint given by --load are set up. Every rank runs the
-model on the token rows of DIR/tokens.json (a list of equal-length rows: inputs, then the next
-token; under pipeline parallelism micro-batch-size rows of seq_length + 1 tokens, as the engine's
-batches are), in eval mode, in whatever layout the run has (ZeRO stage, offload, tensor and pipeline
-parallel); one rank of the last pipeline stage writes DIR/engine.pt ({"logits": [rows, seq,
-tokenizer's vocabulary], "loss": the mean next-token loss over that vocabulary}); then every rank
-exits. This is how an export is
-proven equal to the engine that trained it."""
+the model and its DeepSpeed engine are set up, and after which it saves the final checkpoint of
+those same weights. When training is done, every rank runs the model on the token rows of
+DIR/tokens.json (a list of equal-length rows: inputs, then the next token; under pipeline
+parallelism micro-batch-size rows of seq_length + 1 tokens, as the engine's batches are), in eval
+mode, in whatever layout the run has (ZeRO stage, offload, tensor and pipeline parallel); one rank
+of the last pipeline stage writes DIR/engine.pt ({"logits": [rows, seq, tokenizer's vocabulary],
+"loss": the mean next-token loss over that vocabulary}); then the run goes on (its final save and
+validation). This is how an export of that checkpoint is proven equal to the engine that trained it."""
 
 from __future__ import annotations
 
 import itertools
 import json
 import os
-import sys
 import types
 from typing import Any
 
@@ -62,38 +61,45 @@ def _logits(model: Any, rows: Any) -> Any:
         return tensor_parallel.gather_from_tensor_model_parallel_region(logits).float()
 
 
-def _probe_instead_of_training(module: types.ModuleType) -> None:
-    def probe_train(forward_step_func: Any, model: Any, *rest: Any) -> int:
-        # torch, megatron here, not at the top: only in the engine's environment
-        import torch
-        from megatron import get_tokenizer
-        from megatron.core import mpu
+def _write_probe(model: Any) -> None:
+    """Run the model on DIR/tokens.json and write DIR/engine.pt (one rank of the last stage)."""
+    # torch, megatron here, not at the top: only in the engine's environment
+    import torch
+    from megatron import get_tokenizer
+    from megatron.core import mpu
 
-        directory = os.environ[PROBE_ENV]
-        with open(os.path.join(directory, TOKENS_FILE)) as tokens:
-            rows = torch.tensor(json.load(tokens), dtype=torch.long)
-        if torch.cuda.is_available():
-            rows = rows.cuda()
-        logits = _logits(model, rows)
-        writer = mpu.get_tensor_model_parallel_rank() == 0 and mpu.get_data_parallel_rank() == 0
-        if logits is not None and writer:
-            vocabulary = logits[..., : get_tokenizer().vocab_size]  # the padding is never a target
-            loss = torch.nn.functional.cross_entropy(vocabulary.flatten(0, 1), rows[:, 1:].flatten())
-            torch.save(
-                {"logits": vocabulary.cpu(), "loss": float(loss)}, os.path.join(directory, OUTPUT_FILE)
-            )
-            print(f"zerolab: forward probe: loss {float(loss):.6f} written to {directory}", flush=True)
-        torch.distributed.barrier()
-        sys.stdout.flush()
-        os._exit(0)  # no evaluation, no save: the run's checkpoint stays as it was
+    directory = os.environ[PROBE_ENV]
+    with open(os.path.join(directory, TOKENS_FILE)) as tokens:
+        rows = torch.tensor(json.load(tokens), dtype=torch.long)
+    if torch.cuda.is_available():
+        rows = rows.cuda()
+    logits = _logits(model, rows)
+    writer = mpu.get_tensor_model_parallel_rank() == 0 and mpu.get_data_parallel_rank() == 0
+    if logits is not None and writer:
+        vocabulary = logits[..., : get_tokenizer().vocab_size]  # the padding is never a target
+        loss = torch.nn.functional.cross_entropy(vocabulary.flatten(0, 1), rows[:, 1:].flatten())
+        torch.save({"logits": vocabulary.cpu(), "loss": float(loss)}, os.path.join(directory, OUTPUT_FILE))
+        print(f"zerolab: forward probe: loss {float(loss):.6f} written to {directory}", flush=True)
+    torch.distributed.barrier()
 
-    probe_train.__wrapped__ = module.train  # type: ignore[attr-defined]
-    module.train = probe_train  # type: ignore[attr-defined]
+
+def _probe_after_training(module: types.ModuleType) -> None:
+    original = module.train  # type: ignore[attr-defined]
+
+    def train_then_probe(forward_step_func: Any, model: Any, *rest: Any, **options: Any) -> int:
+        iteration = original(forward_step_func, model, *rest, **options)
+        _write_probe(model)
+        for chunk in model:
+            chunk.train()
+        return iteration
+
+    train_then_probe.__wrapped__ = original  # type: ignore[attr-defined]
+    module.train = train_then_probe  # type: ignore[attr-defined]
 
 
 def forward_probe() -> None:
-    """The engine's forward pass of the loaded checkpoint, instead of training (ZEROLAB_FORWARD_PROBE)."""
-    patch_after_import(TRAINING, _probe_instead_of_training)
+    """The engine's forward pass of the model it trained, when training is done (ZEROLAB_FORWARD_PROBE)."""
+    patch_after_import(TRAINING, _probe_after_training)
 
 
 FORWARD_PROBE = launch_patch(forward_probe, probe_wanted, kind="patch")
