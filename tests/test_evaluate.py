@@ -85,22 +85,24 @@ def test_the_validation_documents_are_megatrons_split(split, documents):
     assert megatron_split(split, documents) == expected[(split, documents)]
 
 
+FIRST_HELLASWAG_ROW = {  # Rowan/hellaswag's first validation row (rowanz/hellaswag's data/README example)
+    "activity_label": "Roof shingle removal",
+    "ctx_a": "A man is sitting on a roof.",
+    "ctx_b": "he",
+    "ctx": "A man is sitting on a roof. he",
+    "endings": [
+        "is using wrap to wrap a pair of skis.",
+        "is ripping level tiles off.",
+        "is holding a rubik's cube.",
+        "starts pulling up roofing on a roof.",
+    ],
+    "label": "3",
+}
+
+
 def test_the_hellaswag_sample_is_the_record_made_from_the_hubs_row_but_for_one_capital():
     first = json.loads(tasks.HELLASWAG_SAMPLE.read_text(encoding="utf-8").splitlines()[0])
-    row = {  # the first validation row of Rowan/hellaswag (rowanz/hellaswag's data/README example)
-        "activity_label": "Roof shingle removal",
-        "ctx_a": "A man is sitting on a roof.",
-        "ctx_b": "he",
-        "ctx": "A man is sitting on a roof. he",
-        "endings": [
-            "is using wrap to wrap a pair of skis.",
-            "is ripping level tiles off.",
-            "is holding a rubik's cube.",
-            "starts pulling up roofing on a roof.",
-        ],
-        "label": "3",
-    }
-    record = hellaswag_record(row)
+    record = hellaswag_record(FIRST_HELLASWAG_ROW)
     assert record["context"] == "Roof shingle removal: A man is sitting on a roof. He"
     # the sample's extraction joined ctx as the dataset does, ctx_b not capitalized
     assert first["context"] == "Roof shingle removal: A man is sitting on a roof. he"

@@ -12,6 +12,7 @@ import os
 import subprocess
 
 import pytest
+from test_evaluate import FIRST_HELLASWAG_ROW
 
 from zerolab.cli import main
 from zerolab.evaluate.tasks import hellaswag_record, megatron_split
@@ -31,18 +32,7 @@ rows = datasets.Dataset.from_list(json.loads(sys.argv[1]))
 print(json.dumps([[doc["query"], doc["choices"], doc["gold"]] for doc in process_docs(rows)]))
 """
 HELLASWAG_ROWS = [
-    {  # Rowan/hellaswag's first validation row (rowanz/hellaswag's README example)
-        "activity_label": "Roof shingle removal",
-        "ctx_a": "A man is sitting on a roof.",
-        "ctx_b": "he",
-        "endings": [
-            "is using wrap to wrap a pair of skis.",
-            "is ripping level tiles off.",
-            "is holding a rubik's cube.",
-            "starts pulling up roofing on a roof.",
-        ],
-        "label": "3",
-    },
+    FIRST_HELLASWAG_ROW,
     {  # WikiHow-shaped: markers, no ctx_b, spaces to clean
         "activity_label": "Home and Garden",
         "ctx_a": "[header] How to clean a grill [title] Heat the grill. [step] Turn the burners up  high.",
