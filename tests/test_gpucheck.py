@@ -53,7 +53,9 @@ def test_a_kit_holds_the_pinned_commits_and_the_wheels_the_machine_lacks(gathere
     assert git("rev-parse", kits.PINNED_REF, cwd=kit.apex_git) == pins.apex_commit
     names = {kits.wheel_identity(wheel)[0]: kits.wheel_identity(wheel)[1] for wheel in kit.wheels}
     assert names["deepspeed"] == pins.python["deepspeed"] and names["numpy"] == pins.python["numpy"]
-    assert {"torch", "tensorboard", "wandb", "datasets"}.isdisjoint(names)  # the machine's, or not needed
+    assert {"torch", "tensorboard", "wandb", "datasets", "lm_eval", "accelerate"}.isdisjoint(
+        names
+    )  # the machine's, or not needed
     assert "rich" not in names and "pyyaml" not in names  # zerolab's own, by range: the machine's will do
     assert {"pydantic", "zstandard", "hjson", "transformers"} <= set(names)
     assert kit.manifest["left_out"] and kit.manifest["python"] == PYTHON

@@ -53,6 +53,9 @@ NOT_NEEDED = {
     "wandb": "the check's runs do not log to W&B",
     "datasets": "only `zerolab prep dolly` without --input downloads with it; the check prepares "
     "the bundled sample",
+    "lm_eval": "`zerolab eval --scorer lm-eval` scores on CPU, not in the check (and some of its "
+    "dependencies come only as source)",
+    "accelerate": "lm-evaluation-harness's, for the same reason",
 }
 """Pinned packages the kit leaves out, and why."""
 
