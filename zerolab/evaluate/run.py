@@ -64,9 +64,6 @@ def _score(scorer: Scorer, model: str, inputs: dict[str, dict], progress: bool) 
     """Each task's result from `scorer`'s script in the engine's Python."""
     with tempfile.TemporaryDirectory(prefix="zerolab-score-") as work:
         result_file = Path(work) / "result.json"
-        if scorer == "lm-eval":
-            request = {"model": model, "docs": inputs["hellaswag"]["docs"], "result": str(result_file)}
-        else:
-            request = {"model": model, "tasks": inputs, "result": str(result_file)}
+        request = {"model": model, "tasks": inputs, "result": str(result_file)}
         run_engine_script(SCRIPTS[scorer], request, Path(work), name="eval", echo=progress)
         return json.loads(result_file.read_text())

@@ -1,7 +1,8 @@
 """Scores HellaSwag with lm-evaluation-harness (`zerolab eval --scorer lm-eval`), in the engine's
-Python: `python score_lm_eval.py REQUEST.json`. The request, written by zerolab/evaluate/run.py,
-names the model folder, the tasks (zerolab's records: `context`, `endings`, `label`, as
-lm-evaluation-harness's own `hellaswag` task prompts them) and the file the result goes to.
+Python: `python score_lm_eval.py REQUEST.json`. The request, written by zerolab/evaluate/run.py as
+for score_hf.py, names the model folder, the `hellaswag` task's docs (zerolab's records: `context`,
+`endings`, `label`, as lm-evaluation-harness's own `hellaswag` task prompts them) and the file the
+result goes to.
 
 lm-evaluation-harness tokenizes, batches and computes every ending's log-likelihood (its `HFLM`,
 fp32 on CPU) and reports acc and acc_norm; the accuracies kept are `choice_metrics` of its
@@ -57,7 +58,7 @@ def _task(docs_file: Path) -> dict:
 def main() -> None:
     request_file = Path(sys.argv[1])
     request = json.loads(request_file.read_text(encoding="utf-8"))
-    docs = request["docs"]
+    docs = request["tasks"]["hellaswag"]["docs"]
     docs_file = request_file.with_name("hellaswag_docs.jsonl")
     docs_file.write_text("".join(json.dumps(doc) + "\n" for doc in docs), encoding="utf-8")
     logging.getLogger("lm_eval").setLevel(logging.WARNING)
