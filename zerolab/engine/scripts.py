@@ -4,6 +4,7 @@ says why it failed on a stderr line `zerolab NAME: ...`, which becomes the UserE
 
 from __future__ import annotations
 
+import codecs
 import json
 import os
 import subprocess
@@ -48,7 +49,10 @@ def run_engine_script(
     )
     said = ""
     assert process.stderr is not None
-    while chunk := os.read(process.stderr.fileno(), 4096).decode(errors="replace"):
+    # a character split between two reads is decoded whole, with the read that completes it
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    while raw := os.read(process.stderr.fileno(), 4096):
+        chunk = decoder.decode(raw)
         if echo:
             sys.stderr.write(chunk)
             sys.stderr.flush()
