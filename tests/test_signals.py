@@ -14,6 +14,7 @@ from zerolab.logs.signals import RankSignalReader, killed_by, signal_words
 
 LOGS = Path(__file__).parent / "fixtures" / "logs"
 SIGKILL_RANK1 = LOGS / "cpu-engine" / "signal_sigkill_rank1.log"  # torchrun
+TWO_NODES_SIGKILL_RANK1 = LOGS / "cpu-engine" / "two_nodes_sigkill_rank1.log"  # torchrun on node2, under srun
 DSLAUNCHER_SIGSEGV = LOGS / "cpu-engine" / "dslauncher_sigsegv_rank1.log"  # the deepspeed launcher
 
 
@@ -70,9 +71,25 @@ def test_a_ranks_own_prefixed_lines_are_its_last_lines():
     "path",
     sorted(
         {*(LOGS / "real").glob("*.log"), *(LOGS / "cpu-engine").glob("*.log")}
-        - {SIGKILL_RANK1, DSLAUNCHER_SIGSEGV}
+        - {SIGKILL_RANK1, DSLAUNCHER_SIGSEGV, TWO_NODES_SIGKILL_RANK1}
     ),
     ids=lambda path: path.stem,
 )
 def test_no_other_real_log_reads_as_a_rank_killed_by_a_signal(path):
     assert read(path.read_text(errors="replace").splitlines()) is None
+
+
+def test_torchrun_on_another_node_names_it():
+    found = read(TWO_NODES_SIGKILL_RANK1.read_text().splitlines())
+    assert found.describe() == "rank 1 on node2 killed by SIGKILL (signal 9): likely out of host memory"
+
+
+def test_over_several_nodes_the_rank_killed_by_a_signal_is_the_cause_not_the_ranks_that_failed_after_it():
+    """Each node's torchrun reports its own root cause: node1's rank 0 exits with an error after
+    node2's rank 1 was killed; the cause is node2's, in whichever order the reports arrive."""
+    lines = TWO_NODES_SIGKILL_RANK1.read_text().splitlines()
+    killed = lines[lines.index("Root Cause (first observed failure):") :]
+    node1 = [line.replace("node2", "node1").replace("rank      : 1", "rank      : 0") for line in killed]
+    node1 = [line.replace("-9 (pid: 20182)  (SIGKILL)", "1 (pid: 20100)") for line in node1]
+    for order in ([*node1, *killed], [*killed, *node1]):
+        assert read(order).describe().startswith("rank 1 on node2 killed by SIGKILL (signal 9)")

@@ -26,11 +26,17 @@ def test_launcher_prefixes_are_taken_off_and_kept_as_the_source():
     assert _cleaned("[rank2]:[E ProcessGroupNCCL.cpp:754] x") == ("rank2", "[E ProcessGroupNCCL.cpp:754] x")
     assert _cleaned("3:  iteration 1/2 |") == ("3", " iteration 1/2 |")
     assert _cleaned("actor-multi-node-worker-0: ppl: 2.1") == ("actor-multi-node-worker-0", "ppl: 2.1")
+    assert _cleaned("node2:  iteration 1/2 |") == ("node2", " iteration 1/2 |")  # pdsh
     assert _cleaned("> 3:  iteration 1/2 |") == ("3", " iteration 1/2 |")
 
 
 def test_error_lines_are_not_mistaken_for_prefixes():
-    for text in ("AssertionError: Rank 3: found NaN", "srun: error: nid008576: task 2: Out Of Memory"):
+    for text in (
+        "AssertionError: Rank 3: found NaN",
+        "srun: error: nid008576: task 2: Out Of Memory",
+        "WARNING: could not find the metadata file",
+        "Error: 3 ranks",
+    ):
         assert clean_line(1, text).source is None
         assert clean_line(1, text).text == text
 

@@ -3,9 +3,10 @@ as the launchers report it, read from log lines by the one reader that `zerolab 
 (status.json) and `zerolab summarize` (the cause column) share.
 
 torchrun ends a failed run with a ChildFailedError report that names, under "Root Cause", the
-first rank to fail, its `exitcode` (minus the signal number) and `Signal 11 (SIGSEGV) received
-by PID ...`; the DeepSpeed launcher logs `... exits with return code = -11` without saying
-which rank; Python's subprocess says `died with <Signals.SIGSEGV: 11>`.
+first rank to fail, its `host`, its `exitcode` (minus the signal number) and `Signal 11 (SIGSEGV)
+received by PID ...` (a run over several nodes has one report per node's torchrun); the
+DeepSpeed launcher logs `... exits with return code = -11` without saying which rank; Python's
+subprocess says `died with <Signals.SIGSEGV: 11>`.
 Standard library only: the engine's build steps use it too.
 """
 
@@ -24,11 +25,12 @@ _LIKELY = {signal.SIGKILL: "likely out of host memory"}
 
 _REPORT = re.compile(
     r"failed \(exitcode: -?\d+\)|ChildFailedError|Root Cause \(first observed failure\)"
-    r"|^\s*(?:rank|exitcode)\s+: |exits with return code = |Killing subprocess|died with <Signals\."
+    r"|^\s*(?:rank|exitcode|host)\s+: |exits with return code = |Killing subprocess|died with <Signals\."
 )
 """Every line of a launcher's failure report matches; the first one ends the ranks' output."""
 REPORT_MARKERS = (
     "exitcode",
+    "host      : ",
     "ChildFailedError",
     "Root Cause",
     "local_rank",
@@ -40,6 +42,7 @@ REPORT_MARKERS = (
 output before the report (a reader that keeps no last lines may be fed report lines alone)."""
 _REPORT_GATE = re.compile("|".join(re.escape(marker) for marker in REPORT_MARKERS))
 _TORCHRUN_ROOT = "Root Cause (first observed failure)"
+_TORCHRUN_HOST = re.compile(r"^\s*host\s+: (\S+)")
 _TORCHRUN_RANK = re.compile(r"^\s*rank\s+: (\d+) \(local_rank: \d+\)")
 _TORCHRUN_EXIT = re.compile(r"^\s*exitcode\s+: (-?\d+) \(pid: \d+\)")
 _TORCHRUN_FAILED = re.compile(r"failed \(exitcode: (-\d+)\) local_rank: \d+ \(pid: \d+\)")
@@ -66,18 +69,31 @@ def killed_by(number: int) -> str:
 
 @dataclass(frozen=True)
 class RankSignal:
-    """A rank killed by a signal: its global rank (None when the launcher does not say), the
-    signal, the log line that says so, and that rank's (or else the log's) last output lines."""
+    """A rank killed by a signal: its global rank and host (None when the launcher does not say),
+    the signal, the log line that says so, and that rank's (or else the log's) last output lines."""
 
     rank: int | None
     signal: int
     line: int
     last_lines: tuple[str, ...]
+    host: str | None = None
 
     def describe(self) -> str:
-        """`rank 0 killed by SIGSEGV (signal 11)`."""
+        """`rank 0 killed by SIGSEGV (signal 11)`; `rank 1 on node2 killed by ...` when the launcher
+        names a host other than localhost (torchrun)."""
         who = "a rank" if self.rank is None else f"rank {self.rank}"
-        return f"{who} {killed_by(self.signal)}"
+        where = f" on {self.host}" if self.host and self.host != "localhost" else ""
+        return f"{who}{where} {killed_by(self.signal)}"
+
+
+@dataclass(frozen=True)
+class _Death:
+    """A launcher's report of one rank's end: rank, exit code (minus a signal), line, host."""
+
+    rank: int | None
+    code: int
+    line: int
+    host: str | None
 
 
 class RankSignalReader:
@@ -91,8 +107,10 @@ class RankSignalReader:
         self._before: dict[str | None, list[str]] | None = None
         self._in_root = False
         self._block_rank: int | None = None
-        self._root: tuple[int | None, int, int] | None = None  # (rank, exit code, line)
-        self._other: tuple[int | None, int, int] | None = None  # a signal said elsewhere
+        self._block_host: str | None = None
+        self._root: _Death | None = None  # torchrun's first root cause
+        self._root_signal: _Death | None = None  # the first root cause killed by a signal (one per node)
+        self._other: _Death | None = None  # a signal said elsewhere
 
     def feed(self, number: int, source: str | None, text: str) -> None:
         """Look at one line."""
@@ -107,25 +125,31 @@ class RankSignalReader:
             self._before = {key: list(lines) for key, lines in self._recent.items()}
         if _TORCHRUN_ROOT in text:
             self._in_root = True
+        elif match := _TORCHRUN_HOST.match(text):
+            self._block_host = match[1]
         elif match := _TORCHRUN_RANK.match(text):
             self._block_rank = int(match[1])
         elif match := _TORCHRUN_EXIT.match(text):
-            if self._in_root and self._root is None:
-                self._root = (self._block_rank, int(match[1]), number)
+            if self._in_root:
+                death = _Death(self._block_rank, int(match[1]), number, self._block_host)
+                self._root = self._root or death
+                if death.code < 0 and self._root_signal is None:
+                    self._root_signal = death
         elif self._other is None:
             for pattern, sign in ((_TORCHRUN_FAILED, 1), (_DEEPSPEED_EXIT, 1), (_SUBPROCESS_DIED, -1)):
                 if match := pattern.search(text):  # as an exit code: minus the signal number
-                    self._other = (None, sign * int(match[1]), number)
+                    self._other = _Death(None, sign * int(match[1]), number, None)
                     break
 
     @property
     def found(self) -> RankSignal | None:
-        """The rank killed by a signal: torchrun's root cause when it reported one (None when
-        that rank exited with an error code instead), else the first death by signal seen."""
-        rank, code, line = self._root or self._other or (None, 0, 0)
-        if code >= 0:
+        """The rank killed by a signal: a torchrun root cause killed by one (over several nodes,
+        the node whose rank died, not the nodes whose ranks failed after it); None when torchrun's
+        root cause exited with an error code instead; else the first death by signal seen."""
+        death = self._root_signal or self._root or self._other
+        if death is None or death.code >= 0:
             return None
-        return RankSignal(rank, -code, line, self._last_lines(rank))
+        return RankSignal(death.rank, -death.code, death.line, self._last_lines(death.rank), death.host)
 
     def _last_lines(self, rank: int | None) -> tuple[str, ...]:
         """The rank's own last lines where its output is prefixed with its rank, else the log's."""
