@@ -127,6 +127,12 @@ def _batch(row: Row) -> str:
     return f"{number(row['micro_batch_size'])}/{number(row['global_batch_size'])}"
 
 
+def _ranks(row: Row) -> str:
+    """`2`, or `2 on 2 nodes` for a run over several nodes."""
+    nodes = row["nodes"]
+    return number(row["world_size"]) + (f" on {nodes} nodes" if nodes and nodes > 1 else "")
+
+
 def _loss(row: Row) -> str:
     if row["first_loss"] is None:
         return ""
@@ -195,7 +201,14 @@ COLUMNS: tuple[Column, ...] = (
         "the model's shape",
         companions=("hidden_size", "ffn_hidden_size", "seq_length", "padded_vocab_size"),
     ),
-    Column("world_size", "ranks", label="GPUs", terminal=13),
+    Column(
+        "world_size",
+        "ranks, and the machines they ran on (`nodes`; the table says `8 on 2 nodes` past one)",
+        label="GPUs",
+        companions=("nodes",),
+        cell=_ranks,
+        terminal=13,
+    ),
     Column("tensor_parallel", "tensor- and pipeline-parallel sizes", companions=("pipeline_parallel",)),
     Column("zero_stage", "ZeRO stage", label="ZeRO"),
     Column(

@@ -42,6 +42,7 @@ def config_columns(run: dict[str, Any], log: ParsedLog) -> dict[str, Any]:
         "seq_length": column("seq_length", stated.seq_length),
         "padded_vocab_size": column("padded_vocab_size", stated.padded_vocab_size),
         "world_size": column("world_size", stated.world_size),
+        "nodes": column("nodes", None),
         "tensor_parallel": column("tensor_parallel", stated.tensor_parallel),
         "pipeline_parallel": column("pipeline_parallel", stated.pipeline_parallel),
         "zero_stage": column("zero_stage", stated.zero_stage),
