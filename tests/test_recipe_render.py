@@ -469,3 +469,29 @@ def test_epochs_of_a_missing_split_dataset_name_the_prep_command_that_writes_it(
         in message
     )
     assert message.endswith("or give the interval as train.save_interval (iterations)")
+
+
+def test_the_deepspeed_launcher_over_ssh_takes_the_launch_environment_to_every_node(tmp_path, monkeypatch):
+    """DeepSpeed's runner passes only PYTHON*/NCCL*-like variables to the nodes it starts over ssh;
+    the rest of the launch's environment goes in the run's deepspeed_env (DS_ENV_FILE), after the
+    user's own ~/.deepspeed_env, which DS_ENV_FILE would otherwise hide."""
+    hostfile = tmp_path / "hostfile"
+    hostfile.write_text("node1 slots=2\nnode2 slots=2\n")
+    two_nodes = ["hardware.launcher=deepspeed", "hardware.nodes=2", f"hardware.hostfile={hostfile}"]
+    recipe = load_recipe("cpu/tiny_z1", [*two_nodes, "hardware.master_addr=node1"])
+    launch = render(recipe, run_dir=str(tmp_path / "run"))
+    assert launch.env["DS_ENV_FILE"] == f"{tmp_path}/run/deepspeed_env"
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / ".deepspeed_env").write_text("NCCL_SOCKET_IFNAME=eth0\nOMP_NUM_THREADS=8\n")
+    monkeypatch.setenv("HOME", str(home))
+    (tmp_path / "run").mkdir()
+    launch.write_config(tmp_path / "run", {"PATH": "/usr/bin"})
+    lines = (tmp_path / "run" / "deepspeed_env").read_text().splitlines()
+    assert lines[0] == "NCCL_SOCKET_IFNAME=eth0" and "DS_ACCELERATOR=cpu" in lines
+    assert "OMP_NUM_THREADS=1" in lines and "OMP_NUM_THREADS=8" not in lines  # the recipe's own wins
+    assert not any(line.startswith("DS_ENV_FILE=") for line in lines)
+    one_node = render(
+        load_recipe("cpu/tiny_z1", ["hardware.launcher=deepspeed"]), run_dir=str(tmp_path / "one")
+    )
+    assert "DS_ENV_FILE" not in one_node.env

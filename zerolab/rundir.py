@@ -28,6 +28,8 @@ SAMPLES_FILE = "samples.csv"
 STATUS_FILE = "status.json"
 EVAL_FILE = "eval.json"
 HOSTFILE = "hostfile"
+DEEPSPEED_ENV_FILE = "deepspeed_env"
+"""The launch's environment for the ranks the deepspeed launcher starts over ssh (DS_ENV_FILE)."""
 CHECKPOINTS_DIR = "checkpoints"
 TENSORBOARD_DIR = "tensorboard"
 WANDB_DIR = "wandb"
@@ -190,6 +192,22 @@ def write_ds_config(run_dir: Path, config: dict[str, Any]) -> None:
 def write_command(run_dir: Path, script: str) -> None:
     """command.sh, executable."""
     write_atomic(run_dir / COMMAND_FILE, script, mode=0o755)
+
+
+def write_deepspeed_env(run_dir: Path, env: dict[str, str]) -> None:
+    """deepspeed_env: NAME=VALUE lines, the format of DeepSpeed's `.deepspeed_env`; its launcher
+    exports them on every node it starts over ssh (it passes on only a few variables itself)."""
+    write_atomic(run_dir / DEEPSPEED_ENV_FILE, "".join(f"{name}={value}\n" for name, value in env.items()))
+
+
+def read_deepspeed_env(directory: Path) -> dict[str, str]:
+    """The NAME=VALUE lines of DeepSpeed's own `.deepspeed_env` in `directory` ({} without one),
+    read as its launcher reads them (lines without `=` left out)."""
+    path = directory / ".deepspeed_env"
+    if not path.is_file():
+        return {}
+    pairs = (line.split("=", 1) for line in path.read_text(errors="replace").splitlines() if "=" in line)
+    return {name.strip(): value.strip() for name, value in pairs}
 
 
 def write_doctor(run_dir: Path, report: dict[str, Any]) -> None:

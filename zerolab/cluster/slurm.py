@@ -61,7 +61,7 @@ def sbatch_for_recipe(recipe: Recipe, options: SlurmOptions, *, resume: Resume |
     return _job(
         title=f"Recipe {recipe.name} on a SLURM allocation, one task per node.",
         rendered_by="zerolab render --slurm",
-        directives=_directives(launch, recipe.name, options, output="logs/slurm-%x-%j.out"),
+        directives=_directives(recipe, launch, recipe.name, options, output="logs/slurm-%x-%j.out"),
         run=_run_dir_block(recipe, launch, f'"logs/{recipe.name}/slurm-${{SLURM_JOB_ID}}"'),
         launch=launch,
         options=options,
@@ -116,7 +116,7 @@ def sbatch_array(tasks: list[ArrayTask], name: str, options: SlurmOptions, *, re
         rendered_by=rendered_by,
         directives=[
             f"--array=0-{len(tasks) - 1}",
-            *_directives(launches[0], name, options, output="logs/slurm-%x-%A_%a.out"),
+            *_directives(tasks[0].recipe, launches[0], name, options, output="logs/slurm-%x-%A_%a.out"),
         ],
         run=choose,
         launch=launches[0],
@@ -126,13 +126,17 @@ def sbatch_array(tasks: list[ArrayTask], name: str, options: SlurmOptions, *, re
 
 
 def _render(recipe: Recipe, options: SlurmOptions, resume: Resume | None) -> Launch:
-    """The recipe's launch as a job runs it: into the job's run directory, placed by SLURM."""
+    """The recipe's launch as a job runs it: into the job's run directory, placed by SLURM; a
+    checkpointing job also loads its own last checkpoint, so that a requeued job (`scontrol
+    requeue`, a preemption) resumes instead of starting over (Megatron starts from scratch when
+    there is none yet)."""
     return render(
         recipe,
         run_dir=RUN_DIR,
         resume=resume,
         placement=Placement.scheduled(RUN_DIR),
         engine=IMAGE_ENGINE_DIR if options.image else None,
+        load_own_checkpoints=resume is None,
     )
 
 
@@ -142,16 +146,21 @@ def _mounts(recipes: list[Recipe]) -> list[str]:
     return sorted({str(Path(path).parent) for path in paths if path and Path(path).is_absolute()})
 
 
-def _directives(launch: Launch, name: str, options: SlurmOptions, *, output: str) -> list[str]:
-    """The #SBATCH options of a job running `launch`."""
+def _directives(
+    recipe: Recipe, launch: Launch, name: str, options: SlurmOptions, *, output: str
+) -> list[str]:
+    """The #SBATCH options of a job running `launch`: GPUs only for a CUDA recipe (a CPU recipe's
+    ranks are processes: a GPU request would keep it off nodes without GPUs), output appended
+    when the job is requeued."""
     directives = [
         f"--job-name={name}",
         f"--nodes={launch.nodes}",
         "--ntasks-per-node=1",
-        f"--gpus-per-node={launch.procs_per_node}",
+        *([f"--gpus-per-node={launch.procs_per_node}"] if recipe.hardware.device == "cuda" else []),
         "--exclusive",
         f"--time={options.time_limit}",
         f"--output={output}",
+        "--open-mode=append",
     ]
     if options.partition:
         directives.append(f"--partition={options.partition}")
@@ -228,6 +237,7 @@ def _srun(options: SlurmOptions, mounts: list[str]) -> str:
         "--ntasks-per-node=1",
         "--kill-on-bad-exit=1",
         f'--output="${{RUN_DIR}}/{rundir.LOG_FILE}"',
+        "--open-mode=append",
     ]
     if options.image:
         inside = [f"${{PWD}}/logs:{IMAGE_REPO_DIR}/logs", f"${{PWD}}/data:{IMAGE_REPO_DIR}/data"]

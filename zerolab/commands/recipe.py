@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -114,13 +115,13 @@ def print_sbatch(recipe: Any, resume: Any, args: argparse.Namespace) -> int:
 
 
 def write_render(launch: Any, out: Path, name: str) -> None:
-    """ds_config.json and an executable command.sh (runnable from anywhere: it changes to this
-    directory) in a new directory."""
+    """ds_config.json (and deepspeed_env for a launch over ssh) and an executable command.sh
+    (runnable from anywhere: it changes to this directory) in a new directory."""
 
     if out.exists():
         raise UserError(f"--out {out}: already exists; choose a new directory")
     directory = rundir.claim(out)
-    rundir.write_ds_config(directory, launch.ds_config)
+    launch.write_config(directory, os.environ)
     note = f"{name}, rendered {rundir.now_iso()} by zerolab {__version__}"
     rundir.write_command(directory, launch.script(Path.cwd(), note))
 

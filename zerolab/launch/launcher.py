@@ -125,7 +125,7 @@ def launch(
     launcher = shutil.which(rendered.argv[0], path=env["PATH"]) or rendered.argv[0]
     facts = run_facts(recipe)
     rundir.write_recipe(directory, resolved_yaml(recipe))
-    rundir.write_ds_config(directory, rendered.ds_config)
+    rendered.write_config(directory, os.environ)
     resuming = f" (resuming {display_path(prepared.resume.run_dir)})" if prepared.resume else ""
     note = f"{prepared.name}{resuming}, launched {rundir.now_iso()} by zerolab {__version__}"
     rundir.write_command(directory, rendered.script(Path.cwd(), note))

@@ -189,6 +189,19 @@ class Launch:
             f"{self.shell()}\n"
         )
 
+    def write_config(self, directory: Path, inherited: Mapping[str, str]) -> None:
+        """The files the launch reads from its run directory `directory`: ds_config.json and,
+        for a launch over ssh (DS_ENV_FILE), deepspeed_env: the lines of the `.deepspeed_env`
+        files DeepSpeed would read without it (the user's home, then this directory: NCCL
+        settings), then the runtime additions and the rendered environment, as this machine's
+        launcher gets them."""
+        rundir.write_ds_config(directory, self.ds_config)
+        if "DS_ENV_FILE" in self.env:
+            env = rundir.read_deepspeed_env(Path.home()) | rundir.read_deepspeed_env(Path.cwd())
+            env |= self.runtime_env(inherited) | self.env
+            env.pop("DS_ENV_FILE")
+            rundir.write_deepspeed_env(directory, env)
+
     def process_env(self, inherited: dict[str, str]) -> dict[str, str]:
         """The launcher's whole environment: `inherited` (less what the recipe decides), the
         runtime additions and the rendered environment."""
@@ -203,21 +216,24 @@ def render(
     resume: Resume | None = None,
     placement: Placement | None = None,
     engine: str | None = None,
+    load_own_checkpoints: bool = False,
 ) -> Launch:
     """The whole launch of a loaded (composed, validated, checked) recipe writing into `run_dir`,
     continuing `resume`, placed on its nodes by `placement` (default: the recipe's hardware
-    section), with the engine checkout at `engine` (default: this machine's)."""
+    section), with the engine checkout at `engine` (default: this machine's). With
+    `load_own_checkpoints`, a checkpointing run also loads from its own checkpoints/ (a job that
+    may be requeued into the same run directory)."""
     hw = recipe.hardware
     return Launch(
         argv=[
             *launcher_args(recipe, placement or Placement.of(recipe)),
             f"{engine or engine_dir()}/pretrain_gpt.py",
             *megatron_args(recipe, f"{run_dir}/{rundir.DS_CONFIG_FILE}"),
-            *run_dir_args(recipe, run_dir),
+            *run_dir_args(recipe, run_dir, load_own_checkpoints=load_own_checkpoints),
             *(resume_args(recipe, resume) if resume else []),
             *recipe.extra.megatron_args,
         ],
-        env=launch_env(recipe),
+        env=launch_env(recipe) | remote_env_file(recipe, placement or Placement.of(recipe), run_dir),
         ds_config=ds_config(recipe),
         run_dir=run_dir,
         world_size=recipe.world_size,
@@ -243,6 +259,17 @@ def launcher_args(recipe: Recipe, placement: Placement) -> list[str]:
     if hw.nodes > 1:
         argv += ["--master_addr", placement.master_addr]
     return [*argv, "--master_port", str(hw.master_port), "--module", ENTRY_MODULE]
+
+
+def remote_env_file(recipe: Recipe, placement: Placement, run_dir: str) -> dict[str, str]:
+    """DS_ENV_FILE, where the deepspeed launcher starts other nodes' ranks over ssh: it exports
+    only a few variables there (PYTHON*, NCCL*...), the rest of the launch's environment
+    (DS_ACCELERATOR, OMP_NUM_THREADS, the attention patch's) comes from this file, which the
+    launch writes (`Launch.write_config`)."""
+    hw = recipe.hardware
+    if hw.launcher != "deepspeed" or hw.nodes == 1 or not placement.ssh:
+        return {}
+    return {"DS_ENV_FILE": f"{run_dir}/{rundir.DEEPSPEED_ENV_FILE}"}
 
 
 def launch_env(recipe: Recipe) -> dict[str, str]:
@@ -379,13 +406,17 @@ def activation_checkpointing_args(recipe: Recipe) -> list[str]:
     return args
 
 
-def run_dir_args(recipe: Recipe, run_dir: str) -> list[str]:
+def run_dir_args(recipe: Recipe, run_dir: str, *, load_own_checkpoints: bool = False) -> list[str]:
     """What the engine writes into the run directory: checkpoints (train.save_interval, or
-    save_interval_epochs in iterations), TensorBoard events and the W&B run (logging)."""
+    save_interval_epochs in iterations; with `load_own_checkpoints` also loaded from there),
+    TensorBoard events and the W&B run (logging)."""
     args: list[str] = []
     interval = save_interval(recipe)
     if interval is not None:
-        args += ["--save", f"{run_dir}/{rundir.CHECKPOINTS_DIR}", "--save-interval", str(interval)]
+        checkpoints = f"{run_dir}/{rundir.CHECKPOINTS_DIR}"
+        args += ["--save", checkpoints, "--save-interval", str(interval)]
+        if load_own_checkpoints:
+            args += ["--load", checkpoints]
     logging = recipe.logging
     if logging.tensorboard:
         args += [
