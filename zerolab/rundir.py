@@ -28,6 +28,8 @@ SAMPLES_FILE = "samples.csv"
 STATUS_FILE = "status.json"
 EVAL_FILE = "eval.json"
 HOSTFILE = "hostfile"
+JOB_SCRIPT_FILE = "job.sbatch"
+"""The script `zerolab launch --slurm` submitted (`sbatch job.sbatch` submits it again)."""
 DEEPSPEED_ENV_FILE = "deepspeed_env"
 """The launch's environment for the ranks the deepspeed launcher starts over ssh (DS_ENV_FILE)."""
 CHECKPOINTS_DIR = "checkpoints"
@@ -208,6 +210,11 @@ def read_deepspeed_env(directory: Path) -> dict[str, str]:
         return {}
     pairs = (line.split("=", 1) for line in path.read_text(errors="replace").splitlines() if "=" in line)
     return {name.strip(): value.strip() for name, value in pairs}
+
+
+def write_job_script(run_dir: Path, script: str) -> None:
+    """job.sbatch: the sbatch script a SLURM job was submitted with."""
+    write_atomic(run_dir / JOB_SCRIPT_FILE, script)
 
 
 def write_doctor(run_dir: Path, report: dict[str, Any]) -> None:

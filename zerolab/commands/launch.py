@@ -6,9 +6,14 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from zerolab.cluster.arguments import add_slurm_arguments, refuse_slurm_options_without_slurm, slurm_options
+from zerolab.cluster.slurm import sbatch_for_recipe
+from zerolab.errors import UserError
 from zerolab.launch.launcher import launch, prepare
+from zerolab.launch.slurm_job import submit_and_wait
 from zerolab.recipe import render
 from zerolab.recipe.extras import check_extras
+from zerolab.recipe.inputs import check_inputs
 from zerolab.recipe.output import render_text, warn_missing_inputs
 from zerolab.recipe.render import RUN_DIR_PLACEHOLDER
 from zerolab.recipe.selection import select
@@ -41,12 +46,20 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--run-dir", type=Path, help="write the run here instead of logs/NAME/TIMESTAMP (must not exist)"
     )
+    add_slurm_arguments(
+        parser,
+        "submit the recipe as a SLURM job (the script of `zerolab render --slurm`) from this login node, "
+        "follow it to its end and record it in logs/NAME/slurm-JOBID/ (docs/multinode.md); Ctrl-C cancels it",
+    )
     parser.set_defaults(run=run_launch)
 
 
 def run_launch(args: argparse.Namespace) -> int:
     """Launch (or, with --dry-run, print) a recipe; returns the training's exit code."""
 
+    refuse_slurm_options_without_slurm(args)
+    if args.slurm:
+        return slurm_launch(args)
     if args.dry_run:
         return dry_run(list(args.words), args.resume, args.run_dir)
     prepared = prepare(list(args.words), resume=args.resume)
@@ -63,3 +76,34 @@ def dry_run(words: list[str], resume: Path | None, run_dir: Path | None) -> int:
     check_extras(recipe, launch, required=False)
     print(render_text(recipe, launch), end="")
     return 0
+
+
+def slurm_launch(args: argparse.Namespace) -> int:
+    """--slurm: check the recipe as a job runs it, then print (--dry-run) or submit its sbatch
+    script and follow the job; returns the job's exit code."""
+
+    if args.run_dir is not None:
+        raise UserError("--run-dir is not an option of --slurm: the job writes logs/NAME/slurm-JOBID/")
+    recipe, resume = select(list(args.words), args.resume, scheduler_places_nodes=True)
+    options = slurm_options(args)
+    script = sbatch_for_recipe(recipe, options, resume=resume)
+    if args.dry_run:
+        warn_missing_inputs(recipe, scheduler_places_nodes=True)
+        print(script, end="")
+        return 0
+    problems = check_inputs(recipe, scheduler_places_nodes=True)
+    if problems:
+        raise UserError(
+            "cannot submit, inputs missing or not the recipe's:\n" + "\n".join(f"- {p}" for p in problems)
+        )
+    directory, status = submit_and_wait(script, recipe.name, echo=_print)
+    print(
+        f"zerolab: {recipe.name} {status.state} (exit code {status.exit_code})"
+        f"{': ' + status.cause if status.cause else ''}; run directory {directory}",
+        flush=True,
+    )
+    return int(status.exit_code or 0)
+
+
+def _print(text: str) -> None:
+    print(text, end="", flush=True)

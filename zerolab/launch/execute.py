@@ -33,7 +33,7 @@ def execute(
         state, cause = COMPLETED, None
     else:
         state = FAILED
-        cause, last_lines = _failure(run_dir, outcome.exit_code, Path(argv[0]).name)
+        cause, last_lines = failure_cause(run_dir, outcome.exit_code, Path(argv[0]).name)
     final = Status(
         state=state,
         started=started,
@@ -45,7 +45,7 @@ def execute(
     return rundir.write_status(run_dir, final)
 
 
-def _failure(run_dir: Path, exit_code: int, launcher: str) -> tuple[str, list[str]]:
+def failure_cause(run_dir: Path, exit_code: int, launcher: str) -> tuple[str, list[str]]:
     """Why the command failed, as zerolab.logs.failures reads train.log, and the output lines before it
     when a rank was killed by a signal: a rank's death by a signal first (the other ranks' errors
     follow from it), then what the log says (an error a rank raised: its own line), then the

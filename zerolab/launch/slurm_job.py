@@ -1,0 +1,225 @@
+"""`zerolab launch RECIPE --slurm`: submit the recipe's sbatch script (the one `zerolab render
+--slurm` prints) with `sbatch`, follow the job until SLURM ends it (printing its state changes
+and the run's train.log as it grows) and record how it ended in the job's status.json, with the
+cause `zerolab launch` gives a local run: the job script writes its state and exit code; what it
+cannot know (which rank died, on which node, by which signal; a node SLURM lost, which kills the
+script itself) is read here from train.log and from SLURM. Ctrl-C cancels the job."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from zerolab import rundir
+from zerolab.errors import UserError
+from zerolab.launch.execute import failure_cause
+from zerolab.locations import display_path
+from zerolab.rundir import COMPLETED, FAILED, KILLED, Status, now_iso
+
+ENDED = {
+    "COMPLETED",
+    "FAILED",
+    "CANCELLED",
+    "TIMEOUT",
+    "NODE_FAIL",
+    "PREEMPTED",
+    "BOOT_FAIL",
+    "DEADLINE",
+    "OUT_OF_MEMORY",
+}
+"""SLURM's job states after which the job does not run again (a requeued job goes back to PENDING)."""
+LOST_NODE_STATES = ("DOWN", "FAIL", "NOT_RESPONDING", "DRAIN")
+"""Node states (or parts of one, `DOWN*`, `IDLE+DRAIN`) of a node SLURM has lost."""
+POLL_S = 1.0
+
+
+@dataclass(frozen=True)
+class JobState:
+    """What `scontrol show job` says of a job: its state, nodes, reason and exit code:signal."""
+
+    state: str
+    nodes: str
+    reason: str
+    exit_code: int
+    signal: int
+
+    @classmethod
+    def parse(cls, text: str) -> JobState:
+        fields = dict(re.findall(r"(\w+)=(\S*)", text))
+        code, _, number = fields.get("ExitCode", "0:0").partition(":")
+        return cls(
+            state=fields.get("JobState", "UNKNOWN"),
+            nodes=fields.get("NodeList", ""),
+            reason=fields.get("Reason", "None"),
+            exit_code=int(code or 0),
+            signal=int(number or 0),
+        )
+
+
+def submit_and_wait(
+    script: str, name: str, *, echo: Callable[[str], None], poll_s: float = POLL_S
+) -> tuple[Path, Status]:
+    """Submit `script` (an sbatch script writing logs/NAME/slurm-JOBID) from this directory, follow
+    the job to its end; returns its run directory and final status (also in status.json)."""
+    sbatch = shutil.which("sbatch")
+    if sbatch is None:
+        raise UserError(
+            "--slurm: sbatch is not on PATH; run on a SLURM login node, or write the script with "
+            "`zerolab render --slurm` and submit it there"
+        )
+    submitted = subprocess.run(
+        [sbatch, "--parsable"], input=script, capture_output=True, text=True, check=False
+    )
+    if submitted.returncode != 0:
+        raise UserError(f"sbatch refused the job: {submitted.stderr.strip() or submitted.stdout.strip()}")
+    job = submitted.stdout.strip().split(";")[0]
+    directory = Path("logs") / name / f"slurm-{job}"
+    directory.mkdir(parents=True, exist_ok=True)
+    rundir.write_job_script(directory, script)
+    echo(f"zerolab: submitted {name} as SLURM job {job}; run directory {display_path(directory)}\n")
+    started = now_iso()
+    with _Cancelling(job) as cancel:
+        ended = _follow(job, directory, echo, poll_s)
+    return directory, _record(directory, job, ended, started, cancel.stopped_by)
+
+
+def _follow(job: str, directory: Path, echo: Callable[[str], None], poll_s: float) -> JobState:
+    """Poll the job until SLURM ends it, echoing its state changes and train.log's new lines."""
+    seen_state = ""
+    log = _Tail(directory / rundir.LOG_FILE)
+    while True:
+        state = _show(job)
+        log.echo(echo)
+        if state is None:  # SLURM has forgotten the job (MinJobAge): it ended
+            return JobState("ENDED", "", "None", 0, 0)
+        if state.state != seen_state:
+            where = f" on {state.nodes}" if state.nodes and state.nodes != "(null)" else ""
+            echo(f"zerolab: job {job} {state.state.lower()}{where}\n")
+            seen_state = state.state
+        if state.state in ENDED:
+            log.echo(echo)
+            return state
+        time.sleep(poll_s)
+
+
+def _show(job: str) -> JobState | None:
+    shown = subprocess.run(
+        ["scontrol", "show", "job", "--oneliner", job], capture_output=True, text=True, check=False
+    )
+    if shown.returncode != 0:
+        if "Invalid job id" in shown.stderr:
+            return None
+        raise UserError(f"scontrol show job {job}: {shown.stderr.strip()}")
+    return JobState.parse(shown.stdout)
+
+
+def _record(directory: Path, job: str, ended: JobState, started: str, stopped_by: str | None) -> Status:
+    """The job's final status.json: the script's own, with the cause added; or, when SLURM ended
+    the script before it could write one (a lost node, a time limit, a cancel), SLURM's account."""
+    written, _ = rundir.read_status(directory)
+    if stopped_by is not None:
+        cause = f"stopped by {stopped_by}: SLURM job {job} cancelled"
+        return rundir.write_status(directory, _ended(written, started, KILLED, ended, cause, []))
+    if written is not None and written.state == COMPLETED and ended.state in ("COMPLETED", "ENDED"):
+        return written
+    lost = _lost_nodes(ended.nodes)
+    if written is not None and written.state == FAILED and not lost:
+        cause, last_lines = failure_cause(directory, written.exit_code or 1, "srun")
+        return rundir.write_status(
+            directory, written.model_copy(update={"cause": cause, "last_lines": last_lines})
+        )
+    cause = f"SLURM ended job {job} as {ended.state} (reason {ended.reason})"
+    if lost:
+        cause = f"SLURM lost node {', '.join(lost)}: {cause}"
+    found, last_lines = failure_cause(directory, ended.exit_code or 1, "srun")
+    if "killed by" in found:
+        cause = f"{cause}; {found}"
+    return rundir.write_status(directory, _ended(written, started, FAILED, ended, cause, last_lines))
+
+
+def _ended(
+    written: Status | None, started: str, state: str, ended: JobState, cause: str, last: list[str]
+) -> Status:
+    exit_code = written.exit_code if written is not None and written.exit_code else ended.exit_code
+    if not exit_code and ended.signal:
+        exit_code = 128 + ended.signal
+    return Status(
+        state=state,
+        started=written.started if written is not None and written.started else started,
+        exit_code=exit_code or 1,
+        ended=now_iso(),
+        cause=cause,
+        last_lines=last,
+    )
+
+
+def _lost_nodes(nodelist: str) -> list[str]:
+    """The job's nodes that SLURM now has down, failed or not responding."""
+    if not nodelist or nodelist == "(null)":
+        return []
+    names = subprocess.run(
+        ["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, check=False
+    )
+    lost = []
+    for node in names.stdout.split():
+        shown = subprocess.run(
+            ["sinfo", "--noheader", "--Node", "--nodes", node, "--format=%T"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        state = shown.stdout.strip().upper()
+        if any(mark in state for mark in LOST_NODE_STATES) or state.endswith("*"):
+            lost.append(f"{node} ({state.lower()})")
+    return lost
+
+
+class _Tail:
+    """Echoes the lines a growing file gains (the job's train.log)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = 0
+        self.partial = b""
+
+    def echo(self, echo: Callable[[str], None]) -> None:
+        if not self.path.is_file():
+            return
+        with self.path.open("rb") as handle:
+            handle.seek(self.offset)
+            data = handle.read()
+        self.offset += len(data)
+        lines = (self.partial + data).split(b"\n")
+        self.partial = lines.pop()
+        for line in lines:
+            echo(line.decode(errors="replace") + "\n")
+
+
+class _Cancelling:
+    """While following a job: SIGINT or SIGTERM cancels it (scancel) and the wait goes on until
+    SLURM has ended it; `stopped_by` names the signal."""
+
+    def __init__(self, job: str) -> None:
+        self.job = job
+        self.stopped_by: str | None = None
+        self._previous: dict[int, object] = {}
+
+    def __enter__(self) -> _Cancelling:
+        for number in (signal.SIGINT, signal.SIGTERM):
+            self._previous[number] = signal.signal(number, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for number, handler in self._previous.items():
+            signal.signal(number, handler)
+
+    def _handle(self, number: int, frame: object) -> None:
+        if self.stopped_by is None:
+            self.stopped_by = signal.Signals(number).name
+            subprocess.run(["scancel", self.job], capture_output=True, check=False)
