@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: help test test-fast lint dev docs setup demo gpu-kit gpu-check
+.PHONY: help test test-fast lint dev docs setup demo gpu-kit gpu-check cluster-setup cluster-test
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -29,6 +29,12 @@ test: lint  ## set up .venv, lint, and run every test (engine tests skip, with t
 
 test-fast: dev  ## the fast tier: every test that does not need the engine (794 tests, 67 s on 2 cores)
 	$(BIN)/pytest -m "not real_engine"
+
+cluster-setup:  ## as root on Debian or Ubuntu: the packages the two-node cluster tests start (slurm-wlm, munge, openssh-server, pdsh; the tests run their own daemons, in namespaces)
+	DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends slurm-wlm munge openssh-server pdsh
+
+cluster-test: dev  ## the two-node cluster tests alone (root; `make cluster-setup` and `make setup` first): real SLURM, pdsh/ssh and torchrun across two network namespaces (docs/multinode.md)
+	$(BIN)/pytest tests/test_cluster.py
 
 docs: dev  ## regenerate the generated docs: recipe-reference.md (schema), summarize.md's columns, estimate.md's tables
 	$(BIN)/python -m zerolab.recipe.reference
