@@ -210,7 +210,8 @@ GPU_RECIPES = sorted(p.stem for p in (REPO / "recipes").glob("gpt2_*.yaml"))
 @pytest.mark.parametrize("recipe", GPU_RECIPES)
 def test_every_gpu_recipe_trains_shrunk_to_the_tiny_model_on_cpu(engine, dataset, tmp_path, recipe):
     """The GPU recipe's own settings (precision, recomputation, batch sizes, ZeRO, parallelism,
-    data loading) with the model, the devices and the length made to fit this machine."""
+    data loading) with the model, the devices and the length (of training and of its final
+    validation) made to fit this machine."""
 
     gpu = load_recipe(recipe)
     # two data-parallel ranks, as on the GPUs, where ZeRO has ranks to partition over; one with
@@ -227,6 +228,7 @@ def test_every_gpu_recipe_trains_shrunk_to_the_tiny_model_on_cpu(engine, dataset
         "train.iters=2",
         "train.lr_warmup_iters=1",
         "train.log_interval=1",
+        "train.eval_iters=1",  # the final validation still runs, on one global batch instead of five
         short=False,
     )
     assert run.args["micro_batch_size"] == gpu.train.micro_batch_size
@@ -240,3 +242,4 @@ def test_every_gpu_recipe_trains_shrunk_to_the_tiny_model_on_cpu(engine, dataset
     )
     assert run.args["tensor_model_parallel_size"] == gpu.parallel.tensor
     assert run.args["pipeline_model_parallel_size"] == gpu.parallel.pipeline
+    assert run.log.validations, "the validation at the end of training is missing"
