@@ -37,14 +37,14 @@ RUN_FILES = {
 
 @pytest.fixture(scope="module")
 def z1_launch(engine, dataset, tmp_path_factory) -> tuple[list[str], Path]:
-    """The arguments of tiny_z1 (micro-batch 2) for 50 iterations with a checkpoint every 25."""
+    """The arguments of tiny_z1 (micro-batch 2) for 20 iterations with a checkpoint every 10."""
     run_dir = tmp_path_factory.mktemp("runs") / "tiny_z1"
     words = [
         "cpu/tiny_z1",
         f"data.path={dataset}",
-        "train.iters=50",
+        "train.iters=20",
         "train.log_interval=5",
-        "train.save_interval=25",
+        "train.save_interval=10",
         f"hardware.master_port={free_port()}",
         "--run-dir",
         str(run_dir),
@@ -89,10 +89,10 @@ def test_a_whole_run_on_cpu(z1_launch, z1_run, tmp_path):
     assert status(run_dir)["state"] == "completed" and status(run_dir)["exit_code"] == 0
     facts = json.loads((run_dir / "run.json").read_text())
     assert (facts["name"], facts["zero_stage"], facts["micro_batch_size"], facts["train_iters"]) == (
-        "tiny_z1+train.iters=50+train.log_interval=5+train.save_interval=25",
+        "tiny_z1+train.iters=20+train.log_interval=5+train.save_interval=10",
         1,
         2,
-        50,
+        20,
     )
     log = (run_dir / "train.log").read_text()
     assert "zerolab: workaround contiguous_attention_inputs" in log  # micro-batch 2 needs it
@@ -106,26 +106,26 @@ def test_a_whole_run_on_cpu(z1_launch, z1_run, tmp_path):
     )  # no host memory left behind
     run = summary(run_dir, tmp_path)
     assert run["status"] == "completed"
-    assert run["iterations_done"] == 50
+    assert run["iterations_done"] == 20
     assert run["last_loss"] < run["first_loss"] - 0.3
     assert run["tokens_per_s_per_gpu"] > 0 and run["peak_host_GiB"] > 0.1
 
 
 def test_resume_continues_from_the_last_checkpoint(z1_run, tmp_path):
     _, previous = z1_run
-    assert (previous / "checkpoints" / "latest_checkpointed_iteration.txt").read_text().strip() == "50"
+    assert (previous / "checkpoints" / "latest_checkpointed_iteration.txt").read_text().strip() == "20"
     run_dir = tmp_path / "resumed"
     port = f"hardware.master_port={free_port()}"
-    assert main(["launch", "--resume", str(previous), "train.iters=56", port, "--run-dir", str(run_dir)]) == 0
+    assert main(["launch", "--resume", str(previous), "train.iters=26", port, "--run-dir", str(run_dir)]) == 0
     assert status(run_dir)["state"] == "completed"
     command = (run_dir / "command.sh").read_text()
     assert f"--load {previous / 'checkpoints'}" in command
-    assert "--override-opt_param-scheduler" in command  # the schedule now ends at 56
+    assert "--override-opt_param-scheduler" in command  # the schedule now ends at 26
     log = (run_dir / "train.log").read_text()
-    assert "iteration       55/      56" in log
+    assert "iteration       25/      26" in log
     assert "iteration        5/" not in log
     name = json.loads((run_dir / "run.json").read_text())["name"]
-    assert name == "tiny_z1+train.log_interval=5+train.save_interval=25+train.iters=56"  # not iters=50
+    assert name == "tiny_z1+train.log_interval=5+train.save_interval=10+train.iters=26"  # not iters=20
 
 
 @pytest.mark.parametrize(
@@ -137,10 +137,10 @@ def test_resume_continues_from_the_last_checkpoint(z1_run, tmp_path):
         (["precision=bf16"], "precision: the checkpoint was saved with fp32, the overrides give bf16"),
         (
             [],
-            "nothing left to train: the last checkpoint is at iteration 50 and the recipe trains to "
-            "iteration 50",
+            "nothing left to train: the last checkpoint is at iteration 20 and the recipe trains to "
+            "iteration 20",
         ),
-        (["train.iters=40"], "give train.iters=N with N > 50"),
+        (["train.iters=16"], "give train.iters=N with N > 20"),
     ],
 )
 def test_a_resume_the_checkpoint_cannot_carry_is_refused_before_launch(
@@ -151,7 +151,7 @@ def test_a_resume_the_checkpoint_cannot_carry_is_refused_before_launch(
     capsys.readouterr()
     assert main(["launch", "--resume", str(previous), *overrides, "--run-dir", str(run_dir)]) == 2
     error = capsys.readouterr().err
-    assert told in error and f"--resume {previous}: cannot continue its checkpoint at iteration 50" in error
+    assert told in error and f"--resume {previous}: cannot continue its checkpoint at iteration 20" in error
     if overrides and not overrides[0].startswith("train."):
         assert f"start a new run: zerolab launch {previous / 'recipe.yaml'} {overrides[0]}" in error
     assert not run_dir.exists()
