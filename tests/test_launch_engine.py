@@ -1,8 +1,8 @@
 """`zerolab launch` on the real engine, on CPU with two ranks: a whole run (its run
-directory, status and parsed metrics, the loss falling), ZeRO-3 with CPU offload, resuming
-from a checkpoint, a crash recorded with its cause, and a rank killed by a signal. Skipped,
-with the reason, when the engine is not set up (`make setup`). Each run is a tiny model for
-few iterations."""
+directory, status and parsed metrics, the loss falling), ZeRO-3 with CPU offload (the
+session's shared run, engine_runs.SHARED_RUNS), resuming from a checkpoint, a crash recorded
+with its cause, and a rank killed by a signal. Skipped, with the reason, when the engine is not
+set up (`make setup`). Each run is a tiny model for few iterations."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from engine_runs import ITERATIONS
 from launch_helpers import free_port
 
 from zerolab.cli import main
@@ -157,20 +158,11 @@ def test_a_resume_the_checkpoint_cannot_carry_is_refused_before_launch(
     assert not run_dir.exists()
 
 
-def test_zero3_with_cpu_optimizer_offload(engine, dataset, tmp_path):
-    run_dir = tmp_path / "z3off"
-    overrides = [
-        f"data.path={dataset}",
-        "train.iters=6",
-        "train.lr_warmup_iters=1",
-        "train.log_interval=2",
-        f"hardware.master_port={free_port()}",
-    ]
-    assert main(["launch", "cpu/tiny_z3_offload", *overrides, "--run-dir", str(run_dir)]) == 0
-    assert status(run_dir)["state"] == "completed"
-    log = (run_dir / "train.log").read_text()
-    assert "iteration        6/       6" in log
-    assert "DeepSpeedCPUAdam" in log
+def test_zero3_with_cpu_optimizer_offload(trained):
+    run = trained("z3_offload")  # the session's shared run of cpu/tiny_z3_offload (engine_runs.py)
+    assert status(run.run_dir)["state"] == "completed"
+    assert f"iteration {ITERATIONS:8d}/{ITERATIONS:8d}" in run.text
+    assert "DeepSpeedCPUAdam" in run.text
 
 
 def test_a_crashing_rank_fails_the_launch_with_the_cause(engine, dataset, tmp_path):
