@@ -1,55 +1,37 @@
 """model.attention=sdpa trains the tiny GPT-2 on the real engine (CPU, 2 ranks over gloo, no
 dropout) to the loss of the engine's own attention, iteration by iteration: with micro batch 2
 (the strided q/k/v of several sequences) and with tensor parallel 2 (each rank half the heads).
-Skipped, with the reason, when the engine is not set up (`make setup`)."""
+The engine's attention is the session's shared run of the same recipe and overrides
+(engine_runs.SHARED_RUNS), so each case launches only sdpa; one attention call's forward and
+backward are compared with the engine's in tests/test_engine_launch_patches.py. Skipped, with the
+reason, when the engine is not set up (`make setup`)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
-from launch_helpers import free_port
+from engine_runs import ITERATIONS, SHARED_RUNS, train
 
-from zerolab.cli import main
-from zerolab.logs.parse import parse_log
-
-ITERATIONS = 20
 CASES = {
-    "micro batch 2, data parallel 2": [],
-    "tensor parallel 2, micro batch 2": ["parallel.tensor=2", "train.global_batch_size=4"],
+    "micro batch 2, data parallel 2": "z0",
+    "tensor parallel 2, micro batch 2": "tp2",
 }
+"""Each case: the shared run whose setup sdpa trains in."""
+TOLERANCE = 1e-5
+"""On this CPU (fp32, one thread a rank) both attentions log the same losses; 1e-5 is one unit of
+the log's last digit."""
 
 
-def train(dataset: str, run_dir: Path, attention: str, overrides: list[str]) -> Path:
-    """train.log of tiny_dp trained with `attention` for ITERATIONS iterations (or as overridden)."""
-    code = main(
-        [
-            "launch",
-            "cpu/tiny_dp",
-            f"data.path={dataset}",
-            f"model.attention={attention}",
-            "model.attention_dropout=0",
-            "model.hidden_dropout=0",
-            f"train.iters={ITERATIONS}",
-            "train.log_interval=1",
-            f"hardware.master_port={free_port()}",
-            *overrides,
-            "--run-dir",
-            str(run_dir),
-        ]
-    )
-    assert code == 0, f"{attention}: exit code {code}"
-    return run_dir / "train.log"
-
-
-@pytest.mark.parametrize("overrides", list(CASES.values()), ids=list(CASES))
-def test_sdpa_trains_to_the_loss_of_the_engines_attention(engine, dataset, tmp_path, overrides):
-    megatron = train(dataset, tmp_path / "megatron", "megatron", overrides)
-    sdpa = train(dataset, tmp_path / "sdpa", "sdpa", overrides)
-    assert "zerolab: patch sdpa_attention" in sdpa.read_text()
-    assert "zerolab: patch sdpa_attention" not in megatron.read_text()
-    expected, got = (parse_log(log).iterations for log in (megatron, sdpa))
+@pytest.mark.parametrize("shared", list(CASES.values()), ids=list(CASES))
+def test_sdpa_trains_to_the_loss_of_the_engines_attention(trained, dataset, tmp_path, shared):
+    megatron = trained(shared)
+    recipe, *overrides = SHARED_RUNS[shared]
+    sdpa = train(dataset, tmp_path / "sdpa", recipe, *overrides, "model.attention=sdpa")
+    assert "zerolab: patch sdpa_attention" in sdpa.text
+    assert "zerolab: patch sdpa_attention" not in megatron.text
+    for run in (megatron, sdpa):
+        assert run.args["attention_dropout"] == run.args["hidden_dropout"] == 0, run.run_dir
+    expected, got = megatron.log.iterations, sdpa.log.iterations
     assert list(expected["iteration"]) == list(got["iteration"]) == [float(i + 1) for i in range(ITERATIONS)]
-    differences = [abs(a - b) for a, b in zip(expected["loss"], got["loss"], strict=True)]
-    assert max(differences) <= 1e-3, differences
-    assert expected["loss"][-1] < expected["loss"][0] - 0.3  # it trained
+    differences = [abs(a - b) for a, b in zip(megatron.losses, sdpa.losses, strict=True)]
+    assert max(differences) <= TOLERANCE, differences
+    assert megatron.losses[-1] < megatron.losses[0] - 0.03  # it trained
