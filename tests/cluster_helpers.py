@@ -139,6 +139,18 @@ class Cluster:
         """Every process in `node`'s network namespace."""
         return _namespace_processes(_namespace(node))
 
+    def leftovers(self) -> list[str]:
+        """What of the cluster is still there (after `down`: nothing)."""
+        listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=False)
+        left = [
+            f"namespace {line.split()[0]}" for line in listed.stdout.splitlines() if line.startswith(PREFIX)
+        ]
+        if self.state.exists():
+            left.append(f"state directory {self.state}")
+        if self.made_privsep and PRIVSEP_DIR.exists():
+            left.append(str(PRIVSEP_DIR))
+        return left
+
     def down(self) -> None:
         """Kill every process of the cluster, delete its namespaces and its state directory."""
         for node in NODES:

@@ -47,6 +47,7 @@ def cluster(engine) -> Iterator[Cluster]:
         yield built
     finally:
         built.down()
+        assert not built.leftovers(), f"the cluster left {built.leftovers()}"
 
 
 def zerolab(*words: str) -> list[str]:
@@ -97,8 +98,8 @@ def wait_for(condition, what: str, timeout: float = 120) -> None:
         time.sleep(0.2)
 
 
-def test_a_lost_rank_fails_the_job_naming_its_node_and_signal_and_the_next_job_trains(
-    cluster, dataset, trained, tmp_path
+def test_a_lost_rank_fails_the_job_naming_its_node_and_signal_and_the_next_job_resumes_when_requeued(
+    cluster, dataset, tmp_path
 ):
     lost = tmp_path / "lost"
     lost.mkdir()
@@ -124,32 +125,20 @@ def test_a_lost_rank_fails_the_job_naming_its_node_and_signal_and_the_next_job_t
     assert "rank 1 on node2 killed by SIGKILL (signal 9)" in status["cause"], status
     assert took < 60, f"the launch took {took:.0f} s to end after the rank died"
 
+    # the next job on the same nodes, requeued after its first checkpoint
     cluster.wait_idle()
-    done = cluster.run(
-        "node1", zerolab("launch", *z1_words(dataset), "--slurm"), cwd=tmp_path, timeout=TIMEOUT_S
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
-    run_dir = slurm_run_dir(tmp_path)
-    assert "running on node[1-2]" in done.stdout
-    status = json.loads((run_dir / rundir.STATUS_FILE).read_text())
-    assert status["state"] == "completed" and status["exit_code"] == 0
-    assert rundir.last_checkpoint(run_dir) == 3
-    assert (run_dir / "hostfile").read_text() == "node1 slots=1\nnode2 slots=1\n"
-    assert_losses_of(run_dir, trained("z1"))
-    assert_two_nodes_in_summary(run_dir, tmp_path)
-
-
-def test_a_requeued_job_resumes_from_its_last_checkpoint(cluster, dataset, tmp_path):
+    following = tmp_path / "next"
+    following.mkdir()
     words = z1_words(dataset, "train.iters=8", "train.save_interval=2")
     job = cluster.popen(
         "node1",
         zerolab("launch", *words, "--slurm"),
-        cwd=tmp_path,
+        cwd=following,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
     )
-    wait_for(lambda: list((tmp_path / "logs").glob("*/slurm-*/")), "the job's run directory")
-    run_dir = slurm_run_dir(tmp_path)
+    wait_for(lambda: list((following / "logs").glob("*/slurm-*/")), "the job's run directory")
+    run_dir = slurm_run_dir(following)
     wait_for(lambda: (rundir.last_checkpoint(run_dir) or 0) >= 2, "the first checkpoint")
     job_id = run_dir.name.removeprefix("slurm-")
     requeued = cluster.run("node1", ["scontrol", "requeue", job_id])
@@ -158,7 +147,10 @@ def test_a_requeued_job_resumes_from_its_last_checkpoint(cluster, dataset, tmp_p
     assert job.returncode == 0, output[-3000:]
     assert f"job {job_id} pending" in output.split("running on node[1-2]", 1)[1], output[-3000:]
     status = json.loads((run_dir / rundir.STATUS_FILE).read_text())
-    assert status["state"] == "completed" and rundir.last_checkpoint(run_dir) == 8
+    assert (
+        status["state"] == "completed" and status["exit_code"] == 0 and rundir.last_checkpoint(run_dir) == 8
+    )
+    assert (run_dir / "hostfile").read_text() == "node1 slots=1\nnode2 slots=1\n"
     text = (run_dir / rundir.LOG_FILE).read_text()
     loaded = re.findall(r"successfully loaded checkpoint from \S+ at iteration (\d+)", text)
     assert len(loaded) == 1 and int(loaded[0]) >= 2 and int(loaded[0]) % 2 == 0, loaded
@@ -167,6 +159,7 @@ def test_a_requeued_job_resumes_from_its_last_checkpoint(cluster, dataset, tmp_p
     logged_after = [int(i) for i in re.findall(r"^ iteration +(\d+)/", after, re.MULTILINE)]
     assert logged_after == list(range(resumed_from + 1, 9)), logged_after
     assert re.findall(r"^ iteration +(\d+)/", before, re.MULTILINE)[:1] == ["1"]
+    assert_two_nodes_in_summary(run_dir, tmp_path)
 
 
 def test_a_sweep_runs_as_one_array_job_each_cell_on_both_nodes(cluster, dataset, trained, tmp_path):
