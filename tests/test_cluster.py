@@ -86,6 +86,12 @@ def slurm_run_dir(cwd: Path) -> Path:
     return found[0]
 
 
+def launch_slurm(cluster: Cluster, words: list[str], cwd: Path) -> subprocess.Popen:
+    """`zerolab launch WORDS --slurm` started on node1 (the login node) from `cwd`."""
+    argv = zerolab("launch", *words, "--slurm")
+    return cluster.popen("node1", argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+
 def is_rank(process: psutil.Process, rank: int) -> bool:
     """The engine's rank `rank` itself (not its data-loader workers, which share its environment)."""
     return process.environ().get("RANK") == str(rank) and process.parent().environ().get("RANK") != str(rank)
@@ -104,13 +110,7 @@ def test_a_lost_rank_fails_the_job_naming_its_node_and_signal_and_the_next_job_r
     lost = tmp_path / "lost"
     lost.mkdir()
     words = z1_words(dataset, "train.iters=60", "train.save_interval=null")
-    job = cluster.popen(
-        "node1",
-        zerolab("launch", *words, "--slurm"),
-        cwd=lost,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
+    job = launch_slurm(cluster, words, lost)
     wait_for(lambda: list((lost / "logs").glob("*/slurm-*/train.log")), "the job's train.log")
     log = slurm_run_dir(lost) / rundir.LOG_FILE
     wait_for(lambda: "iteration        2/" in log.read_text(errors="replace"), "iteration 2")
@@ -130,13 +130,7 @@ def test_a_lost_rank_fails_the_job_naming_its_node_and_signal_and_the_next_job_r
     following = tmp_path / "next"
     following.mkdir()
     words = z1_words(dataset, "train.iters=8", "train.save_interval=2")
-    job = cluster.popen(
-        "node1",
-        zerolab("launch", *words, "--slurm"),
-        cwd=following,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
+    job = launch_slurm(cluster, words, following)
     wait_for(lambda: list((following / "logs").glob("*/slurm-*/")), "the job's run directory")
     run_dir = slurm_run_dir(following)
     wait_for(lambda: (rundir.last_checkpoint(run_dir) or 0) >= 2, "the first checkpoint")

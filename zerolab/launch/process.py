@@ -13,6 +13,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Self
 
 import psutil
 
@@ -92,7 +93,27 @@ def _pump(process: subprocess.Popen, log, echo, stopper: _Stopper) -> None:
             echo(line)
 
 
-class _Stopper:
+class SignalCatcher:
+    """While entered (in the main thread): SIGINT and SIGTERM go to `caught(number)` instead of
+    their handlers, which come back on exit."""
+
+    def __enter__(self) -> Self:
+        self._previous: dict[int, object] = {}
+        if threading.current_thread() is threading.main_thread():
+            for number in (signal.SIGINT, signal.SIGTERM):
+                self._previous[number] = signal.signal(number, lambda number, frame: self.caught(number))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for number, handler in self._previous.items():
+            signal.signal(number, handler)
+
+    def caught(self, number: int) -> None:
+        """What a caught signal does."""
+        raise NotImplementedError
+
+
+class _Stopper(SignalCatcher):
     """While installed: SIGINT/SIGTERM to us -> SIGTERM to the watched training's process group,
     then SIGKILL after GRACE_S if anything is still running. A signal that comes before the
     training is watched is passed on as soon as it is."""
@@ -100,17 +121,6 @@ class _Stopper:
     def __init__(self) -> None:
         self.process: subprocess.Popen | None = None
         self.signal_number: int | None = None
-        self._previous: dict[int, object] = {}
-
-    def __enter__(self) -> _Stopper:
-        if threading.current_thread() is threading.main_thread():
-            for number in (signal.SIGINT, signal.SIGTERM):
-                self._previous[number] = signal.signal(number, self._handle)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for number, handler in self._previous.items():
-            signal.signal(number, handler)
 
     def watch(self, process: subprocess.Popen) -> None:
         """Stop `process`'s group on a signal; at once if one has come already."""
@@ -118,7 +128,7 @@ class _Stopper:
         if self.signal_number is not None:
             self._stop()
 
-    def _handle(self, number: int, frame: object) -> None:
+    def caught(self, number: int) -> None:
         if self.signal_number is None:
             self.signal_number = number
             print(

@@ -19,6 +19,7 @@ from pathlib import Path
 from zerolab import rundir
 from zerolab.errors import UserError
 from zerolab.launch.execute import failure_cause
+from zerolab.launch.process import SignalCatcher
 from zerolab.locations import display_path
 from zerolab.rundir import COMPLETED, FAILED, KILLED, Status, now_iso
 
@@ -201,25 +202,15 @@ class _Tail:
             echo(line.decode(errors="replace") + "\n")
 
 
-class _Cancelling:
+class _Cancelling(SignalCatcher):
     """While following a job: SIGINT or SIGTERM cancels it (scancel) and the wait goes on until
     SLURM has ended it; `stopped_by` names the signal."""
 
     def __init__(self, job: str) -> None:
         self.job = job
         self.stopped_by: str | None = None
-        self._previous: dict[int, object] = {}
 
-    def __enter__(self) -> _Cancelling:
-        for number in (signal.SIGINT, signal.SIGTERM):
-            self._previous[number] = signal.signal(number, self._handle)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for number, handler in self._previous.items():
-            signal.signal(number, handler)
-
-    def _handle(self, number: int, frame: object) -> None:
+    def caught(self, number: int) -> None:
         if self.stopped_by is None:
             self.stopped_by = signal.Signals(number).name
             subprocess.run(["scancel", self.job], capture_output=True, check=False)
