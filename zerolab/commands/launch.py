@@ -13,7 +13,7 @@ from zerolab.launch.launcher import launch, prepare
 from zerolab.launch.slurm_job import submit_and_wait
 from zerolab.recipe import render
 from zerolab.recipe.extras import check_extras
-from zerolab.recipe.inputs import check_inputs
+from zerolab.recipe.inputs import refuse_missing_inputs
 from zerolab.recipe.output import render_text, warn_missing_inputs
 from zerolab.recipe.render import RUN_DIR_PLACEHOLDER
 from zerolab.recipe.selection import select
@@ -91,11 +91,7 @@ def slurm_launch(args: argparse.Namespace) -> int:
         warn_missing_inputs(recipe, scheduler_places_nodes=True)
         print(script, end="")
         return 0
-    problems = check_inputs(recipe, scheduler_places_nodes=True)
-    if problems:
-        raise UserError(
-            "cannot submit, inputs missing or not the recipe's:\n" + "\n".join(f"- {p}" for p in problems)
-        )
+    refuse_missing_inputs(recipe, "submit", scheduler_places_nodes=True)
     directory, status = submit_and_wait(script, recipe.name, echo=_print)
     print(
         f"zerolab: {recipe.name} {status.state} (exit code {status.exit_code})"

@@ -20,8 +20,9 @@ from zerolab.errors import UserError
 from zerolab.estimate.gpu import warn_before_launch
 from zerolab.launch.execute import execute
 from zerolab.locations import LOGS_DIR, display_path
-from zerolab.recipe import check_inputs, render, run_facts
+from zerolab.recipe import render, run_facts
 from zerolab.recipe.extras import check_extras
+from zerolab.recipe.inputs import refuse_missing_inputs
 from zerolab.recipe.output import resolved_yaml
 from zerolab.recipe.render import Resume
 from zerolab.recipe.schema import Recipe
@@ -54,12 +55,7 @@ def prepare(
     if engine_required:
         check_local_gpus(recipe)
         check_port_free(recipe)
-    problems = check_inputs(recipe)
-    if problems:
-        raise UserError(
-            "cannot launch, inputs missing or not the recipe's:\n"
-            + "\n".join(f"- {problem}" for problem in problems)
-        )
+    refuse_missing_inputs(recipe, "launch")
     missing = engine_missing()
     if missing and engine_required:
         raise UserError(f"cannot launch: {missing}")

@@ -21,6 +21,7 @@ from zerolab.errors import UserError
 from zerolab.launch.execute import failure_cause
 from zerolab.launch.process import SignalCatcher
 from zerolab.locations import display_path
+from zerolab.logs.failures import read_ending
 from zerolab.rundir import COMPLETED, FAILED, KILLED, Status, now_iso
 
 ENDED = {
@@ -138,9 +139,10 @@ def _record(directory: Path, job: str, ended: JobState, started: str, stopped_by
     cause = f"SLURM ended job {job} as {ended.state} (reason {ended.reason})"
     if lost:
         cause = f"SLURM lost node {', '.join(lost)}: {cause}"
-    found, last_lines = failure_cause(directory, ended.exit_code or 1, "srun")
-    if "killed by" in found:
-        cause = f"{cause}; {found}"
+    killed = read_ending(directory / rundir.LOG_FILE).signals.found
+    last_lines: list[str] = []
+    if killed is not None:
+        cause, last_lines = f"{cause}; {killed.describe()}", list(killed.last_lines)
     return rundir.write_status(directory, _ended(written, started, FAILED, ended, cause, last_lines))
 
 
@@ -161,24 +163,21 @@ def _ended(
 
 
 def _lost_nodes(nodelist: str) -> list[str]:
-    """The job's nodes that SLURM now has down, failed or not responding."""
+    """The job's nodes that SLURM now has down, failed or not responding, with their state."""
     if not nodelist or nodelist == "(null)":
         return []
-    names = subprocess.run(
-        ["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, check=False
+    shown = subprocess.run(
+        ["sinfo", "--noheader", "--Node", "--nodes", nodelist, "--format=%N %T"],
+        capture_output=True,
+        text=True,
+        check=False,
     )
-    lost = []
-    for node in names.stdout.split():
-        shown = subprocess.run(
-            ["sinfo", "--noheader", "--Node", "--nodes", node, "--format=%T"],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        state = shown.stdout.strip().upper()
-        if any(mark in state for mark in LOST_NODE_STATES) or state.endswith("*"):
-            lost.append(f"{node} ({state.lower()})")
-    return lost
+    states = dict(line.split(maxsplit=1) for line in shown.stdout.splitlines() if line.strip())
+    return [
+        f"{node} ({state.lower()})"
+        for node, state in states.items()
+        if any(mark in state.upper() for mark in LOST_NODE_STATES) or state.endswith("*")
+    ]
 
 
 class _Tail:

@@ -14,6 +14,7 @@ from zerolab.assets import GPT2_MERGES, GPT2_VOCAB
 from zerolab.data_prep.indexed import read_index
 from zerolab.data_prep.pipeline import SUFFIX, manifest_source
 from zerolab.data_prep.tokenizer import VOCAB_SIZE
+from zerolab.errors import UserError
 from zerolab.locations import display_path
 from zerolab.recipe.schema import Recipe
 
@@ -88,6 +89,16 @@ def prepare_hint(recipe: Recipe, key: str) -> str:
         f"point data.{key} at a prepared dataset: the PREFIX of PREFIX.bin and PREFIX.idx "
         f"(`zerolab prep CORPUS --out OUT` writes OUT{SUFFIX})"
     )
+
+
+def refuse_missing_inputs(recipe: Recipe, action: str, *, scheduler_places_nodes: bool = False) -> None:
+    """UserError (`cannot ACTION, ...`) listing every problem of `check_inputs`, if any."""
+    problems = check_inputs(recipe, scheduler_places_nodes=scheduler_places_nodes)
+    if problems:
+        raise UserError(
+            f"cannot {action}, inputs missing or not the recipe's:\n"
+            + "\n".join(f"- {problem}" for problem in problems)
+        )
 
 
 def check_inputs(recipe: Recipe, *, scheduler_places_nodes: bool = False) -> list[str]:

@@ -224,16 +224,17 @@ def render(
     `load_own_checkpoints`, a checkpointing run also loads from its own checkpoints/ (a job that
     may be requeued into the same run directory)."""
     hw = recipe.hardware
+    placement = placement or Placement.of(recipe)
     return Launch(
         argv=[
-            *launcher_args(recipe, placement or Placement.of(recipe)),
+            *launcher_args(recipe, placement),
             f"{engine or engine_dir()}/pretrain_gpt.py",
             *megatron_args(recipe, f"{run_dir}/{rundir.DS_CONFIG_FILE}"),
             *run_dir_args(recipe, run_dir, load_own_checkpoints=load_own_checkpoints),
             *(resume_args(recipe, resume) if resume else []),
             *recipe.extra.megatron_args,
         ],
-        env=launch_env(recipe) | remote_env_file(recipe, placement or Placement.of(recipe), run_dir),
+        env=launch_env(recipe) | remote_env_file(recipe, placement, run_dir),
         ds_config=ds_config(recipe),
         run_dir=run_dir,
         world_size=recipe.world_size,
