@@ -135,6 +135,17 @@ def test_install_records_what_it_set_up_and_a_second_run_does_nothing(
     assert "every pin already installed" in third.file.getvalue()
     assert json.loads((tmp_path / "home" / "install.json").read_text())["python_pins"] == {}
 
+    # an offline machine's kit carries no wheel of a pin: --without leaves it out, by name only
+    absent = replace(pins, python={"pytest": pytest.__version__, "zerolab-no-such-package": "1.0"})
+    fourth = Console(file=io.StringIO(), width=200)
+    install(absent, without=("zerolab-no-such-package",), prebuild=False, console=fourth)
+    assert "zerolab-no-such-package: left out (--without)" in fourth.file.getvalue()
+    assert json.loads((tmp_path / "home" / "install.json").read_text())["python_pins"] == {
+        "pytest": pytest.__version__
+    }
+    with pytest.raises(UserError, match=r"--without wandb: not a pin of zerolab/engine/pins\.toml"):
+        install(absent, without=("wandb",), prebuild=False, console=quiet())
+
 
 def test_setup_on_a_cpu_machine_compiles_the_helpers_and_cpu_ops_and_skips_the_cuda_steps(
     engine, tmp_path, monkeypatch

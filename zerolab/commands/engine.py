@@ -28,6 +28,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "everything is already in place."
         ),
     )
+    install.add_argument(
+        "--without",
+        action="append",
+        default=[],
+        metavar="PIN",
+        help="leave this pin of pins.toml uninstalled (repeatable; the GPU check leaves out what its "
+        "offline kit does not carry)",
+    )
     install.set_defaults(run=run_install)
 
     doctor = subparsers.add_parser(
@@ -44,7 +52,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run_install(args: argparse.Namespace) -> int:
     """Install the engine."""
 
-    install()
+    install(without=tuple(args.without))
     return 0
 
 

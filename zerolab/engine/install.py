@@ -81,15 +81,15 @@ class InstallRecord:
     gpu_arch_list: str | None
 
     @classmethod
-    def wanted(cls, pins: Pins) -> InstallRecord:
-        """The state an install with `pins` leaves behind on this machine (for the GPUs that
-        nvidia-smi sees, or TORCH_CUDA_ARCH_LIST)."""
+    def wanted(cls, pins: Pins, without: tuple[str, ...] = ()) -> InstallRecord:
+        """The state an install with `pins` (less those named in `without`) leaves behind on this
+        machine (for the GPUs that nvidia-smi sees, or TORCH_CUDA_ARCH_LIST)."""
         capabilities = [gpu.capability for gpu in cuda.query_gpus()]
         return cls(
             engine_commit=pins.engine_commit,
             engine_dir=str(engine_dir()),
             engine_python=str(engine_python()),
-            python_pins=dict(pins.python),
+            python_pins={name: version for name, version in pins.python.items() if name not in without},
             zerolab_repo=str(REPO_ROOT),
             torch_extensions_dir=str(torch_extensions_dir()),
             apex_commit=pins.apex_commit,
@@ -154,12 +154,23 @@ def zerolab_location(python: Path) -> Path | None:
 
 
 def install(
-    pins: Pins | None = None, *, prebuild: bool = True, console: Console | None = None
+    pins: Pins | None = None,
+    *,
+    without: tuple[str, ...] = (),
+    prebuild: bool = True,
+    console: Console | None = None,
 ) -> InstallRecord:
-    """Set up (or verify) the engine; returns what is installed. Safe to run again."""
+    """Set up (or verify) the engine; returns what is installed. Safe to run again. `without`
+    names pins left uninstalled (an offline machine whose kit does not carry them)."""
     pins = pins or load_pins()
+    unknown = sorted(set(without) - set(pins.python))
+    if unknown:
+        raise UserError(
+            f"--without {', '.join(unknown)}: not a pin of zerolab/engine/pins.toml "
+            f"(its pins: {', '.join(sorted(pins.python))})"
+        )
     console = console or Console(stderr=True, soft_wrap=True)  # a path or a phrase is never broken mid-way
-    wanted = InstallRecord.wanted(pins)
+    wanted = InstallRecord.wanted(pins, without)
     record = read_record()
     python = engine_python()
     if (
@@ -178,8 +189,10 @@ def install(
     else:
         console.print("  exists")
 
-    console.print(f"[bold]2/{STEPS}[/] pinned packages ({len(pins.python)} pins)")
-    missing = pin_mismatches(python, pins.python)
+    console.print(f"[bold]2/{STEPS}[/] pinned packages ({len(wanted.python_pins)} pins)")
+    for name in without:
+        console.print(f"  {name}: left out (--without)")
+    missing = pin_mismatches(python, wanted.python_pins)
     cuda_build = torch_cuda(python) if any(name in missing for name in BASE_IMAGE_PACKAGES) else None
     kept = kept_builds(os.environ.get("ZEROLAB_IMAGE"), cuda_build)
     for name in kept:
@@ -197,7 +210,8 @@ def install(
         _pip(python, [f"{name}=={pins.python[name]}" for name in rest])
     if not missing:
         console.print("  every pin already installed")
-    still = {name: have for name, have in pin_mismatches(python, pins.python).items() if name not in kept}
+    still = pin_mismatches(python, wanted.python_pins)
+    still = {name: have for name, have in still.items() if name not in kept}
     if still:
         raise UserError(f"after pip install, still not at their pins: {still} (see pip's output above)")
 

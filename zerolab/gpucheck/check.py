@@ -24,7 +24,7 @@ from pathlib import Path
 
 from zerolab.engine.cuda import query_gpus
 from zerolab.errors import UserError
-from zerolab.gpucheck.kit import Kit
+from zerolab.gpucheck.kit import NOT_NEEDED, Kit
 from zerolab.locations import LOGS_DIR, REPO_ROOT, SAMPLES_DIR
 
 WORK = LOGS_DIR / "gpu-check"
@@ -150,6 +150,7 @@ def steps(options: Options) -> list[Step]:
     if kit:
         sources = {"ZEROLAB_ENGINE_SRC": str(kit.engine_git), "ZEROLAB_APEX_SRC": str(kit.apex_git)}
     jobs = {"MAX_JOBS": str(os.cpu_count() or 4)}
+    without = [arg for name in NOT_NEEDED for arg in ("--without", name)] if kit else []
     prefix = data_prefix(options)
     sweep = [
         *zerolab,
@@ -190,7 +191,7 @@ def steps(options: Options) -> list[Step]:
         Step(
             "engine",
             "zerolab engine install: the pins, the engine, apex, the fused kernels for this GPU",
-            commands=[Command([*zerolab, "engine", "install"], sources | jobs)],
+            commands=[Command([*zerolab, "engine", "install", *without], sources | jobs)],
         ),
         Step("doctor", "zerolab doctor", commands=[Command([*zerolab, "doctor"])], fatal=False),
         data,
