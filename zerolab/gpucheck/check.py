@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from zerolab.engine.cuda import query_gpus
+from zerolab.engine.pins import load_pins
 from zerolab.errors import UserError
 from zerolab.gpucheck.kit import NOT_NEEDED, Kit
 from zerolab.locations import LOGS_DIR, REPO_ROOT, SAMPLES_DIR
@@ -150,7 +151,10 @@ def steps(options: Options) -> list[Step]:
     if kit:
         sources = {"ZEROLAB_ENGINE_SRC": str(kit.engine_git), "ZEROLAB_APEX_SRC": str(kit.apex_git)}
     jobs = {"MAX_JOBS": str(os.cpu_count() or 4)}
-    without = [arg for name in NOT_NEEDED for arg in ("--without", name)] if kit else []
+    engine_pins = load_pins().python
+    without = (
+        [arg for name in NOT_NEEDED if name in engine_pins for arg in ("--without", name)] if kit else []
+    )
     prefix = data_prefix(options)
     sweep = [
         *zerolab,
