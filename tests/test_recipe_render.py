@@ -66,6 +66,20 @@ def test_seed_study_recipes_differ_only_in_zero():
         assert stages == [0, 1, 2, 3, 3]
 
 
+def test_a_swapped_in_block_replaces_its_sections_block_and_keeps_the_recipes_own_keys():
+    # dolly's min_documents (15,000) does not follow the swap to the 151-document sample: found
+    # when the GPU check's sweep of gpt2_dp data=dolly-sample refused the sample (H200, 2026-11-25)
+    swapped = load_recipe("gpt2_dp", ["data=dolly-sample"])
+    assert swapped.data.name == "dolly-sample" and swapped.data.min_documents is None
+    assert [entry for entry in swapped.base if entry.startswith("data/")] == ["data/dolly-sample"]
+    # an override given before the swap stays, as the recipe's own keys do
+    kept = load_recipe("gpt2_dp", ["data.min_documents=100", "data=dolly-sample"])
+    assert kept.data.min_documents == 100
+    # so a sweep of the baseline over the zero block launches exactly each seed recipe
+    for zero, recipe in [("z1", "gpt2_z1"), ("z3_offload", "gpt2_z3_offload"), ("z0", "gpt2_dp")]:
+        assert render(load_recipe("gpt2_z2", [f"zero={zero}"])).argv == render(load_recipe(recipe)).argv
+
+
 @pytest.mark.parametrize("name", SHIPPED)
 def test_one_set_of_numbers(name):
     recipe = load_recipe(name)

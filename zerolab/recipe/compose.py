@@ -150,7 +150,9 @@ def apply_override(merged: dict[str, Any], override: str, sources: Sources) -> N
     value = parse_yaml(text, source, numbered=False)
     if key in SECTIONS and isinstance(value, str):
         block_file = _block_file(f"{key}/{value}", source)
-        merged["base"] = [*merged.get("base", []), f"{key}/{value}"]
+        _drop_block_keys(merged, sources, key)
+        kept = [entry for entry in merged.get("base", []) if not entry.startswith(f"{key}/")]
+        merged["base"] = [*kept, f"{key}/{value}"]
         deep_merge(merged, read_yaml_mapping(block_file), f"{display_path(block_file)} ({source})", sources)
         return
     path = tuple(key.split("."))
@@ -161,6 +163,28 @@ def apply_override(merged: dict[str, Any], override: str, sources: Sources) -> N
         node = node[part]
     node[path[-1]] = value
     _record(sources, path, value, source)
+
+
+def _drop_block_keys(merged: dict[str, Any], sources: Sources, section: str) -> None:
+    """Take out of `merged` every key that a building block of `section` (configs/SECTION/) set,
+    so that a swapped-in block replaces the one before it rather than merging over it; keys the
+    recipe or an override set stay."""
+    block_dir = f"{display_path(CONFIGS_DIR / section)}/"
+    for path in [path for path, source in sources.items() if path[:1] == (section,)]:
+        if not sources[path].startswith(block_dir):
+            continue
+        del sources[path]
+        parents = [merged]
+        for part in path[:-1]:
+            node = parents[-1].get(part)
+            if not isinstance(node, dict):
+                break
+            parents.append(node)
+        else:
+            parents[-1].pop(path[-1], None)
+            for part, parent in zip(reversed(path[:-1]), reversed(parents[:-1]), strict=True):
+                if parent.get(part) == {}:
+                    del parent[part]
 
 
 def override_problem(override: str) -> str | None:

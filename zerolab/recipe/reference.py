@@ -34,8 +34,10 @@ A recipe is a YAML file. It is composed in this order, later values winning:
    e.g. `model/gpt2-1.5b`), deep-merged in order;
 2. the recipe's own keys;
 3. command-line overrides, `key.path=value` (the value is read as YAML, so `6e-4` is a
-   number and `null` clears a key), or `SECTION=NAME`, which merges the block
-   `configs/SECTION/NAME.yaml` at that point (e.g. `model=gpt2-355m`, `zero=z3_offload`).
+   number and `null` clears a key), or `SECTION=NAME`, which swaps in the block
+   `configs/SECTION/NAME.yaml` at that point (e.g. `model=gpt2-355m`, `zero=z3_offload`):
+   what earlier blocks of that section set is dropped first, so `gpt2_dp zero=z2` is exactly
+   `gpt2_z2`; the recipe's own keys and earlier overrides stay unless the block sets them.
 
 Unknown keys are rejected with the nearest valid key; every error names the file or
 override that set the key. Then the checks run (batch arithmetic, divisibility of heads and
