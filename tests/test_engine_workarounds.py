@@ -17,7 +17,7 @@ from engine_patch_helpers import STANDIN_FILES, one_rank_env, run_on_engine, run
 
 from zerolab.engine import fused_kernels
 from zerolab.engine.megatron_entry import LAUNCH_PATCHES
-from zerolab.engine.workarounds import WORKAROUNDS, buildable_gencode
+from zerolab.engine.workarounds import WORKAROUNDS, buildable_gencode, stale_build_lock
 from zerolab.locations import REPO_ROOT
 
 
@@ -34,6 +34,7 @@ def test_every_workaround_is_named_and_explained_in_one_line():
         "contiguous_checkpoints_in_eval",
         "recompute_chunks_of_layers",
         "fused_kernels_buildable_archs",
+        "fused_kernels_stale_lock",
         "helpers_suffix_from_python",
         "python_sample_index",
         "shm_buffers_unlinked",
@@ -276,6 +277,51 @@ def test_real_fused_kernels_get_only_the_gencode_pairs_nvcc_builds(engine, tmp_p
         assert "--use_fast_math" in flags and "--expt-extended-lambda" in flags
     said = "nvcc 13.0 cannot build -gencode arch=compute_70,code=sm_70: left out of Megatron's fused kernels"
     assert (said in result.stdout) is (release == "13.0")
+
+
+def test_a_build_lock_is_stale_only_when_old_and_no_build_works_in_its_directory(tmp_path):
+    lock = tmp_path / "lock"
+    lock.touch()
+    assert stale_build_lock(tmp_path) is None  # just taken: a build may be starting
+    os.utime(lock, (lock.stat().st_atime - 60, lock.stat().st_mtime - 60))
+    with subprocess.Popen(["sleep", "30"], cwd=tmp_path) as ninja:  # a build at work there
+        try:
+            assert stale_build_lock(tmp_path) is None
+        finally:
+            ninja.kill()
+    assert stale_build_lock(tmp_path) == lock
+    assert stale_build_lock(tmp_path / "elsewhere") is None
+
+
+def test_a_stale_lock_of_the_real_fused_kernels_is_removed_before_the_build(engine, tmp_path):
+    # a check stopped by a time limit mid-build left it: the next build waited 9 minutes in
+    # silence until it was cut off too (H200, 2026-11-25)
+    engine_dir, python = engine
+    kernels = tmp_path / "engine" / "megatron" / "fused_kernels"
+    shutil.copytree(
+        engine_dir / "megatron" / "fused_kernels", kernels, ignore=shutil.ignore_patterns("build")
+    )
+    lock = fused_kernels.build_dir(tmp_path / "engine") / "lock"
+    lock.parent.mkdir()
+    lock.touch()
+    os.utime(lock, (lock.stat().st_atime - 60, lock.stat().st_mtime - 60))
+    result = subprocess.run(
+        [
+            str(python),
+            "-c",
+            FUSED_KERNELS_BUILD,
+            str(tmp_path / "engine"),
+            str(cuda_toolkit(tmp_path, "12.9")),
+        ],
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert not lock.exists()
+    assert f"workaround fused_kernels_stale_lock: removed {lock}" in result.stdout
+    assert len(json.loads(result.stdout.splitlines()[-1])) == len(fused_kernels.KERNELS)
 
 
 def test_every_workaround_and_patch_is_named_in_the_launching_page():

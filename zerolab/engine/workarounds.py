@@ -20,6 +20,7 @@ import re
 import subprocess
 import sys
 import sysconfig
+import time
 import types
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -354,6 +355,60 @@ def fused_kernels_buildable_archs() -> None:
     patch_after_import(FUSED_KERNELS, _buildable_archs_only)
 
 
+def stale_build_lock(build_directory: Path, *, min_age_s: float = 10.0) -> Path | None:
+    """torch's JIT build lock (`lock` in the build directory) when no build holds it: older than
+    `min_age_s` and no process working in the directory (torch runs ninja there). torch waits
+    for the lock to go away, forever and silently, so a build that was stopped hangs the next."""
+    lock = build_directory / "lock"
+    try:
+        age = time.time() - lock.stat().st_mtime
+    except FileNotFoundError:
+        return None
+    if age < min_age_s:
+        return None
+    directory = build_directory.resolve()
+    for entry in Path("/proc").glob("[0-9]*/cwd"):
+        try:
+            cwd = entry.resolve(strict=True)
+        except OSError:  # gone, or not ours to read
+            continue
+        if cwd == directory or directory in cwd.parents:
+            return None
+    return lock
+
+
+class _StaleLockCleared:
+    """Stands in for torch.utils.cpp_extension in megatron.fused_kernels: load() first removes a
+    build lock that no build holds (stale_build_lock). Everything else is the module before it."""
+
+    def __init__(self, real: Any) -> None:
+        self._real = real
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+    def load(self, *args: Any, **kwargs: Any) -> Any:
+        directory = kwargs.get("build_directory")
+        lock = stale_build_lock(Path(directory)) if directory else None
+        if lock is not None:
+            lock.unlink(missing_ok=True)
+            print(
+                f"zerolab: workaround fused_kernels_stale_lock: removed {lock}, left by a build that was "
+                "stopped (torch would wait for it forever)",
+                flush=True,
+            )
+        return self._real.load(*args, **kwargs)
+
+
+def _stale_lock_cleared(module: types.ModuleType) -> None:
+    module.cpp_extension = _StaleLockCleared(module.cpp_extension)  # type: ignore[attr-defined]
+
+
+def fused_kernels_stale_lock() -> None:
+    """Remove the fused kernels' build lock a stopped build left, on which torch waits forever."""
+    patch_after_import(FUSED_KERNELS, _stale_lock_cleared)
+
+
 DATASET_UTILS = "megatron.data.dataset_utils"
 
 
@@ -475,6 +530,7 @@ WORKAROUNDS: tuple[LaunchPatch, ...] = tuple(
         contiguous_checkpoints_in_eval,
         recompute_chunks_of_layers,
         fused_kernels_buildable_archs,
+        fused_kernels_stale_lock,
         helpers_suffix_from_python,
         python_sample_index,
         shm_buffers_unlinked,
