@@ -18,7 +18,8 @@ from zerolab.engine.container import kept_builds
 from zerolab.engine.pins import load_pins
 from zerolab.gpucheck import kit as kits
 from zerolab.gpucheck.__main__ import main
-from zerolab.gpucheck.check import STEP_NAMES, SWEEP_NAME
+from zerolab.gpucheck.check import MIN_ITERS, SEED_RECIPE, STEP_NAMES, SWEEP_NAME, torchrun_script
+from zerolab.recipe import load_recipe
 
 PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
 
@@ -73,6 +74,7 @@ def test_the_dry_run_prints_every_step_over_the_kit_and_runs_nothing(gathered, t
     assert f"--no-index --no-deps {kit.wheels[0]}" in out
     # the marker goes in before any install, so a failed one leaves an environment the check may reuse
     assert out.index("zerolab-gpu-check.pth") < out.index("pip install")
+    assert "- write " + str(tmp_path / "home" / "venv" / "bin" / "torchrun") in out
     assert f"ZEROLAB_ENGINE_SRC={kit.engine_git} ZEROLAB_APEX_SRC={kit.apex_git}" in out
     # the engine install asks for no pin the kit does not carry (the machine is offline)
     install = next(line for line in out.splitlines() if "engine install" in line and "$" in line)
@@ -104,7 +106,7 @@ def test_a_kit_for_another_python_is_refused_with_the_command_that_makes_the_rig
     ("args", "message"),
     [
         (["--only", "seeds,warmup"], "no step warmup"),
-        (["--iters", "3"], "--iters 3: at least 10"),
+        (["--iters", "12"], "--iters 12: at least 20"),
         (["--kit", "/nonexistent/kit"], "/nonexistent/kit/kit.json: not found"),
     ],
 )
@@ -112,6 +114,29 @@ def test_bad_options_exit_2_with_the_reason(args, message, tmp_path, monkeypatch
     monkeypatch.setenv("ZEROLAB_HOME", str(tmp_path))
     assert main([*args, "--dry-run"]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_the_fewest_iterations_the_check_takes_outlast_the_seed_recipes_warm_up():
+    # --iters 10 was taken, then every seed run refused (warm-up of 10 iterations; H200, 2026-11-25)
+    seed = load_recipe(SEED_RECIPE, [f"train.iters={MIN_ITERS}"])
+    assert seed.train.lr_warmup_iters < MIN_ITERS
+
+
+def test_the_environments_torchrun_runs_the_environments_python(engine, tmp_path):
+    # the machine's torchrun ran the machine's Python: every seed run died with "No module named
+    # 'deepspeed'" (H200, 2026-11-25)
+    _, python = engine
+    script = tmp_path / "torchrun"
+    script.write_text(torchrun_script(python))
+    script.chmod(0o755)
+    probe = "import sys, deepspeed; print(sys.executable)"
+    (tmp_path / "probe.py").write_text(probe)
+    result = subprocess.run(
+        [str(script), "--nproc-per-node", "1", "--no-python", str(python), str(tmp_path / "probe.py")],
+        capture_output=True, text=True, check=False, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert Path(result.stdout.split()[-1]) == python
 
 
 def test_an_engine_environment_the_check_did_not_make_is_refused(tmp_path, monkeypatch, capsys):

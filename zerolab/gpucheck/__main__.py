@@ -10,7 +10,15 @@ from pathlib import Path
 
 from zerolab.engine.paths import zerolab_home
 from zerolab.errors import UserError
-from zerolab.gpucheck.check import STEP_NAMES, Options, check_home, machine_problems, machine_python, run
+from zerolab.gpucheck.check import (
+    MIN_ITERS,
+    STEP_NAMES,
+    Options,
+    check_home,
+    machine_problems,
+    machine_python,
+    run,
+)
 from zerolab.gpucheck.kit import read_kit
 
 
@@ -37,8 +45,11 @@ def main(argv: list[str] | None = None) -> int:
             raise UserError(
                 f"--only {args.only}: no step {', '.join(unknown)}; the steps: {', '.join(STEP_NAMES)}"
             )
-        if args.iters < 10:
-            raise UserError(f"--iters {args.iters}: at least 10, for a steady state after the warm-up")
+        if args.iters < MIN_ITERS:
+            raise UserError(
+                f"--iters {args.iters}: at least {MIN_ITERS}, for a steady state after the seed recipes' "
+                "learning-rate warm-up"
+            )
         kit = read_kit(args.kit.resolve()) if args.kit else None
         check_home(zerolab_home())
     except UserError as error:

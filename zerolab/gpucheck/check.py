@@ -38,6 +38,10 @@ gpt2_dp over it launches exactly the five seed recipes."""
 SAMPLE = SAMPLES_DIR / "dolly151.jsonl"
 LINKS = "zerolab-gpu-check.pth"
 """The .pth file that marks the check's environment and links zerolab and the machine's packages."""
+MIN_ITERS = 20
+"""The fewest iterations a run of the check may have: past the seed recipes' learning-rate warm-up
+(train.lr_warmup_iters of configs/train/gpt2-seed.yaml, which zerolab refuses to outlast), with
+iterations to spare for a steady state."""
 STEP_NAMES = ("environment", "engine", "doctor", "data", "seeds", "peer", "report")
 
 
@@ -58,6 +62,7 @@ class Write:
     path: Path
     text: str
     why: str
+    executable: bool = False
 
 
 @dataclass
@@ -122,6 +127,13 @@ def path_links() -> str:
     return "".join([f"{REPO_ROOT}\n", *(f"import site; site.addsitedir({path!r})\n" for path in directories)])
 
 
+def torchrun_script(python: Path) -> str:
+    """venv/bin/torchrun of the check's environment: torch's launcher run by `python`. The machine's
+    own torchrun runs the machine's Python, which lacks DeepSpeed and the rest of the kit, and a
+    virtual environment that links the machine's packages (path_links) gets no console scripts."""
+    return f'#!/bin/sh\nexec {shlex.quote(str(python))} -m torch.distributed.run "$@"\n'
+
+
 def steps(options: Options) -> list[Step]:
     """The check's steps for these options."""
     python = str(venv_python(options))
@@ -138,6 +150,12 @@ def steps(options: Options) -> list[Step]:
             ),
             # first: it marks the environment as the check's (check_home) even if an install fails
             Write(links, path_links(), f"zerolab from {REPO_ROOT}, then {options.python}'s packages"),
+            Write(
+                Path(python).parent / "torchrun",
+                torchrun_script(Path(python)),
+                "torchrun for this environment's Python (the machine's runs the machine's Python)",
+                executable=True,
+            ),
         ],
     )
     if kit:
@@ -268,6 +286,8 @@ def _execute(step: Step) -> str | None:
     for command in step.commands:
         if isinstance(command, Write):
             command.path.write_text(command.text)
+            if command.executable:
+                command.path.chmod(0o755)
             continue
         if command.unless is not None and command.unless.exists():
             print(f"  {command.unless} exists", flush=True)
