@@ -114,7 +114,10 @@ def measured_table() -> str:
             )
     host = [
         "",
-        "Host memory (not an independent check: the per-rank process constant is set from this row):",
+        "Host memory: the per-rank process constant (zerolab/estimate/buffers.py HOST_PROCESS_GIB) is set "
+        "from the ZeRO-3 + offload row, so that row is no independent check; the ZeRO-2 row, with nothing "
+        "offloaded, measures the process alone and shows the constant over-predicting it (an open "
+        "finding; the constant is kept at the higher value, erring on the side of caution):",
         "",
         "| case | measured host GiB (process tree) | predicted GiB | error |",
         "|---|---|---|---|",
