@@ -1,5 +1,7 @@
 """A Megatron-DeepSpeed GPT checkpoint written as a Hugging Face GPT-2 directory: safetensors weights,
-config.json with the run's shape and activation, and the GPT-2 tokenizer files.
+config.json with the run's shape and activation, and the GPT-2 tokenizer files. The weight mapping
+between the two is owned here, both ways (megatron_from_hf and split_tensor_parallel are the
+inverses of hf_state and the tensor-parallel merge, for importing Hugging Face GPT-2).
 
 Run by the engine's Python (torch, DeepSpeed and transformers are there, not in zerolab's own
 environment): `python hf_gpt2.py REQUEST.json`. The request names the checkpoints folder, the
@@ -99,6 +101,26 @@ def _merge_tensor_parallel(ranks: list[dict[str, torch.Tensor]]) -> dict[str, to
     return merged
 
 
+def split_tensor_parallel(merged: dict[str, torch.Tensor], tensor: int) -> list[dict[str, torch.Tensor]]:
+    """The whole model's weights as `tensor` ranks hold them: the inverse of the merge above."""
+    if tensor == 1:
+        return [merged]
+    ranks: list[dict[str, torch.Tensor]] = [{} for _ in range(tensor)]
+    for name, whole in merged.items():
+        if name.endswith(QKV):
+            by_kind = [kind.chunk(tensor, dim=0) for kind in whole.chunk(3, dim=0)]
+            pieces = [torch.cat([kind[rank] for kind in by_kind]) for rank in range(tensor)]
+        elif name.endswith(COLUMN_PARALLEL):
+            pieces = list(whole.chunk(tensor, dim=0))
+        elif name.endswith(ROW_PARALLEL):
+            pieces = list(whole.chunk(tensor, dim=1))
+        else:
+            pieces = [whole] * tensor
+        for rank, piece in zip(ranks, pieces, strict=True):
+            rank[name] = piece.clone().contiguous()
+    return ranks
+
+
 def megatron_state(request: dict[str, Any]) -> tuple[dict[str, torch.Tensor], Any]:
     """The whole model's weights by Megatron's parameter names, and the run's saved arguments."""
     checkpoints, tag = Path(request["checkpoints"]), f"global_step{request['iteration']}"
@@ -162,6 +184,41 @@ def hf_state(megatron: dict[str, torch.Tensor], vocab_size: int) -> dict[str, to
         elif name != "word_embeddings_for_head.weight":
             raise CheckpointError(f"a weight GPT-2 has no place for: {name}")
     return out
+
+
+def megatron_from_hf(hf: dict[str, torch.Tensor], padding: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Megatron's weights (an unsplit model's names) from GPT2LMHeadModel's: the inverse of hf_state.
+    `padding` holds the rows the engine's padded vocabulary adds below wte's."""
+    by_hf = {hf_name: module for module, hf_name in _LAYER_NAMES.items()}
+    head, embedding = hf.get("lm_head.weight"), hf.get("transformer.wte.weight")
+    if embedding is None:
+        raise CheckpointError("no transformer.wte.weight: not a GPT-2 (GPT2LMHeadModel) state")
+    if head is not None and not torch.equal(head, embedding):
+        raise CheckpointError(
+            "lm_head.weight differs from transformer.wte.weight: the engine's GPT ties them"
+        )
+    out: dict[str, torch.Tensor] = {}
+    for name, tensor in hf.items():
+        tensor = tensor.detach().to(torch.float32)
+        if name == "transformer.wte.weight":
+            out["language_model.embedding.word_embeddings.weight"] = torch.cat([tensor, padding.to(tensor)])
+        elif name == "transformer.wpe.weight":
+            out["language_model.embedding.position_embeddings.weight"] = tensor
+        elif name.startswith("transformer.ln_f."):
+            out[f"language_model.encoder.final_layernorm.{name.rsplit('.', 1)[1]}"] = tensor
+        elif match := _HF_LAYER.match(name):
+            layer, hf_name, kind = match.groups()
+            if hf_name not in by_hf:
+                raise CheckpointError(f"a weight the engine's GPT has no place for: {name}")
+            if hf_name in _LINEAR and kind == "weight":
+                tensor = tensor.t()
+            out[f"language_model.encoder.layers.{layer}.{by_hf[hf_name]}.{kind}"] = tensor.contiguous()
+        elif name != "lm_head.weight" and not name.endswith((".attn.bias", ".attn.masked_bias")):
+            raise CheckpointError(f"a weight the engine's GPT has no place for: {name}")
+    return out
+
+
+_HF_LAYER = re.compile(r"^transformer\.h\.(\d+)\.(.+)\.(weight|bias)$")
 
 
 def hf_config(args: Any, vocab_size: int) -> dict[str, Any]:
