@@ -316,16 +316,21 @@ def buildable_gencode(flags: list[str], targets: frozenset[str]) -> tuple[list[s
     return kept, dropped
 
 
-class _BuildableArchsOnly:
-    """Stands in for torch.utils.cpp_extension in megatron.fused_kernels: its load() gets only
-    the -gencode pairs that the nvcc of CUDA_HOME can build. Everything else is the real module."""
+class _CppExtensionStandIn:
+    """Stands in for torch.utils.cpp_extension in megatron.fused_kernels: a subclass changes
+    load(); everything else is the module it wraps (the real one, or another stand-in)."""
 
-    def __init__(self, real: types.ModuleType) -> None:
+    def __init__(self, real: Any) -> None:
         self._real = real
-        self._said = False
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._real, name)
+
+
+class _BuildableArchsOnly(_CppExtensionStandIn):
+    """load() gets only the -gencode pairs that the nvcc of CUDA_HOME can build."""
+
+    _said = False
 
     def load(self, *args: Any, **kwargs: Any) -> Any:
 
@@ -377,15 +382,8 @@ def stale_build_lock(build_directory: Path, *, min_age_s: float = 10.0) -> Path 
     return lock
 
 
-class _StaleLockCleared:
-    """Stands in for torch.utils.cpp_extension in megatron.fused_kernels: load() first removes a
-    build lock that no build holds (stale_build_lock). Everything else is the module before it."""
-
-    def __init__(self, real: Any) -> None:
-        self._real = real
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._real, name)
+class _StaleLockCleared(_CppExtensionStandIn):
+    """load() first removes a build lock that no build holds (stale_build_lock)."""
 
     def load(self, *args: Any, **kwargs: Any) -> Any:
         directory = kwargs.get("build_directory")
