@@ -129,7 +129,7 @@ def test_the_environments_torchrun_runs_the_environments_python(engine, tmp_path
     script = tmp_path / "torchrun"
     script.write_text(torchrun_script(python))
     script.chmod(0o755)
-    probe = "import sys, deepspeed; print(sys.executable)"
+    probe = "import sys; print(sys.executable)"  # the engine's Python is the one with DeepSpeed
     (tmp_path / "probe.py").write_text(probe)
     result = subprocess.run(
         [str(script), "--nproc-per-node", "1", "--no-python", str(python), str(tmp_path / "probe.py")],
