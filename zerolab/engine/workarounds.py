@@ -326,6 +326,11 @@ class _CppExtensionStandIn:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._real, name)
 
+    @classmethod
+    def replace_in(cls, module: types.ModuleType) -> None:
+        """Put a stand-in of this class in front of `module`'s cpp_extension (a patch_after_import patch)."""
+        module.cpp_extension = cls(module.cpp_extension)  # type: ignore[attr-defined]
+
 
 class _BuildableArchsOnly(_CppExtensionStandIn):
     """load() gets only the -gencode pairs that the nvcc of CUDA_HOME can build."""
@@ -351,13 +356,9 @@ class _BuildableArchsOnly(_CppExtensionStandIn):
         return self._real.load(*args, **kwargs)
 
 
-def _buildable_archs_only(module: types.ModuleType) -> None:
-    module.cpp_extension = _BuildableArchsOnly(module.cpp_extension)  # type: ignore[attr-defined]
-
-
 def fused_kernels_buildable_archs() -> None:
     """Leave -gencode pairs nvcc cannot build (sm_70 on CUDA 13) out of Megatron's fused kernels."""
-    patch_after_import(FUSED_KERNELS, _buildable_archs_only)
+    patch_after_import(FUSED_KERNELS, _BuildableArchsOnly.replace_in)
 
 
 def stale_build_lock(build_directory: Path, *, min_age_s: float = 10.0) -> Path | None:
@@ -398,13 +399,9 @@ class _StaleLockCleared(_CppExtensionStandIn):
         return self._real.load(*args, **kwargs)
 
 
-def _stale_lock_cleared(module: types.ModuleType) -> None:
-    module.cpp_extension = _StaleLockCleared(module.cpp_extension)  # type: ignore[attr-defined]
-
-
 def fused_kernels_stale_lock() -> None:
     """Remove the fused kernels' build lock a stopped build left, on which torch waits forever."""
-    patch_after_import(FUSED_KERNELS, _stale_lock_cleared)
+    patch_after_import(FUSED_KERNELS, _StaleLockCleared.replace_in)
 
 
 DATASET_UTILS = "megatron.data.dataset_utils"

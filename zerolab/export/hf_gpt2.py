@@ -186,6 +186,9 @@ def hf_state(megatron: dict[str, torch.Tensor], vocab_size: int) -> dict[str, to
     return out
 
 
+_HF_LAYER = re.compile(r"^transformer\.h\.(\d+)\.(.+)\.(weight|bias)$")
+
+
 def megatron_from_hf(hf: dict[str, torch.Tensor], padding: torch.Tensor) -> dict[str, torch.Tensor]:
     """Megatron's weights (an unsplit model's names) from GPT2LMHeadModel's: the inverse of hf_state.
     `padding` holds the rows the engine's padded vocabulary adds below wte's."""
@@ -216,9 +219,6 @@ def megatron_from_hf(hf: dict[str, torch.Tensor], padding: torch.Tensor) -> dict
         elif name != "lm_head.weight" and not name.endswith((".attn.bias", ".attn.masked_bias")):
             raise CheckpointError(f"a weight the engine's GPT has no place for: {name}")
     return out
-
-
-_HF_LAYER = re.compile(r"^transformer\.h\.(\d+)\.(.+)\.(weight|bias)$")
 
 
 def hf_config(args: Any, vocab_size: int) -> dict[str, Any]:

@@ -169,10 +169,8 @@ def steps(options: Options) -> list[Step]:
     if kit:
         sources = {"ZEROLAB_ENGINE_SRC": str(kit.engine_git), "ZEROLAB_APEX_SRC": str(kit.apex_git)}
     jobs = {"MAX_JOBS": str(os.cpu_count() or 4)}
-    engine_pins = load_pins().python
-    without = (
-        [arg for name in NOT_NEEDED if name in engine_pins for arg in ("--without", name)] if kit else []
-    )
+    left_out = [name for name in NOT_NEEDED if name in load_pins().python] if kit else []
+    without = [arg for name in left_out for arg in ("--without", name)]
     prefix = data_prefix(options)
     sweep = [
         *zerolab,

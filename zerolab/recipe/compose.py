@@ -168,23 +168,24 @@ def apply_override(merged: dict[str, Any], override: str, sources: Sources) -> N
 def _drop_block_keys(merged: dict[str, Any], sources: Sources, section: str) -> None:
     """Take out of `merged` every key that a building block of `section` (configs/SECTION/) set,
     so that a swapped-in block replaces the one before it rather than merging over it; keys the
-    recipe or an override set stay."""
+    recipe or an override set stay, and a mapping left empty goes."""
     block_dir = f"{display_path(CONFIGS_DIR / section)}/"
-    for path in [path for path, source in sources.items() if path[:1] == (section,)]:
-        if not sources[path].startswith(block_dir):
-            continue
-        del sources[path]
-        parents = [merged]
-        for part in path[:-1]:
-            node = parents[-1].get(part)
-            if not isinstance(node, dict):
-                break
-            parents.append(node)
-        else:
-            parents[-1].pop(path[-1], None)
-            for part, parent in zip(reversed(path[:-1]), reversed(parents[:-1]), strict=True):
-                if parent.get(part) == {}:
-                    del parent[part]
+
+    def drop(node: dict[str, Any], prefix: KeyPath) -> None:
+        for key in list(node):
+            path = (*prefix, str(key))
+            if isinstance(node[key], dict) and node[key]:
+                drop(node[key], path)
+                if not node[key]:
+                    del node[key]
+            elif sources.get(path, "").startswith(block_dir):
+                del node[key], sources[path]
+
+    node = merged.get(section)
+    if isinstance(node, dict):
+        drop(node, (section,))
+        if not node:
+            del merged[section]
 
 
 def override_problem(override: str) -> str | None:
