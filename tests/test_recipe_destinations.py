@@ -27,6 +27,8 @@ PLUMBING = {
     # the run directory's checkpoints, TensorBoard and W&B files, beside the declared flags they follow
     "--save", "--load", "--override-opt_param-scheduler", "--tensorboard-log-interval",
     "--log-timers-to-tensorboard", "--log-validation-ppl-to-tensorboard", "--wandb-save-dir",
+    # the imported weights' layout and the weights-only load, beside model.init_from's --load
+    "--load-tag", "--finetune",
     # the engine's CUDA-only fusions, off on CPU (docs/launching.md's workarounds)
     "--no-gradient-accumulation-fusion", "--no-masked-softmax-fusion",
 }  # fmt: skip
@@ -42,6 +44,7 @@ PREPARED = ["data.path=tests/fixtures/recipe-data/dolly151_text_document", "data
 SPLIT_DATASETS = ["data.path=null", "data.train_path=d/x_train_text_document"]
 
 RULES: dict[tuple[str, str], tuple[tuple[str, list[str]], tuple[str, list[str]] | None]] = {
+    ("model.init_from", "--load"): (("gpt2_z1", ["model.init_from=weights/gpt2"]), ON_GPU),
     ("model.attention", "--use-flash-attn-v2"): (("gpt2_z1", ["model.attention=flash"]), ENGINE_ATTENTION),
     ("model.attention", "ZEROLAB_ATTENTION"): (("gpt2_z1", ["model.attention=sdpa"]), ENGINE_ATTENTION),
     ("parallel.pipeline", "--no-pipeline-parallel"): (ON_GPU, ("gpt2_tp2_pp2", [])),

@@ -22,6 +22,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "zerolab.commands.summarize",
     "zerolab.commands.estimate",
     "zerolab.commands.export",
+    "zerolab.commands.import_weights",
     "zerolab.commands.evaluate",
     "zerolab.commands.generate",
 )

@@ -85,6 +85,10 @@ class RunFacts(BaseModel):
     train_iters: Count | None = None
     log_interval: Count | None = None
     epoch_tokens: Count | None = None
+    init_from: str | None = None
+    """The folder of `zerolab import` the run started from (model.init_from), resolved; null: random."""
+    init_source: str | None = None
+    """The Hugging Face directory or hub name those weights were imported from."""
 
 
 class Status(BaseModel):

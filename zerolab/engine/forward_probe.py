@@ -1,13 +1,15 @@
-"""The engine's own forward pass of the model it trained, at the end of training
-(ZEROLAB_FORWARD_PROBE=DIR): a patch of megatron.training's `train`, which `pretrain` calls once
-the model and its DeepSpeed engine are set up, and after which it saves the final checkpoint of
-those same weights. When training is done, every rank runs the model on the token rows of
-DIR/tokens.json (a list of equal-length rows: inputs, then the next token; under pipeline
-parallelism micro-batch-size rows of seq_length + 1 tokens, as the engine's batches are), in eval
-mode, in whatever layout the run has (ZeRO stage, offload, tensor and pipeline parallel); one rank
-of the last pipeline stage writes DIR/engine.pt ({"logits": [rows, seq, tokenizer's vocabulary],
-"loss": the mean next-token loss over that vocabulary}); then the run goes on (its final save and
-validation). This is how an export of that checkpoint is proven equal to the engine that trained it."""
+"""The engine's own forward pass of the model it trains, before and after training
+(ZEROLAB_FORWARD_PROBE=DIR): a patch of megatron.training's `train`, which `pretrain` calls once the
+model and its DeepSpeed engine are set up (and any checkpoint loaded), and after which it saves the
+final checkpoint of those same weights. Before training and when it is done, every rank runs the
+model on the token rows of DIR/tokens.json (a list of equal-length rows: inputs, then the next
+token; under pipeline parallelism micro-batch-size rows of seq_length + 1 tokens, as the engine's
+batches are), in eval mode, in whatever layout the run has (ZeRO stage, offload, tensor and pipeline
+parallel); one rank of the last pipeline stage writes DIR/engine_start.pt, then DIR/engine.pt
+({"logits": [rows, seq, tokenizer's vocabulary], "loss": the mean next-token loss over that
+vocabulary}); then the run goes on (its final save and validation). This is how an export of the
+final checkpoint is proven equal to the engine that trained it, and imported weights equal to the
+model they came from."""
 
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ TRAINING = "megatron.training"
 PROBE_ENV = "ZEROLAB_FORWARD_PROBE"
 TOKENS_FILE = "tokens.json"
 OUTPUT_FILE = "engine.pt"
+START_FILE = "engine_start.pt"
 
 
 def probe_wanted() -> bool:
@@ -61,8 +64,8 @@ def _logits(model: Any, rows: Any) -> Any:
         return tensor_parallel.gather_from_tensor_model_parallel_region(logits).float()
 
 
-def _write_probe(model: Any) -> None:
-    """Run the model on DIR/tokens.json and write DIR/engine.pt (one rank of the last stage)."""
+def _write_probe(model: Any, name: str) -> None:
+    """Run the model on DIR/tokens.json and write DIR/`name` (one rank of the last stage)."""
     # torch, megatron here, not at the top: only in the engine's environment
     import torch
     from megatron import get_tokenizer
@@ -78,27 +81,30 @@ def _write_probe(model: Any) -> None:
     if logits is not None and writer:
         vocabulary = logits[..., : get_tokenizer().vocab_size]  # the padding is never a target
         loss = torch.nn.functional.cross_entropy(vocabulary.flatten(0, 1), rows[:, 1:].flatten())
-        torch.save({"logits": vocabulary.cpu(), "loss": float(loss)}, os.path.join(directory, OUTPUT_FILE))
-        print(f"zerolab: forward probe: loss {float(loss):.6f} written to {directory}", flush=True)
+        torch.save({"logits": vocabulary.cpu(), "loss": float(loss)}, os.path.join(directory, name))
+        print(f"zerolab: forward probe: loss {float(loss):.6f} written to {directory}/{name}", flush=True)
     torch.distributed.barrier()
 
 
 def _probe_after_training(module: types.ModuleType) -> None:
     original = module.train  # type: ignore[attr-defined]
 
-    def train_then_probe(forward_step_func: Any, model: Any, *rest: Any, **options: Any) -> int:
+    def probe_around_training(forward_step_func: Any, model: Any, *rest: Any, **options: Any) -> int:
+        _write_probe(model, START_FILE)
+        for chunk in model:
+            chunk.train()
         iteration = original(forward_step_func, model, *rest, **options)
-        _write_probe(model)
+        _write_probe(model, OUTPUT_FILE)
         for chunk in model:
             chunk.train()
         return iteration
 
-    train_then_probe.__wrapped__ = original  # type: ignore[attr-defined]
-    module.train = train_then_probe  # type: ignore[attr-defined]
+    probe_around_training.__wrapped__ = original  # type: ignore[attr-defined]
+    module.train = probe_around_training  # type: ignore[attr-defined]
 
 
 def forward_probe() -> None:
-    """The engine's forward pass of the model it trained, when training is done (ZEROLAB_FORWARD_PROBE)."""
+    """The engine's forward pass of the model, before and after training (ZEROLAB_FORWARD_PROBE)."""
     patch_after_import(TRAINING, _probe_after_training)
 
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from zerolab.errors import UserError
+from zerolab.imported import read_manifest
 from zerolab.recipe.length import train_iters, train_split_tokens
 from zerolab.recipe.schema import Recipe
 from zerolab.rundir import RunFacts
@@ -15,6 +18,13 @@ def run_facts(recipe: Recipe) -> RunFacts:
         epoch_tokens: int | None = train_split_tokens(recipe)
     except UserError:
         epoch_tokens = None
+    init_from = init_source = None
+    if model.init_from is not None:
+        init_from = str(Path(model.init_from).resolve())
+        try:
+            init_source = read_manifest(Path(model.init_from)).source
+        except ValueError:
+            init_source = None  # a dry run of a folder not imported yet
     return RunFacts(
         name=recipe.name,
         recipe=recipe.path,
@@ -43,4 +53,6 @@ def run_facts(recipe: Recipe) -> RunFacts:
         train_iters=train_iters(recipe),
         log_interval=train.log_interval,
         epoch_tokens=epoch_tokens,
+        init_from=init_from,
+        init_source=init_source,
     )

@@ -15,8 +15,9 @@ from zerolab.data_prep.indexed import read_index
 from zerolab.data_prep.pipeline import SUFFIX, manifest_source
 from zerolab.data_prep.tokenizer import VOCAB_SIZE
 from zerolab.errors import UserError
+from zerolab.imported import MANIFEST_FILE, layout_tag, read_manifest, tokenizer_digest
 from zerolab.locations import display_path
-from zerolab.recipe.schema import Recipe
+from zerolab.recipe.schema import MODEL_SHAPE_KEYS, Recipe
 
 BUNDLED_TOKENIZER_FILES = {"vocab_file": GPT2_VOCAB, "merge_file": GPT2_MERGES}
 """What data.vocab_file and data.merge_file mean when null."""
@@ -125,6 +126,60 @@ def check_inputs(recipe: Recipe, *, scheduler_places_nodes: bool = False) -> lis
                 f"data.{key}: {value} not found; point it at the GPT-2 BPE file, or remove it "
                 "(null: the file bundled with zerolab)"
             )
+    if recipe.model.init_from is not None:
+        problems += init_problems(recipe)
+    return problems
+
+
+def init_problems(recipe: Recipe) -> list[str]:
+    """What keeps the run from starting from the weights of model.init_from: no folder of `zerolab
+    import` there, no checkpoint of the recipe's layout, another shape, padded vocabulary or tokenizer."""
+    folder = recipe.model.init_from
+    assert folder is not None
+    try:
+        weights = read_manifest(Path(folder))
+    except ValueError as error:
+        return [f"model.init_from: {error}; write it with `zerolab import MODEL --out {folder}`"]
+    tensor, pipeline = recipe.parallel.tensor, recipe.parallel.pipeline
+    layout = weights.layout(tensor, pipeline)
+    if layout is None:
+        return [
+            f"model.init_from: {folder} holds the layouts {', '.join(weights.layouts)}, not "
+            f"{layout_tag(tensor, pipeline)} (parallel.tensor={tensor}, parallel.pipeline={pipeline}); "
+            f"import it: `zerolab import {weights.source} --out NEW_DIR --parallel {tensor}x{pipeline}` (one "
+            "--parallel per layout a sweep needs) and set model.init_from=NEW_DIR"
+        ]
+    problems = [
+        f"model.{key}={getattr(recipe.model, key)}: the weights in {folder} have {key} "
+        f"{getattr(weights.shape, key)}; set model.{key}={getattr(weights.shape, key)}"
+        for key in MODEL_SHAPE_KEYS
+        if getattr(recipe.model, key) != getattr(weights.shape, key)
+    ]
+    if not problems and recipe.padded_vocab_size != layout.padded_vocab_size:
+        problems.append(
+            f"model.make_vocab_size_divisible_by={recipe.model.make_vocab_size_divisible_by}: pads the "
+            f"vocabulary to {recipe.padded_vocab_size} rows, the weights in {folder} to "
+            f"{layout.padded_vocab_size}; set model.make_vocab_size_divisible_by="
+            f"{weights.make_vocab_size_divisible_by}"
+        )
+    vocab, merges = (Path(tokenizer_file(recipe, key)) for key in BUNDLED_TOKENIZER_FILES)
+    if vocab.is_file() and merges.is_file():
+        try:
+            same = tokenizer_digest(vocab, merges) == weights.tokenizer_sha256
+        except ValueError:
+            same = True  # the engine's tokenizer says what is wrong with those files
+        if not same:
+            problems.append(
+                f"data.vocab_file, data.merge_file: {vocab} and {merges} are not the tokenizer the weights "
+                f"in {folder} belong to; set data.vocab_file={Path(folder) / 'vocab.json'} "
+                f"data.merge_file={Path(folder) / 'merges.txt'}"
+            )
+    if recipe.zero.stage == 3:
+        problems.append(
+            f"model.init_from with zero.stage=3: ZeRO-3 loads weights from its own partitioned checkpoint "
+            f"layout, which {MANIFEST_FILE} folders do not hold yet; start from the weights with ZeRO 0, 1 "
+            "or 2"
+        )
     return problems
 
 

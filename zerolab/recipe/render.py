@@ -25,6 +25,7 @@ from zerolab.engine.paths import (
     torch_extensions_dir,
 )
 from zerolab.engine.sdpa_attention import ATTENTION_ENV, SDPA
+from zerolab.imported import layout_tag
 from zerolab.locations import CHECKOUT
 from zerolab.recipe.destinations import DeepSpeed, Megatron, destinations, one_to_one
 from zerolab.recipe.inputs import tokenizer_file
@@ -222,16 +223,18 @@ def render(
     continuing `resume`, placed on its nodes by `placement` (default: the recipe's hardware
     section), with the engine checkout at `engine` (default: this machine's). With
     `load_own_checkpoints`, a checkpointing run also loads from its own checkpoints/ (a job that
-    may be requeued into the same run directory)."""
+    may be requeued into the same run directory), unless it starts from imported weights
+    (model.init_from: a requeued job starts from them again)."""
     hw = recipe.hardware
+    init = recipe.model.init_from is not None
     placement = placement or Placement.of(recipe)
     return Launch(
         argv=[
             *launcher_args(recipe, placement),
             f"{engine or engine_dir()}/pretrain_gpt.py",
             *megatron_args(recipe, f"{run_dir}/{rundir.DS_CONFIG_FILE}"),
-            *run_dir_args(recipe, run_dir, load_own_checkpoints=load_own_checkpoints),
-            *(resume_args(recipe, resume) if resume else []),
+            *run_dir_args(recipe, run_dir, load_own_checkpoints=load_own_checkpoints and not init),
+            *(resume_args(recipe, resume) if resume else init_args(recipe)),
             *recipe.extra.megatron_args,
         ],
         env=launch_env(recipe) | remote_env_file(recipe, placement, run_dir),
@@ -443,6 +446,15 @@ def resume_args(recipe: Recipe, resume: Resume) -> list[str]:
     if schedule(resume.recipe) != schedule(recipe):
         args.append("--override-opt_param-scheduler")
     return args
+
+
+def init_args(recipe: Recipe) -> list[str]:
+    """model.init_from as the engine's fine-tuning load: the layout's checkpoint (a tag of the
+    imported folder), weights only."""
+    if recipe.model.init_from is None:
+        return []
+    tag = layout_tag(recipe.parallel.tensor, recipe.parallel.pipeline)
+    return ["--load", recipe.model.init_from, "--load-tag", tag, "--finetune"]
 
 
 def schedule(recipe: Recipe) -> tuple[Any, ...]:

@@ -120,6 +120,26 @@ class ModelSection(Section):
             Env("ZEROLAB_ATTENTION", "sdpa"),
         ),
     )
+    init_from: str | None = field(
+        None,
+        "start from imported weights: a folder written by `zerolab import MODEL --out DIR` (a Hugging Face "
+        "GPT-2 as the engine's checkpoints), its layout parallel.tensor x parallel.pipeline; the engine "
+        "loads the weights only (a fresh optimizer, schedule and iteration count). The shape keys, "
+        "make_vocab_size_divisible_by and the tokenizer must be the weights'; checked before launch. "
+        "null: random initialisation",
+        "path",
+        to=(
+            Megatron("--load", "the folder, with --load-tag tpT_ppP and --finetune"),
+            Zerolab("run.json's init_from"),
+        ),
+        names_run=False,
+    )
+
+
+def padded_vocab(vocab_size: int, divisible_by: int, tensor: int) -> int:
+    """The vocabulary as Megatron pads it: up to a multiple of divisible-by x tensor parallel."""
+    multiple = divisible_by * tensor
+    return -(-vocab_size // multiple) * multiple
 
 
 MODEL_SHAPE_KEYS = (
@@ -746,9 +766,10 @@ class Recipe(Section):
 
     @property
     def padded_vocab_size(self) -> int:
-        """The vocabulary as Megatron pads it: up to a multiple of divisible-by x tensor parallel."""
-        multiple = self.model.make_vocab_size_divisible_by * self.parallel.tensor
-        return -(-self.model.vocab_size // multiple) * multiple
+        """The vocabulary as Megatron pads it (padded_vocab)."""
+        return padded_vocab(
+            self.model.vocab_size, self.model.make_vocab_size_divisible_by, self.parallel.tensor
+        )
 
     @property
     def precision_name(self) -> str:

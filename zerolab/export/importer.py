@@ -1,0 +1,195 @@
+"""`zerolab import`: a Hugging Face GPT-2 (a directory, or a hub name fetched on a machine that
+reaches the hub) as the engine's checkpoints that a run starts from (model.init_from), one per
+parallel layout. What can be judged from config.json and the tokenizer files is judged here, before
+the engine's Python starts; the weights are mapped and written by export/hf_to_engine.py. The output
+folder (its manifest: zerolab.imported) appears whole or not at all."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from zerolab.engine.paths import engine_missing
+from zerolab.engine.scripts import run_engine_script
+from zerolab.errors import UserError, json_error_text
+from zerolab.files import folder_written_whole
+from zerolab.imported import (
+    ImportedLayout,
+    ImportedShape,
+    ImportedWeights,
+    layout_tag,
+    tokenizer_digest,
+    write_manifest,
+)
+from zerolab.recipe.schema import padded_vocab
+
+CONVERTER = Path(__file__).resolve().with_name("hf_to_engine.py")
+TANH_GELU = ("gelu_new", "gelu_pytorch_tanh")
+"""transformers' names of the tanh approximation of GELU, which GPT-2 uses and the engine's
+bias-GeLU computes."""
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
+TOKENIZER_FILES = {"vocab_file": "vocab.json", "merge_file": "merges.txt"}
+"""The GPT-2 BPE files the engine reads, by the recipe key that names them: a Hugging Face directory
+holds them or tokenizer.json (transformers >= 5 saves only that); the import writes them."""
+TOKENIZER_JSON = "tokenizer.json"
+HUB_FILES = [
+    "config.json",
+    "*.safetensors",
+    "*.safetensors.index.json",
+    TOKENIZER_JSON,
+    *TOKENIZER_FILES.values(),
+]
+
+
+def resolve_source(model: str) -> Path:
+    """MODEL as a local directory: itself, or the hub's files of that name (downloaded)."""
+    path = Path(model)
+    if path.is_dir():
+        return path
+    if path.exists() or model.startswith((".", "/", "~")) or model.count("/") > 1:
+        raise UserError(f"MODEL {model}: not a directory; give a Hugging Face GPT-2 directory or a hub name")
+    # huggingface_hub comes with datasets; only a hub name needs it
+    from huggingface_hub import snapshot_download
+
+    try:
+        return Path(snapshot_download(model, allow_patterns=HUB_FILES))
+    except Exception as error:  # offline, unknown name, no access: all the same to the user
+        raise UserError(
+            f"MODEL {model}: not a directory, and the Hugging Face hub did not give it "
+            f"({type(error).__name__}: {error}); give a local GPT-2 directory (save_pretrained's) or a "
+            "hub name this machine can fetch"
+        ) from None
+
+
+def _config(folder: Path) -> dict[str, Any]:
+    path = folder / "config.json"
+    if not path.is_file():
+        raise UserError(f"{path} not found: {folder} is not a Hugging Face model directory")
+    try:
+        config = json.loads(path.read_text())
+    except json.JSONDecodeError as error:
+        raise UserError(f"{path}: not JSON ({json_error_text(error, with_line=True)})") from None
+    if not isinstance(config, dict) or config.get("model_type") != "gpt2":
+        kind = config.get("model_type") if isinstance(config, dict) else None
+        raise UserError(
+            f"{path}: model_type {kind!r}, not 'gpt2': zerolab imports GPT-2 (GPT2LMHeadModel) only"
+        )
+    return config
+
+
+def _refuse_other_architecture(path: Path, config: dict[str, Any]) -> None:
+    """GPT-2 settings the engine's GPT does not compute the same way."""
+    hidden = config.get("n_embd", 768)
+    differs = {
+        "activation_function": (config.get("activation_function", "gelu_new") in TANH_GELU, "gelu_new"),
+        "n_inner": (config.get("n_inner") in (None, 4 * hidden), f"null or {4 * hidden}"),
+        "scale_attn_weights": (config.get("scale_attn_weights", True) is True, "true"),
+        "scale_attn_by_inverse_layer_idx": (
+            not config.get("scale_attn_by_inverse_layer_idx", False),
+            "false",
+        ),
+        "add_cross_attention": (not config.get("add_cross_attention", False), "false"),
+        "tie_word_embeddings": (config.get("tie_word_embeddings", True) is True, "true"),
+    }
+    wrong = [
+        f"{key}={config.get(key)!r} (the engine's GPT: {wanted})"
+        for key, (same, wanted) in differs.items()
+        if not same
+    ]
+    if wrong:
+        raise UserError(
+            f"{path}: {'; '.join(wrong)}: the engine's GPT would compute another model from these weights"
+        )
+
+
+def read_shape(folder: Path) -> tuple[ImportedShape, float]:
+    """The model's shape and layer-norm epsilon from its config.json; UserError for a directory
+    that is not a GPT-2 the engine computes the same way, or has no weights or no tokenizer."""
+    config = _config(folder)
+    _refuse_other_architecture(folder / "config.json", config)
+    if not any((folder / name).is_file() for name in WEIGHT_FILES):
+        raise UserError(
+            f"{folder}: no weights ({', '.join(WEIGHT_FILES)}); save the model with save_pretrained"
+        )
+    has_bpe_files = all((folder / name).is_file() for name in TOKENIZER_FILES.values())
+    if not has_bpe_files and not (folder / TOKENIZER_JSON).is_file():
+        raise UserError(
+            f"{folder}: no tokenizer ({TOKENIZER_JSON}, or {' and '.join(TOKENIZER_FILES.values())}): the "
+            "tokenizer its token ids belong to is missing; save it there "
+            "(AutoTokenizer.from_pretrained(NAME).save_pretrained(DIR))"
+        )
+    shape = ImportedShape(
+        num_layers=config.get("n_layer", 12),
+        hidden_size=config.get("n_embd", 768),
+        num_attention_heads=config.get("n_head", 12),
+        max_position_embeddings=config.get("n_positions", 1024),
+        vocab_size=config.get("vocab_size", 50257),
+    )
+    return shape, config.get("layer_norm_epsilon", 1e-5)
+
+
+def _refuse_layouts(shape: ImportedShape, layouts: list[tuple[int, int]]) -> None:
+    for tensor, pipeline in layouts:
+        if tensor < 1 or pipeline < 1:
+            raise UserError(f"--parallel {tensor}x{pipeline}: sizes are whole numbers of at least 1")
+        if shape.num_attention_heads % tensor:
+            raise UserError(
+                f"--parallel {tensor}x{pipeline}: the model's {shape.num_attention_heads} attention heads "
+                f"do not divide by tensor parallel {tensor}; give a tensor-parallel size that divides them"
+            )
+        if shape.num_layers % pipeline:
+            raise UserError(
+                f"--parallel {tensor}x{pipeline}: the model's {shape.num_layers} layers do not divide by "
+                f"pipeline parallel {pipeline}; give a pipeline-parallel size that divides them"
+            )
+
+
+def import_model(
+    model: str, out: Path, layouts: list[tuple[int, int]], divisible_by: int = 1
+) -> ImportedWeights:
+    """Write MODEL's weights into `out` as the engine's checkpoints of `layouts` ((tensor, pipeline)
+    each), the vocabulary padded to a multiple of `divisible_by` x tensor parallel."""
+    if out.exists():
+        raise UserError(f"--out {out}: already exists; give a new folder")
+    if divisible_by < 1:
+        raise UserError(f"--make-vocab-size-divisible-by {divisible_by}: give a whole number of at least 1")
+    source = resolve_source(model)
+    shape, epsilon = read_shape(source)
+    layouts = list(dict.fromkeys(layouts))
+    _refuse_layouts(shape, layouts)
+    missing = engine_missing()
+    if missing:
+        raise UserError(f"zerolab import writes the checkpoints with the engine's torch: {missing}")
+    written = {
+        layout_tag(tensor, pipeline): ImportedLayout(
+            tensor=tensor,
+            pipeline=pipeline,
+            padded_vocab_size=padded_vocab(shape.vocab_size, divisible_by, tensor),
+        )
+        for tensor, pipeline in layouts
+    }
+    request = {
+        "model": str(source),
+        "num_layers": shape.num_layers,
+        "vocab_size": shape.vocab_size,
+        "layouts": [
+            [tag, layout.tensor, layout.pipeline, layout.padded_vocab_size] for tag, layout in written.items()
+        ],
+    }
+    with folder_written_whole(out) as partial:
+        request["out"] = str(partial)
+        try:
+            run_engine_script(CONVERTER, request, partial, name="import", echo=True)
+        except UserError as error:
+            raise UserError(f"MODEL {model}: cannot import it: {error}") from None
+        weights = ImportedWeights(
+            source=str(source.resolve()) if Path(model).is_dir() else model,
+            shape=shape,
+            layer_norm_epsilon=epsilon,
+            make_vocab_size_divisible_by=divisible_by,
+            tokenizer_sha256=tokenizer_digest(*(partial / name for name in TOKENIZER_FILES.values())),
+            layouts=written,
+        )
+        write_manifest(partial, weights)
+    return weights

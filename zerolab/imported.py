@@ -1,0 +1,103 @@
+"""The folder `zerolab import` writes: Hugging Face GPT-2 weights as engine checkpoints, one per
+parallel layout (a DeepSpeed checkpoint tag, `tp2_pp1`), and its manifest zerolab-import.json
+(ImportedWeights): where the weights came from, the model shape they have, the tokenizer their
+token ids belong to (tokenizer_digest) and each layout's padded vocabulary. Written by
+zerolab.export.importer; read by the recipe's input checks (model.init_from) and by the launch
+that records where a run's weights came from."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from zerolab.files import write_json_atomic
+
+MANIFEST_FILE = "zerolab-import.json"
+
+
+def layout_tag(tensor: int, pipeline: int) -> str:
+    """The checkpoint tag (folder) of one parallel layout: `tp2_pp1`."""
+    return f"tp{tensor}_pp{pipeline}"
+
+
+def tokenizer_digest(vocab_file: Path, merge_file: Path) -> str:
+    """SHA-256 of what a GPT-2 BPE tokenizer's files say, not how they are written: vocab.json's
+    token-to-id pairs in id order, and merges.txt's merge rules (its `#version` line left out).
+    ValueError naming the file that cannot be read as such."""
+    try:
+        vocab = json.loads(vocab_file.read_text(encoding="utf-8"))
+        if not isinstance(vocab, dict):
+            raise ValueError("not a JSON object of token: id")
+        pairs = sorted(vocab.items(), key=lambda pair: pair[1])
+    except (OSError, ValueError, TypeError) as error:
+        raise ValueError(f"{vocab_file}: not a GPT-2 vocab.json ({error})") from None
+    try:
+        merges = [
+            line
+            for line in merge_file.read_text(encoding="utf-8").splitlines()
+            if line and not line.startswith("#")
+        ]
+    except (OSError, ValueError) as error:
+        raise ValueError(f"{merge_file}: not a GPT-2 merges.txt ({error})") from None
+    text = json.dumps({"vocab": pairs, "merges": merges}, ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+class ImportedShape(BaseModel):
+    """The imported weights' shape, in the recipe's model keys."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    num_layers: int
+    hidden_size: int
+    num_attention_heads: int
+    max_position_embeddings: int
+    vocab_size: int
+
+
+class ImportedLayout(BaseModel):
+    """One layout's checkpoint: its tensor- and pipeline-parallel sizes and its padded vocabulary."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tensor: int
+    pipeline: int
+    padded_vocab_size: int
+
+
+class ImportedWeights(BaseModel):
+    """zerolab-import.json."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    source: str
+    """The Hugging Face directory (resolved) or hub name the weights came from."""
+    shape: ImportedShape
+    layer_norm_epsilon: float
+    make_vocab_size_divisible_by: int
+    tokenizer_sha256: str
+    """tokenizer_digest of the source's vocab.json and merges.txt: the tokenizer its token ids belong to."""
+    layouts: dict[str, ImportedLayout]
+
+    def layout(self, tensor: int, pipeline: int) -> ImportedLayout | None:
+        """The checkpoint of that layout, if imported."""
+        return self.layouts.get(layout_tag(tensor, pipeline))
+
+
+def write_manifest(folder: Path, weights: ImportedWeights) -> None:
+    """Write `folder`/zerolab-import.json."""
+    write_json_atomic(folder / MANIFEST_FILE, weights.model_dump(mode="json"))
+
+
+def read_manifest(folder: Path) -> ImportedWeights:
+    """`folder`/zerolab-import.json; ValueError naming the file and what is wrong."""
+    path = folder / MANIFEST_FILE
+    if not path.is_file():
+        raise ValueError(f"{path} not found: not a folder written by `zerolab import`")
+    try:
+        return ImportedWeights.model_validate(json.loads(path.read_text()))
+    except (ValueError, ValidationError) as error:
+        raise ValueError(f"{path}: not a manifest of `zerolab import` ({error})") from None
