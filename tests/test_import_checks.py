@@ -46,6 +46,8 @@ def _hf_folder(folder: Path, config: dict | None = None, *, tokenizer: bool = Tr
         ({"model_type": "bert"}, True, [], "model_type 'bert', not 'gpt2'"),
         (GPT2_CONFIG | {"activation_function": "relu"}, True, [], "activation_function='relu'"),
         (GPT2_CONFIG | {"n_inner": 100}, True, [], "n_inner=100"),
+        (GPT2_CONFIG | {"layer_norm_epsilon": 1e-6}, True, [], "layer_norm_epsilon=1e-06"),
+        (GPT2_CONFIG | {"n_layer": "two"}, True, [], "a shape that is not whole numbers (num_layers:"),
         (GPT2_CONFIG, False, [], "no tokenizer (tokenizer.json, or vocab.json and merges.txt)"),
         (GPT2_CONFIG, True, ["--parallel", "3x1"], "4 attention heads do not divide by tensor parallel 3"),
         (GPT2_CONFIG, True, ["--parallel", "1x3"], "2 layers do not divide by pipeline parallel 3"),

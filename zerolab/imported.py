@@ -11,7 +11,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, PositiveInt, ValidationError
 
 from zerolab.files import write_json_atomic
 
@@ -49,13 +49,13 @@ def tokenizer_digest(vocab_file: Path, merge_file: Path) -> str:
 class ImportedShape(BaseModel):
     """The imported weights' shape, in the recipe's model keys."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
-    num_layers: int
-    hidden_size: int
-    num_attention_heads: int
-    max_position_embeddings: int
-    vocab_size: int
+    num_layers: PositiveInt
+    hidden_size: PositiveInt
+    num_attention_heads: PositiveInt
+    max_position_embeddings: PositiveInt
+    vocab_size: PositiveInt
 
 
 class ImportedLayout(BaseModel):

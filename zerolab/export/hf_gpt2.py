@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -263,16 +264,17 @@ def export(request: dict[str, Any]) -> None:
     tokenizer.save_pretrained(str(out))
 
 
-def main(argv: list[str]) -> int:
-    """Export the request in file argv[0]; 2 with one line on stderr for a checkpoint it cannot read."""
+def request_main(argv: list[str], action: Callable[[dict[str, Any]], None], name: str) -> int:
+    """A converter script's command: `action` on the request in file argv[0]; 2 with one line
+    `zerolab NAME: ...` on stderr for weights it cannot read (engine/scripts.py reports it)."""
     request = json.loads(Path(argv[0]).read_text())
     try:
-        export(request)
+        action(request)
     except CheckpointError as error:
-        print(f"zerolab export: {error}", file=sys.stderr)
+        print(f"zerolab {name}: {error}", file=sys.stderr)
         return 2
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(request_main(sys.argv[1:], export, "export"))

@@ -18,13 +18,12 @@ A model this cannot read exits with status 2 and one line naming the file."""
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
 import torch
-from hf_gpt2 import CHECKPOINT_VERSION, CheckpointError, megatron_from_hf, split_tensor_parallel
+from hf_gpt2 import CHECKPOINT_VERSION, CheckpointError, megatron_from_hf, request_main, split_tensor_parallel
 from transformers import AutoTokenizer, GPT2LMHeadModel
 
 EMBEDDING_LAYER = 1
@@ -142,16 +141,5 @@ def import_model(request: dict[str, Any]) -> None:
         )
 
 
-def main(argv: list[str]) -> int:
-    """Import the request in file argv[0]; 2 with one line on stderr for a model it cannot read."""
-    request = json.loads(Path(argv[0]).read_text())
-    try:
-        import_model(request)
-    except CheckpointError as error:
-        print(f"zerolab import: {error}", file=sys.stderr)
-        return 2
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(request_main(sys.argv[1:], import_model, "import"))

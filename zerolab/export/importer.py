@@ -10,6 +10,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from zerolab.engine.paths import engine_missing
 from zerolab.engine.scripts import run_engine_script
 from zerolab.errors import UserError, json_error_text
@@ -28,6 +30,8 @@ CONVERTER = Path(__file__).resolve().with_name("hf_to_engine.py")
 TANH_GELU = ("gelu_new", "gelu_pytorch_tanh")
 """transformers' names of the tanh approximation of GELU, which GPT-2 uses and the engine's
 bias-GeLU computes."""
+ENGINE_EPSILON = 1e-5
+"""The engine's layer-norm epsilon (Megatron's --layernorm-epsilon default), GPT-2's."""
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
 TOKENIZER_FILES = {"vocab_file": "vocab.json", "merge_file": "merges.txt"}
 """The GPT-2 BPE files the engine reads, by the recipe key that names them: a Hugging Face directory
@@ -91,6 +95,7 @@ def _refuse_other_architecture(path: Path, config: dict[str, Any]) -> None:
         ),
         "add_cross_attention": (not config.get("add_cross_attention", False), "false"),
         "tie_word_embeddings": (config.get("tie_word_embeddings", True) is True, "true"),
+        "layer_norm_epsilon": (config.get("layer_norm_epsilon", 1e-5) == ENGINE_EPSILON, str(ENGINE_EPSILON)),
     }
     wrong = [
         f"{key}={config.get(key)!r} (the engine's GPT: {wanted})"
@@ -119,14 +124,18 @@ def read_shape(folder: Path) -> tuple[ImportedShape, float]:
             "tokenizer its token ids belong to is missing; save it there "
             "(AutoTokenizer.from_pretrained(NAME).save_pretrained(DIR))"
         )
-    shape = ImportedShape(
-        num_layers=config.get("n_layer", 12),
-        hidden_size=config.get("n_embd", 768),
-        num_attention_heads=config.get("n_head", 12),
-        max_position_embeddings=config.get("n_positions", 1024),
-        vocab_size=config.get("vocab_size", 50257),
-    )
-    return shape, config.get("layer_norm_epsilon", 1e-5)
+    try:
+        shape = ImportedShape(
+            num_layers=config.get("n_layer", 12),
+            hidden_size=config.get("n_embd", 768),
+            num_attention_heads=config.get("n_head", 12),
+            max_position_embeddings=config.get("n_positions", 1024),
+            vocab_size=config.get("vocab_size", 50257),
+        )
+    except ValidationError as error:
+        wrong = "; ".join(f"{e['loc'][0]}: {e['msg']}" for e in error.errors())
+        raise UserError(f"{folder / 'config.json'}: a shape that is not whole numbers ({wrong})") from None
+    return shape, config.get("layer_norm_epsilon", ENGINE_EPSILON)
 
 
 def _refuse_layouts(shape: ImportedShape, layouts: list[tuple[int, int]]) -> None:
