@@ -107,7 +107,6 @@ def _imported(folder: Path, *layouts: tuple[int, int], divisible_by: int = 1) ->
                 max_position_embeddings=128,
                 vocab_size=50257,
             ),
-            layer_norm_epsilon=1e-5,
             make_vocab_size_divisible_by=divisible_by,
             tokenizer_sha256=tokenizer_digest(ASSETS / "vocab.json", ASSETS / "merges.txt"),
             layouts={

@@ -76,7 +76,6 @@ class ImportedWeights(BaseModel):
     source: str
     """The Hugging Face directory (resolved) or hub name the weights came from."""
     shape: ImportedShape
-    layer_norm_epsilon: float
     make_vocab_size_divisible_by: int
     tokenizer_sha256: str
     """tokenizer_digest of the source's vocab.json and merges.txt: the tokenizer its token ids belong to."""

@@ -1,7 +1,9 @@
 """A Megatron-DeepSpeed GPT checkpoint written as a Hugging Face GPT-2 directory: safetensors weights,
 config.json with the run's shape and activation, and the GPT-2 tokenizer files. The weight mapping
 between the two is owned here, both ways (megatron_from_hf and split_tensor_parallel are the
-inverses of hf_state and the tensor-parallel merge, for importing Hugging Face GPT-2).
+inverses of hf_state and the tensor-parallel merge, for importing Hugging Face GPT-2), and so are
+the engine's model and layer files (nested_module and layer_files write what _flat and
+_layer_files_state read).
 
 Run by the engine's Python (torch, DeepSpeed and transformers are there, not in zerolab's own
 environment): `python hf_gpt2.py REQUEST.json`. The request names the checkpoints folder, the
@@ -82,6 +84,42 @@ def _layer_files_state(step_dir: Path, tensor_rank: int) -> dict[str, torch.Tens
         else:
             raise CheckpointError(f"{path}: a pipeline layer of unknown kind ({', '.join(sorted(weights))})")
     return state
+
+
+EMBEDDING_LAYER = 1
+"""The pipeline layer index of the embedding; transformer layer i is EMBEDDING_LAYER + 1 + i, the
+final layer norm follows."""
+
+
+def nested_module(flat: dict[str, torch.Tensor]) -> dict[str, Any]:
+    """Megatron's GPTModel state as it saves it in a model file: language_model > embedding >
+    word_embeddings > weight, and the encoder's weights by their dotted names (the inverse of _flat)."""
+    embedding: dict[str, dict[str, torch.Tensor]] = {}
+    encoder: dict[str, torch.Tensor] = {}
+    for name, tensor in flat.items():
+        rest = name.removeprefix("language_model.")
+        if rest.startswith("embedding."):
+            module, kind = rest.removeprefix("embedding.").split(".")
+            embedding.setdefault(module, {})[kind] = tensor
+        else:
+            encoder[rest.removeprefix("encoder.")] = tensor
+    return {"language_model": {"embedding": embedding, "encoder": encoder}}
+
+
+def layer_files(flat: dict[str, torch.Tensor], num_layers: int) -> dict[int, dict[str, torch.Tensor]]:
+    """One tensor-parallel rank's weights by pipeline layer index, named as each layer saves them in
+    its layer file (what _layer_files_state reads back)."""
+    layers: dict[int, dict[str, torch.Tensor]] = {}
+    final = EMBEDDING_LAYER + 1 + num_layers
+    for name, tensor in flat.items():
+        if name.startswith("language_model.embedding."):
+            layers.setdefault(EMBEDDING_LAYER, {})[name.removeprefix("language_model.embedding.")] = tensor
+        elif name.startswith("language_model.encoder.final_layernorm."):
+            layers.setdefault(final, {})[name.rsplit(".", 1)[1]] = tensor
+        else:
+            layer, rest = name.removeprefix("language_model.encoder.layers.").split(".", 1)
+            layers.setdefault(EMBEDDING_LAYER + 1 + int(layer), {})[rest] = tensor
+    return layers
 
 
 def _merge_tensor_parallel(ranks: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:

@@ -23,11 +23,16 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from hf_gpt2 import CHECKPOINT_VERSION, CheckpointError, megatron_from_hf, request_main, split_tensor_parallel
+from hf_gpt2 import (
+    CHECKPOINT_VERSION,
+    CheckpointError,
+    layer_files,
+    megatron_from_hf,
+    nested_module,
+    request_main,
+    split_tensor_parallel,
+)
 from transformers import AutoTokenizer, GPT2LMHeadModel
-
-EMBEDDING_LAYER = 1
-"""The pipeline layer index of the embedding; transformer layer i is EMBEDDING_LAYER + 1 + i."""
 
 
 def hf_weights(model_dir: str) -> dict[str, torch.Tensor]:
@@ -59,36 +64,6 @@ def write_tokenizer(model_dir: str, out: Path, vocab_size: int) -> None:
     backend.model.save(str(out))
 
 
-def _nested_module(flat: dict[str, torch.Tensor]) -> dict[str, Any]:
-    """Megatron's GPTModel state as it saves it: language_model > embedding > word_embeddings >
-    weight, and the encoder's weights by their dotted names."""
-    embedding: dict[str, dict[str, torch.Tensor]] = {}
-    encoder: dict[str, torch.Tensor] = {}
-    for name, tensor in flat.items():
-        rest = name.removeprefix("language_model.")
-        if rest.startswith("embedding."):
-            module, kind = rest.removeprefix("embedding.").split(".")
-            embedding.setdefault(module, {})[kind] = tensor
-        else:
-            encoder[rest.removeprefix("encoder.")] = tensor
-    return {"language_model": {"embedding": embedding, "encoder": encoder}}
-
-
-def _layer_files(flat: dict[str, torch.Tensor], num_layers: int) -> dict[int, dict[str, torch.Tensor]]:
-    """One tensor-parallel rank's weights by pipeline layer index, named as the layer saves them."""
-    layers: dict[int, dict[str, torch.Tensor]] = {}
-    final = EMBEDDING_LAYER + 1 + num_layers
-    for name, tensor in flat.items():
-        if name.startswith("language_model.embedding."):
-            layers.setdefault(EMBEDDING_LAYER, {})[name.removeprefix("language_model.embedding.")] = tensor
-        elif name.startswith("language_model.encoder.final_layernorm."):
-            layers.setdefault(final, {})[name.rsplit(".", 1)[1]] = tensor
-        else:
-            layer, rest = name.removeprefix("language_model.encoder.layers.").split(".", 1)
-            layers.setdefault(EMBEDDING_LAYER + 1 + int(layer), {})[rest] = tensor
-    return layers
-
-
 def _model_states(module: dict[str, Any] | None, model_parallel: int) -> dict[str, Any]:
     """An mp_rank file as DeepSpeed and Megatron read it when they load the model only."""
     return {
@@ -114,11 +89,11 @@ def write_layout(
     if pipeline == 1:
         for rank, flat in enumerate(ranks):
             torch.save(
-                _model_states(_nested_module(flat), tensor), folder / f"mp_rank_{rank:02d}_model_states.pt"
+                _model_states(nested_module(flat), tensor), folder / f"mp_rank_{rank:02d}_model_states.pt"
             )
         return
     for rank, flat in enumerate(ranks):
-        for index, weights in _layer_files(flat, num_layers).items():
+        for index, weights in layer_files(flat, num_layers).items():
             torch.save(weights, folder / f"layer_{index:02d}-model_{rank:02d}-model_states.pt")
     for rank in range(tensor * pipeline):
         torch.save(_model_states(None, tensor * pipeline), folder / f"mp_rank_{rank:02d}_model_states.pt")

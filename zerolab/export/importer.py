@@ -108,8 +108,8 @@ def _refuse_other_architecture(path: Path, config: dict[str, Any]) -> None:
         )
 
 
-def read_shape(folder: Path) -> tuple[ImportedShape, float]:
-    """The model's shape and layer-norm epsilon from its config.json; UserError for a directory
+def read_shape(folder: Path) -> ImportedShape:
+    """The model's shape from its config.json; UserError for a directory
     that is not a GPT-2 the engine computes the same way, or has no weights or no tokenizer."""
     config = _config(folder)
     _refuse_other_architecture(folder / "config.json", config)
@@ -125,7 +125,7 @@ def read_shape(folder: Path) -> tuple[ImportedShape, float]:
             "(AutoTokenizer.from_pretrained(NAME).save_pretrained(DIR))"
         )
     try:
-        shape = ImportedShape(
+        return ImportedShape(
             num_layers=config.get("n_layer", 12),
             hidden_size=config.get("n_embd", 768),
             num_attention_heads=config.get("n_head", 12),
@@ -135,7 +135,6 @@ def read_shape(folder: Path) -> tuple[ImportedShape, float]:
     except ValidationError as error:
         wrong = "; ".join(f"{e['loc'][0]}: {e['msg']}" for e in error.errors())
         raise UserError(f"{folder / 'config.json'}: a shape that is not whole numbers ({wrong})") from None
-    return shape, config.get("layer_norm_epsilon", ENGINE_EPSILON)
 
 
 def _refuse_layouts(shape: ImportedShape, layouts: list[tuple[int, int]]) -> None:
@@ -164,7 +163,7 @@ def import_model(
     if divisible_by < 1:
         raise UserError(f"--make-vocab-size-divisible-by {divisible_by}: give a whole number of at least 1")
     source = resolve_source(model)
-    shape, epsilon = read_shape(source)
+    shape = read_shape(source)
     layouts = list(dict.fromkeys(layouts))
     _refuse_layouts(shape, layouts)
     missing = engine_missing()
@@ -195,7 +194,6 @@ def import_model(
         weights = ImportedWeights(
             source=str(source.resolve()) if Path(model).is_dir() else model,
             shape=shape,
-            layer_norm_epsilon=epsilon,
             make_vocab_size_divisible_by=divisible_by,
             tokenizer_sha256=tokenizer_digest(*(partial / name for name in TOKENIZER_FILES.values())),
             layouts=written,
