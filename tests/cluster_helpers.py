@@ -257,6 +257,8 @@ ReturnToService=2
 SlurmdParameters=config_overrides
 SlurmdTimeout=10
 KillWait=5
+# a requeued job, or an array's next task, is started within a second (defaults: 60 s, 30 s)
+SchedulerParameters=sched_interval=1,bf_interval=1
 MinJobAge=600
 {nodes}PartitionName=debug Nodes={",".join(NODES)} Default=YES MaxTime=INFINITE State=UP
 """

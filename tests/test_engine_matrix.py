@@ -161,21 +161,28 @@ def test_the_deepspeed_launcher(baseline, dataset, tmp_path):
     assert same_losses(run, baseline, 1e-5), (run.losses, baseline.losses)
 
 
-def test_tensorboard_and_wandb_write_into_the_run_directory(dataset, tmp_path):
+def test_tensorboard_wandb_and_extra_settings_reach_the_engine(dataset, tmp_path):
+    """One ZeRO-2 run (round_robin_gradients is a ZeRO-2 setting): the loggers write into the run
+    directory, and `extra`'s Megatron flags and DeepSpeed keys reach the engine."""
     run = train(
         dataset,
         tmp_path / "run",
-        "cpu/tiny_dp",
+        "cpu/tiny_z2",
         "logging.tensorboard=true",
         "logging.wandb_project=zerolab-tests",
         "logging.wandb_mode=offline",
+        "extra.megatron_args=[--eod-mask-loss, --timing-log-level, '2']",
+        "extra.ds_config={zero_optimization: {round_robin_gradients: true}}",
     )
     events = list((run.run_dir / "tensorboard").glob("events.out.tfevents.*"))
     assert events and b"lm-loss-training/lm loss" in events[0].read_bytes()
     (offline,) = (run.run_dir / "wandb" / "wandb").glob("offline-run-*")
     (history,) = offline.glob("run-*.wandb")
     assert history.stat().st_size > 0
-    assert run.args["wandb_exp_name"] == "tiny_dp+" + "+".join(SHORT)  # the run's name: logging stays out
+    name = run.args["wandb_exp_name"]  # the run's name: the logging overrides stay out of it
+    assert name.startswith("tiny_z2+" + "+".join(SHORT) + "+extra.") and "logging" not in name, name
+    assert run.args["eod_mask_loss"] is True and run.args["timing_log_level"] == 2
+    assert "round_robin_gradients=True" in run.ds["zero_config"]
 
 
 def test_the_split_datasets_of_prep_train_and_evaluate(dataset, split_dataset, tmp_path):
@@ -190,18 +197,6 @@ def test_the_split_datasets_of_prep_train_and_evaluate(dataset, split_dataset, t
     assert run.args["data_path"] is None and run.args["train_data_path"] == str([split_dataset["train"]])
     assert run.args["valid_data_path"] == str([split_dataset["valid"]])
     assert run.log.validations, "the validation split was not evaluated"
-
-
-def test_extra_settings_reach_the_engine(dataset, tmp_path):
-    run = train(
-        dataset,
-        tmp_path / "run",
-        "cpu/tiny_z2",
-        "extra.megatron_args=[--eod-mask-loss, --timing-log-level, '2']",
-        "extra.ds_config={zero_optimization: {round_robin_gradients: true}}",
-    )
-    assert run.args["eod_mask_loss"] is True and run.args["timing_log_level"] == 2
-    assert "round_robin_gradients=True" in run.ds["zero_config"]
 
 
 GPU_RECIPES = sorted(p.stem for p in (REPO / "recipes").glob("gpt2_*.yaml"))
