@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from dataclasses import replace
 from pathlib import Path
 
 from rich.console import Console
@@ -12,7 +13,8 @@ from zerolab.data_prep.inspection import inspect
 from zerolab.data_prep.pipeline import PrepJob, run
 from zerolab.data_prep.records import TEXT_LINES, DollyFields, JsonField
 from zerolab.data_prep.sources import HubDataset, LineFiles, RecordFiles, WholeFiles, check_files
-from zerolab.data_prep.splits import parse_split
+from zerolab.data_prep.splits import SPLIT_NAMES, parse_split
+from zerolab.data_prep.wikitext import VERSIONS, WikiTextFile, WikiTextHub, hub_config
 from zerolab.errors import UserError
 
 DOLLY_DATASET = "databricks/databricks-dolly-15k"
@@ -25,7 +27,7 @@ def default_workers() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
-def _common(parser: argparse.ArgumentParser, out_help: str) -> None:
+def _common(parser: argparse.ArgumentParser, out_help: str, *, splittable: bool = True) -> None:
     parser.add_argument("--out", required=True, help=out_help)
     parser.add_argument(
         "--workers",
@@ -33,12 +35,13 @@ def _common(parser: argparse.ArgumentParser, out_help: str) -> None:
         default=default_workers(),
         help="tokenizer processes (default: every core, here %(default)s)",
     )
-    parser.add_argument(
-        "--split",
-        metavar="TRAIN,VALID,TEST",
-        help="also deal documents into fixed splits, e.g. 98,1,1: writes OUT_train_text_document, "
-        "OUT_valid_..., OUT_test_... instead of OUT_text_document",
-    )
+    if splittable:
+        parser.add_argument(
+            "--split",
+            metavar="TRAIN,VALID,TEST",
+            help="also deal documents into fixed splits, e.g. 98,1,1: writes OUT_train_text_document, "
+            "OUT_valid_..., OUT_test_... instead of OUT_text_document",
+        )
     parser.add_argument(
         "--on-error",
         choices=("stop", "skip"),
@@ -104,6 +107,27 @@ def register(subparsers) -> None:
                      help="HF dataset name or local dataset directory (default %(default)s)")  # fmt: skip
     owt.set_defaults(run=_run_openwebtext)
 
+    wikitext = commands.add_parser(
+        "wikitext", help="WikiText-2 or -103 (HF datasets, or Salesforce's wiki.*.raw files), its own splits",
+        description="Each article becomes one document, its lines as they are. Writes "
+        "OUT_train_text_document, OUT_valid_text_document and OUT_test_text_document from the "
+        "dataset's own splits (with files: those given); train on train, and leave test to "
+        "`zerolab eval --task wikitext`.",
+    )  # fmt: skip
+    _common(
+        wikitext,
+        "output prefix, e.g. data/wikitext103 (writes its _train, _valid, _test_text_document)",
+        splittable=False,
+    )
+    wikitext.add_argument("--version", choices=VERSIONS, default="103",
+                          help="WikiText-2 or WikiText-103 (hub configuration wikitext-N-raw-v1; "
+                          "default %(default)s)")  # fmt: skip
+    for split in SPLIT_NAMES:
+        wikitext.add_argument(f"--{split}", metavar="FILE",
+                              help=f"local {split} file (e.g. wiki.{split}.raw; .gz/.zst too) instead of "
+                              "the hub; give any of --train, --valid, --test")  # fmt: skip
+    wikitext.set_defaults(run=_run_wikitext)
+
     jsonl = commands.add_parser("jsonl", help="any JSONL corpus, one document per line")
     jsonl.add_argument("files", nargs="+", metavar="FILE", help="JSONL files (.gz/.zst too)")
     _common(jsonl, "output prefix (writes OUT_text_document.bin/.idx)")
@@ -132,9 +156,10 @@ def _job(args, corpus: str, source, fmt):
         raise UserError(f"--workers {args.workers}: give at least 1")
     if args.shard_mb <= 0:
         raise UserError(f"--shard-mb {args.shard_mb}: give a positive size")
+    split = getattr(args, "split", None)  # wikitext comes split: no --split
     return PrepJob(
         out=Path(args.out), corpus=corpus, source=source, fmt=fmt, workers=args.workers,
-        on_error=args.on_error, split=parse_split(args.split) if args.split else None, force=args.force,
+        on_error=args.on_error, split=parse_split(split) if split else None, force=args.force,
         shard_bytes=int(args.shard_mb * 1e6), quiet=args.quiet,
     )  # fmt: skip
 
@@ -163,6 +188,20 @@ def _run_openwebtext(args) -> int:
 
     source = LineFiles(check_files(args.input)) if args.input else HubDataset(args.dataset, streaming=True)
     return _run(_job(args, "openwebtext", source, JsonField("text")))
+
+
+def _run_wikitext(args) -> int:
+
+    files = {split: getattr(args, split) for split in SPLIT_NAMES if getattr(args, split)}
+    if files:
+        checked = dict(zip(files, check_files(list(files.values())), strict=True))
+        sources = {split: WikiTextFile(path) for split, path in checked.items()}
+    else:
+        sources = {split: WikiTextHub(args.version, split) for split in SPLIT_NAMES}
+    corpus = "wikitext" if files else hub_config(args.version)
+    for split, source in sources.items():
+        _run(replace(_job(args, f"{corpus} {split}", source, JsonField()), out=Path(f"{args.out}_{split}")))
+    return 0
 
 
 def _run_jsonl(args) -> int:

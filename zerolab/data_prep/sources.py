@@ -72,10 +72,10 @@ class LineFiles:
     block: int = BATCH_BYTES
 
     def describe(self) -> dict:
-        return {"files": [_file_facts(p) for p in self.files], "format": self.kind}
+        return {"files": [file_facts(p) for p in self.files], "format": self.kind}
 
     def total_bytes(self) -> int | None:
-        return _total_bytes(self.files)
+        return total_bytes_of(self.files)
 
     def batches(self, start: dict) -> Iterator[tuple[Batch, dict, int]]:
         for index in range(start["file"], len(self.files)):
@@ -86,7 +86,7 @@ class LineFiles:
         path = self.files[index]
         with open(path, "rb") as raw:
             stream = open_stream(path, raw)
-            _skip(stream, offset)
+            skip_bytes(stream, offset)
             carry = b""
             while True:
                 data = stream.read(self.block)
@@ -112,7 +112,7 @@ class LineFiles:
         yield batch, position, len(chunk)
 
 
-def _skip(stream, offset: int) -> None:
+def skip_bytes(stream, offset: int) -> None:
     """Move a (possibly decompressing) stream `offset` bytes on."""
     if not offset:
         return
@@ -133,10 +133,10 @@ class WholeFiles:
     files: list[Path]
 
     def describe(self) -> dict:
-        return {"files": [_file_facts(p) for p in self.files], "format": "text, one document per file"}
+        return {"files": [file_facts(p) for p in self.files], "format": "text, one document per file"}
 
     def total_bytes(self) -> int | None:
-        return _total_bytes(self.files)
+        return total_bytes_of(self.files)
 
     def batches(self, start: dict) -> Iterator[tuple[Batch, dict, int]]:
         for index in range(start["file"], len(self.files)):
@@ -155,10 +155,10 @@ class RecordFiles:
     columns: tuple[str, ...] = ()
 
     def describe(self) -> dict:
-        return {"files": [_file_facts(p) for p in self.files], "format": "records"}
+        return {"files": [file_facts(p) for p in self.files], "format": "records"}
 
     def total_bytes(self) -> int | None:
-        return _total_bytes(self.files)
+        return total_bytes_of(self.files)
 
     def batches(self, start: dict) -> Iterator[tuple[Batch, dict, int]]:
         for index in range(start["file"], len(self.files)):
@@ -225,6 +225,8 @@ class HubDataset:
     streaming: bool = False
     config: str | None = None
     """The dataset's configuration (e.g. `wikitext-103-raw-v1`), where it has several."""
+    by_hand: str = ""
+    """How to do without the hub, the end of every error (default: GET_IT_BY_HAND, prep's --input)."""
 
     def describe(self) -> dict:
         return {"dataset": self.name, "split": self.split, "streaming": self.streaming}
@@ -236,7 +238,7 @@ class HubDataset:
         dataset = self.load()
         if start["record"]:
             dataset = dataset.skip(start["record"])
-        rows = _guarded(iter(dataset), self.name)
+        rows = self.guarded(iter(dataset))
         name = f"{self.name}[{self.split}]"
         yield from _record_batches(rows, start["record"], name, lambda n: {**START, "record": n})
 
@@ -258,9 +260,23 @@ class HubDataset:
             if unreachable:
                 raise UserError(
                     f"could not load {self.name!r}: the Hugging Face hub ({unreachable}) did not answer "
-                    f"and no copy is cached here. {GET_IT_BY_HAND}"
+                    f"and no copy is cached here. {self.by_hand or GET_IT_BY_HAND}"
                 ) from None
-            raise UserError(_hub_failure(self.name, error)) from None
+            raise UserError(self._failure(error)) from None
+
+    def guarded(self, rows):
+        """`rows` of the loaded dataset, with a failure of `datasets` while reading them turned into
+        a UserError."""
+        try:
+            yield from rows
+        except Exception as error:
+            raise UserError(self._failure(error)) from None
+
+    def _failure(self, error: Exception) -> str:
+        return (
+            f"could not load {self.name!r} through Hugging Face datasets ({type(error).__name__}: {error}). "
+            + (self.by_hand or GET_IT_BY_HAND)
+        )
 
 
 @contextlib.contextmanager
@@ -287,32 +303,19 @@ def _unreachable_hub(timeout_s: float = 5.0) -> str | None:
         return f"{url.hostname}:{url.port or 443}"
 
 
-def _guarded(rows, name: str):
-    try:
-        yield from rows
-    except Exception as error:
-        raise UserError(_hub_failure(name, error)) from None
-
-
 GET_IT_BY_HAND = (
     "Without access to the Hugging Face hub, download the data where you can and pass it "
     "with --input (.jsonl, .json or .parquet; gzip or zstd compressed is fine)"
 )
 
 
-def _hub_failure(name: str, error: Exception) -> str:
-    return (
-        f"could not load {name!r} through Hugging Face datasets ({type(error).__name__}: {error}). "
-        + GET_IT_BY_HAND
-    )
-
-
-def _total_bytes(files: list[Path]) -> int | None:
+def total_bytes_of(files: list[Path]) -> int | None:
     """Input bytes for a progress bar; None when compressed (decompressed size unknown)."""
     if any(compression_of(p) for p in files):
         return None
     return sum(p.stat().st_size for p in files)
 
 
-def _file_facts(path: Path) -> dict:
+def file_facts(path: Path) -> dict:
+    """What a manifest records of an input file: its path, size and compression."""
     return {"path": str(path), "bytes": path.stat().st_size, "compression": compression_of(path)}

@@ -28,8 +28,11 @@ DATA: tuple[Data, ...] = get_args(Data)
 SAMPLES = Path(__file__).resolve().parents[1] / "assets" / "eval"
 WIKITEXT_SAMPLE = SAMPLES / "wikitext_test_sample.txt"
 HELLASWAG_SAMPLE = SAMPLES / "hellaswag_val_sample.jsonl"
-WIKITEXT_HUB = HubDataset("Salesforce/wikitext", split="test", config="wikitext-103-raw-v1")
-HELLASWAG_HUB = HubDataset("Rowan/hellaswag", split="validation")
+WITHOUT_HUB = "Without access to the Hugging Face hub, score the sample shipped with zerolab: --data sample"
+WIKITEXT_HUB = HubDataset(
+    "Salesforce/wikitext", split="test", config="wikitext-103-raw-v1", by_hand=WITHOUT_HUB
+)
+HELLASWAG_HUB = HubDataset("Rowan/hellaswag", split="validation", by_hand=WITHOUT_HUB)
 
 
 def task_inputs(task: Task, data: Data, run_dir: Path | None, limit: int | None, stride: int | None) -> dict:
