@@ -73,13 +73,16 @@ def prepare_hint(recipe: Recipe, key: str) -> str:
     path = getattr(data, key)
     words = shlex.split(data.prepare_command)
     out = words[words.index("--out") + 1] if "--out" in words[:-1] else None
-    if out is not None and f"{out}{SUFFIX}" == path:
-        return f"prepare the dataset with `{data.prepare_command}`"
     split = next((name for name in ("train", "valid", "test") if path.endswith(f"_{name}{SUFFIX}")), None)
+    written = [f"{out}{SUFFIX}", *([f"{out}_{split}{SUFFIX}"] if split else [])] if out else []
+    if path in written:
+        return f"prepare the dataset with `{data.prepare_command}`"
     if key != "path" and split is not None:
+        prefix = path.removesuffix(f"_{split}{SUFFIX}")
         return (
-            f"prepare it with `zerolab prep CORPUS --out {path.removesuffix(f'_{split}{SUFFIX}')} --split "
-            "TRAIN,VALID,TEST` (CORPUS: dolly, openwebtext, jsonl or text; `zerolab prep --help`)"
+            f"prepare it with `zerolab prep CORPUS --out {prefix} --split TRAIN,VALID,TEST` (CORPUS: dolly, "
+            f"openwebtext, jsonl or text), or `zerolab prep wikitext --out {prefix}` (WikiText comes split; "
+            "`zerolab prep --help`)"
         )
     if path.endswith(SUFFIX):
         return (
