@@ -49,6 +49,43 @@ def test_each_article_is_one_document_with_its_lines_as_they_are(tmp_path):
     assert not Path(f"{out}_valid_text_document.bin").exists()  # no --valid: no validation split
 
 
+def hub_copy(tmp_path: Path, monkeypatch) -> Path:
+    """A local copy of the hub's dataset, offline: its configuration's README and parquet files of
+    one row per line (the sample as train, the test sample as validation and test)."""
+    # pyarrow here, not at the top: heavy (0.4 s)
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    copy = tmp_path / "wikitext"
+    (copy / "wikitext-2-raw-v1").mkdir(parents=True)
+    splits = {"train": SAMPLE, "validation": TEST_SAMPLE, "test": TEST_SAMPLE}
+    files = "".join(
+        f"  - split: {split}\n    path: wikitext-2-raw-v1/{split}-00000-of-00001.parquet\n"
+        for split in splits
+    )
+    (copy / "README.md").write_text(
+        f"---\nconfigs:\n- config_name: wikitext-2-raw-v1\n  data_files:\n{files}---\n"
+    )
+    for split, path in splits.items():
+        rows = [{"text": line} for line in path.read_text(encoding="utf-8").splitlines(keepends=True)]
+        pq.write_table(
+            pa.Table.from_pylist(rows), copy / "wikitext-2-raw-v1" / f"{split}-00000-of-00001.parquet"
+        )
+    return copy
+
+
+def test_the_hubs_rows_give_the_files_documents(tmp_path, monkeypatch):
+    copy = hub_copy(tmp_path, monkeypatch)
+    hub, files = tmp_path / "hub", tmp_path / "files"
+    assert prep("wikitext", "--version", "2", "--dataset", str(copy), "--out", str(hub)) == 0
+    assert prep("wikitext", "--train", str(SAMPLE), "--valid", str(TEST_SAMPLE), "--out", str(files)) == 0
+    for split in ("train", "valid"):
+        assert documents(f"{hub}_{split}_text_document") == documents(f"{files}_{split}_text_document")
+    assert documents(f"{hub}_test_text_document") == articles_of(TEST_SAMPLE.read_text(encoding="utf-8"))
+
+
 def test_text_before_the_first_heading_and_crlf_lines(tmp_path):
     source = tmp_path / "wiki.train.raw"
     source.write_bytes(
@@ -74,6 +111,16 @@ def test_a_file_resumes_after_any_batch_with_the_articles_not_yet_written(monkey
     lines = SAMPLE.read_bytes().splitlines(keepends=True)
     for batch, _, _ in batches:  # each article's number is its heading's line
         assert all(lines[number - 1].startswith(b" = ") for number, _ in batch.items)
+
+
+def test_the_hub_resumes_after_any_batch_with_the_articles_not_yet_written(tmp_path, monkeypatch):
+    source = wikitext.WikiTextHub("2", "train", str(hub_copy(tmp_path, monkeypatch)))
+    monkeypatch.setattr(wikitext, "BATCH_RECORDS", 3)
+    batches = list(source.batches(START))
+    assert len(batches) == 3
+    for done in range(len(batches)):
+        resumed = [item for batch, _, _ in source.batches(batches[done][1]) for item in batch.items]
+        assert resumed == [item for batch, _, _ in batches[done + 1 :] for item in batch.items], done
 
 
 def test_without_the_hub_it_is_a_clear_exit_2_naming_the_files_to_give(tmp_path, monkeypatch, capsys):

@@ -14,7 +14,7 @@ from zerolab.data_prep.pipeline import PrepJob, run
 from zerolab.data_prep.records import TEXT_LINES, DollyFields, JsonField
 from zerolab.data_prep.sources import HubDataset, LineFiles, RecordFiles, WholeFiles, check_files
 from zerolab.data_prep.splits import SPLIT_NAMES, parse_split
-from zerolab.data_prep.wikitext import VERSIONS, WikiTextFile, WikiTextHub, hub_config
+from zerolab.data_prep.wikitext import HUB_DATASET, VERSIONS, WikiTextFile, WikiTextHub, hub_config
 from zerolab.errors import UserError
 
 DOLLY_DATASET = "databricks/databricks-dolly-15k"
@@ -122,6 +122,9 @@ def register(subparsers) -> None:
     wikitext.add_argument("--version", choices=VERSIONS, default="103",
                           help="WikiText-2 or WikiText-103 (hub configuration wikitext-N-raw-v1; "
                           "default %(default)s)")  # fmt: skip
+    wikitext.add_argument("--dataset", default=HUB_DATASET,
+                          help="HF dataset name or local dataset directory with the wikitext-N-raw-v1 "
+                          "configurations (default %(default)s)")  # fmt: skip
     for split in SPLIT_NAMES:
         wikitext.add_argument(f"--{split}", metavar="FILE",
                               help=f"local {split} file (e.g. wiki.{split}.raw; .gz/.zst too) instead of "
@@ -197,7 +200,7 @@ def _run_wikitext(args) -> int:
         checked = dict(zip(files, check_files(list(files.values())), strict=True))
         sources = {split: WikiTextFile(path) for split, path in checked.items()}
     else:
-        sources = {split: WikiTextHub(args.version, split) for split in SPLIT_NAMES}
+        sources = {split: WikiTextHub(args.version, split, args.dataset) for split in SPLIT_NAMES}
     corpus = "wikitext" if files else hub_config(args.version)
     for split, source in sources.items():
         _run(replace(_job(args, f"{corpus} {split}", source, JsonField()), out=Path(f"{args.out}_{split}")))

@@ -235,9 +235,7 @@ class HubDataset:
         return None
 
     def batches(self, start: dict) -> Iterator[tuple[Batch, dict, int]]:
-        dataset = self.load()
-        if start["record"]:
-            dataset = dataset.skip(start["record"])
+        dataset = skip_rows(self.load(), start["record"])
         rows = self.guarded(iter(dataset))
         name = f"{self.name}[{self.split}]"
         yield from _record_batches(rows, start["record"], name, lambda n: {**START, "record": n})
@@ -277,6 +275,16 @@ class HubDataset:
             f"could not load {self.name!r} through Hugging Face datasets ({type(error).__name__}: {error}). "
             + (self.by_hand or GET_IT_BY_HAND)
         )
+
+
+def skip_rows(dataset, count: int):
+    """The rows of a loaded dataset after its first `count` (none where that is all of them: a
+    run resumed after its last batch)."""
+    if not count:
+        return dataset
+    if hasattr(dataset, "__len__") and count >= len(dataset):
+        return []
+    return dataset.skip(count)
 
 
 @contextlib.contextmanager

@@ -21,6 +21,7 @@ from zerolab.data_prep.sources import (
     file_facts,
     open_stream,
     skip_bytes,
+    skip_rows,
     total_bytes_of,
 )
 
@@ -110,6 +111,8 @@ class WikiTextHub:
 
     version: str
     split: str
+    name: str = HUB_DATASET
+    """The hub's dataset, or a local copy of it (a dataset directory with its configurations)."""
 
     @property
     def dataset(self) -> HubDataset:
@@ -119,7 +122,7 @@ class WikiTextHub:
             "wiki.valid.raw --test wiki.test.raw"
         )
         return HubDataset(
-            HUB_DATASET, split=HUB_SPLITS[self.split], config=hub_config(self.version), by_hand=by_hand
+            self.name, split=HUB_SPLITS[self.split], config=hub_config(self.version), by_hand=by_hand
         )
 
     def describe(self) -> dict:
@@ -130,10 +133,8 @@ class WikiTextHub:
 
     def batches(self, start: dict) -> Iterator[tuple[Batch, dict, int]]:
         hub = self.dataset
-        dataset = hub.load()
-        if start["record"]:
-            dataset = dataset.skip(start["record"])
-        name = f"{HUB_DATASET}[{hub_config(self.version)}/{HUB_SPLITS[self.split]}]"
+        dataset = skip_rows(hub.load(), start["record"])
+        name = f"{self.name}[{hub_config(self.version)}/{HUB_SPLITS[self.split]}]"
         rows = enumerate(hub.guarded(iter(dataset)), start=start["record"] + 1)
         items: list[tuple[int, bytes]] = []
         for first, end, text in articles((number, row["text"].encode()) for number, row in rows):
