@@ -216,6 +216,12 @@ def _parquet_rows(path: Path, columns: tuple[str, ...]):
         yield from record_batch.to_pylist()
 
 
+GET_IT_BY_HAND = (
+    "Without access to the Hugging Face hub, download the data where you can and pass it "
+    "with --input (.jsonl, .json or .parquet; gzip or zstd compressed is fine)"
+)
+
+
 @dataclass
 class HubDataset:
     """A dataset loaded through HF `datasets` (a hub name, or a local dataset directory)."""
@@ -225,11 +231,12 @@ class HubDataset:
     streaming: bool = False
     config: str | None = None
     """The dataset's configuration (e.g. `wikitext-103-raw-v1`), where it has several."""
-    by_hand: str = ""
-    """How to do without the hub, the end of every error (default: GET_IT_BY_HAND, prep's --input)."""
+    by_hand: str = GET_IT_BY_HAND
+    """How to do without the hub: the end of every error (by default prep's --input)."""
 
     def describe(self) -> dict:
-        return {"dataset": self.name, "split": self.split, "streaming": self.streaming}
+        facts = {"dataset": self.name, "split": self.split, "streaming": self.streaming}
+        return facts | ({"config": self.config} if self.config else {})
 
     def total_bytes(self) -> None:
         return None
@@ -258,7 +265,7 @@ class HubDataset:
             if unreachable:
                 raise UserError(
                     f"could not load {self.name!r}: the Hugging Face hub ({unreachable}) did not answer "
-                    f"and no copy is cached here. {self.by_hand or GET_IT_BY_HAND}"
+                    f"and no copy is cached here. {self.by_hand}"
                 ) from None
             raise UserError(self._failure(error)) from None
 
@@ -273,7 +280,7 @@ class HubDataset:
     def _failure(self, error: Exception) -> str:
         return (
             f"could not load {self.name!r} through Hugging Face datasets ({type(error).__name__}: {error}). "
-            + (self.by_hand or GET_IT_BY_HAND)
+            + self.by_hand
         )
 
 
@@ -309,12 +316,6 @@ def _unreachable_hub(timeout_s: float = 5.0) -> str | None:
             return None
     except OSError:
         return f"{url.hostname}:{url.port or 443}"
-
-
-GET_IT_BY_HAND = (
-    "Without access to the Hugging Face hub, download the data where you can and pass it "
-    "with --input (.jsonl, .json or .parquet; gzip or zstd compressed is fine)"
-)
 
 
 def total_bytes_of(files: list[Path]) -> int | None:

@@ -126,7 +126,7 @@ class WikiTextHub:
         )
 
     def describe(self) -> dict:
-        return {**self.dataset.describe(), "config": hub_config(self.version)}
+        return self.dataset.describe()
 
     def total_bytes(self) -> None:
         return None
