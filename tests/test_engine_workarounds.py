@@ -38,6 +38,7 @@ def test_every_workaround_is_named_and_explained_in_one_line():
         "helpers_suffix_from_python",
         "python_sample_index",
         "shm_buffers_unlinked",
+        "zero3_weights_only_load",
     ]
     assert [(p.name, p.kind) for p in LAUNCH_PATCHES[len(WORKAROUNDS) :]] == [
         ("sdpa_attention", "patch"),

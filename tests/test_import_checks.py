@@ -146,7 +146,6 @@ def test_render_prints_the_engines_fine_tuning_load_of_the_layout(tmp_path, caps
         ([],
          "model.make_vocab_size_divisible_by=128: pads the vocabulary to 50304 rows, the weights in "
          "{folder} to 50257; set model.make_vocab_size_divisible_by=1"),
-        (["zero=z3"], "model.init_from with zero.stage=3"),
         (["data.vocab_file={tmp}/vocab.json"],
          "are not the tokenizer the weights in {folder} belong to; set data.vocab_file={folder}/vocab.json"),
     ],

@@ -512,6 +512,71 @@ def shm_buffers_unlinked() -> None:
     patch_after_import(DS_TORCH_BACKEND, _unlink_once_mapped)
 
 
+DS_ENGINE = "deepspeed.runtime.engine"
+
+
+def unpartitioned_checkpoint(load_dir: str, tag: str, model_parallel_rank: int) -> Path:
+    """The model-states file of one model-parallel rank in a checkpoint written without ZeRO-3
+    (`zerolab import`, a ZeRO 0-2 run): the whole module, as Megatron's nested state."""
+    return Path(load_dir, tag, f"mp_rank_{model_parallel_rank:02d}_model_states.pt")
+
+
+def _weights_into_partitions(module: types.ModuleType) -> None:
+    engine_class = module.DeepSpeedEngine
+    load_checkpoint = engine_class.load_checkpoint
+
+    def load_unpartitioned_weights(
+        self: Any,
+        load_dir: str,
+        tag: str | None = None,
+        load_module_strict: bool = True,
+        load_optimizer_states: bool = True,
+        load_lr_scheduler_states: bool = True,
+        load_module_only: bool = False,
+        custom_load_fn: Any = None,
+    ) -> Any:
+        path = None if tag is None else unpartitioned_checkpoint(load_dir, str(tag), self.checkpoint_mp_rank)
+        ours = load_module_only and custom_load_fn is None and self.zero_optimization_partition_weights()
+        if not (ours and path and path.is_file()):
+            return load_checkpoint(
+                self,
+                load_dir,
+                tag,
+                load_module_strict,
+                load_optimizer_states,
+                load_lr_scheduler_states,
+                load_module_only,
+                custom_load_fn,
+            )
+        # deepspeed, torch here, not at the top: only in the engine's environment
+        import deepspeed
+        import torch
+
+        self.optimizer.checkpoint_event_prologue()
+        checkpoint = torch.load(path, map_location="cpu", weights_only=False)
+        # every weight gathered, loaded, then partitioned again from data-parallel rank 0's. (DeepSpeed's
+        # own fetch gathers only the weights not held whole: at tensor parallel 2 the loaded model then
+        # computed other logits than the file's weights, off by up to 1.2.)
+        with deepspeed.zero.GatheredParameters(list(self.module.parameters()), modifier_rank=0):
+            self.module.load_state_dict(checkpoint["module"], strict=load_module_strict)
+        self.optimizer.refresh_fp32_params()
+        self.optimizer.checkpoint_event_epilogue()
+        print(f"zerolab: workaround zero3_weights_only_load: weights loaded from {path}", flush=True)
+        return str(path), {key: value for key, value in checkpoint.items() if key != "module"}
+
+    load_unpartitioned_weights.__wrapped__ = load_checkpoint  # type: ignore[attr-defined]
+    engine_class.load_checkpoint = load_unpartitioned_weights
+
+
+# Under ZeRO-3 DeepSpeed's weights-only load (Megatron's --finetune) ignores the tag asked for and
+# rebuilds the weights from the ZeRO-3 partitions that `latest` names (zero_to_fp32), so a
+# checkpoint without them (zerolab import's, a ZeRO 0-2 run's) cannot be loaded; and zero_to_fp32's
+# flat parameter names are not the nested state Megatron's GPTModel.load_state_dict reads.
+def zero3_weights_only_load() -> None:
+    """Under ZeRO-3, load weights only (--finetune) from an unpartitioned checkpoint, as ZeRO 0-2 do."""
+    patch_after_import(DS_ENGINE, _weights_into_partitions)
+
+
 WORKAROUNDS: tuple[LaunchPatch, ...] = tuple(
     launch_patch(function)
     for function in (
@@ -529,6 +594,7 @@ WORKAROUNDS: tuple[LaunchPatch, ...] = tuple(
         helpers_suffix_from_python,
         python_sample_index,
         shm_buffers_unlinked,
+        zero3_weights_only_load,
     )
 )
 

@@ -15,7 +15,7 @@ from zerolab.data_prep.indexed import read_index
 from zerolab.data_prep.pipeline import SUFFIX, manifest_source
 from zerolab.data_prep.tokenizer import VOCAB_SIZE
 from zerolab.errors import UserError
-from zerolab.imported import MANIFEST_FILE, layout_tag, read_manifest, tokenizer_digest
+from zerolab.imported import layout_tag, read_manifest, tokenizer_digest
 from zerolab.locations import display_path
 from zerolab.recipe.schema import MODEL_SHAPE_KEYS, Recipe
 
@@ -154,7 +154,8 @@ def init_problems(recipe: Recipe) -> list[str]:
         ]
     problems = [
         f"model.{key}={getattr(recipe.model, key)}: the weights in {folder} have {key} "
-        f"{getattr(weights.shape, key)}; set model.{key}={getattr(weights.shape, key)}"
+        f"{getattr(weights.shape, key)}; set model.{key}={getattr(weights.shape, key)}, or model.init_from "
+        "to weights of that shape (null: random weights)"
         for key in MODEL_SHAPE_KEYS
         if getattr(recipe.model, key) != getattr(weights.shape, key)
     ]
@@ -177,12 +178,6 @@ def init_problems(recipe: Recipe) -> list[str]:
                 f"in {folder} belong to; set data.vocab_file={Path(folder) / 'vocab.json'} "
                 f"data.merge_file={Path(folder) / 'merges.txt'}"
             )
-    if recipe.zero.stage == 3:
-        problems.append(
-            f"model.init_from with zero.stage=3: ZeRO-3 loads weights from its own partitioned checkpoint "
-            f"layout, which {MANIFEST_FILE} folders do not hold yet; start from the weights with ZeRO 0, 1 "
-            "or 2"
-        )
     return problems
 
 
