@@ -37,7 +37,7 @@ def option(argv: list[str], name: str) -> str:
 
 
 def test_every_recipe_has_a_golden_render():
-    assert len(SHIPPED) == 13
+    assert len(SHIPPED) == 47
     assert sorted(p.stem.replace("__", "/") for p in GOLDEN.glob("*.json")) == SHIPPED
 
 
@@ -64,6 +64,40 @@ def test_seed_study_recipes_differ_only_in_zero():
         assert all(without_zero(v) == reference for v in variants[1:])
         stages = [load_recipe(v).zero.stage for v in variants]
         assert stages == [0, 1, 2, 3, 3]
+
+
+CONTINUED = [name for name in SHIPPED if name.startswith("continued/")]
+
+
+@pytest.mark.parametrize("name", CONTINUED)
+def test_a_continued_recipe_is_its_seed_setup_starting_from_weights(name):
+    """recipes/continued/gpt2_SIZE_DATA_SETUP is recipes/gpt2_SETUP (its CPU twin tiny_wikitext_SETUP
+    is cpu/tiny_SETUP) with another model, data and train block and the init block's weights."""
+    continued = load_recipe(name)
+    stem = name.rpartition("/")[2]
+    seed = (
+        f"cpu/tiny_{stem.split('_', 2)[2]}"
+        if name.startswith("continued/cpu/")
+        else (f"gpt2_{stem.split('_', 3)[3]}")
+    )
+    blocks = dict(entry.split("/") for entry in continued.base)
+    swaps = [f"{section}={blocks[section]}" for section in ("model", "data", "train")]
+    init = [
+        f"model.init_from={continued.model.init_from}",
+        f"model.import_command={continued.model.import_command}",
+    ]
+    from_weights = load_recipe(seed, [*swaps, *init])
+    # the import command writes the folder, padded as the recipe pads, with the recipe's layout
+    words = shlex.split(continued.model.import_command.rpartition("&&")[2])
+    assert words[:2] == ["zerolab", "import"] and option(words, "--out") == continued.model.init_from
+    assert (
+        int(option(words, "--make-vocab-size-divisible-by")) == continued.model.make_vocab_size_divisible_by
+    )
+    layouts = [words[i + 1] for i, word in enumerate(words) if word == "--parallel"] or ["1x1"]
+    assert f"{continued.parallel.tensor}x{continued.parallel.pipeline}" in layouts
+    assert continued.model_dump(exclude={"description", "base"}) == from_weights.model_dump(
+        exclude={"description", "base"}
+    )
 
 
 def test_a_swapped_in_block_replaces_its_sections_block_and_keeps_the_recipes_own_keys():
@@ -128,7 +162,7 @@ UNFUSING_FLAGS = {
 }
 
 
-@pytest.mark.parametrize("name", [name for name in SHIPPED if not name.startswith("cpu/")])
+@pytest.mark.parametrize("name", [name for name in SHIPPED if "cpu" not in name.split("/")[:-1]])
 def test_gpu_recipes_keep_the_fast_defaults(name):
     recipe = load_recipe(name)
     launch = render(recipe)

@@ -142,7 +142,8 @@ def init_problems(recipe: Recipe) -> list[str]:
     try:
         weights = read_manifest(Path(folder))
     except ValueError as error:
-        return [f"model.init_from: {error}; write it with `zerolab import MODEL --out {folder}`"]
+        command = recipe.model.import_command or f"zerolab import MODEL --out {folder}"
+        return [f"model.init_from: {error}; write it with `{command}`"]
     tensor, pipeline = recipe.parallel.tensor, recipe.parallel.pipeline
     layout = weights.layout(tensor, pipeline)
     if layout is None:

@@ -134,6 +134,13 @@ class ModelSection(Section):
         ),
         names_run=False,
     )
+    import_command: str | None = field(
+        None,
+        "the command that writes the folder of model.init_from, shown when it is missing; null: "
+        "`zerolab import MODEL --out FOLDER`",
+        to=(Zerolab("the hint when the weights are missing"),),
+        names_run=False,
+    )
 
 
 def padded_vocab(vocab_size: int, divisible_by: int, tensor: int) -> int:
