@@ -56,6 +56,8 @@ NOT_NEEDED = {
     "lm_eval": "`zerolab eval --scorer lm-eval` scores on CPU, not in the check (and some of its "
     "dependencies come only as source)",
     "accelerate": "lm-evaluation-harness's, for the same reason",
+    "scikit-learn": "fine-tuning's GLUE metrics: the check does not fine-tune yet",
+    "scipy": "fine-tuning's GLUE metrics (STS-B), for the same reason",
 }
 """Pinned packages the kit leaves out, and why."""
 

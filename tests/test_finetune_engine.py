@@ -1,0 +1,102 @@
+"""The fine-tuning loop (zerolab.finetune.loop) on DeepSpeed's real engine, on CPU over gloo with 2
+ranks: a tiny GPT-2 made and saved by transformers, given a classification head and fine-tuned on
+the shipped WNLI sample under the DeepSpeed configs of the shipped CPU recipes, ZeRO 0, 1, 2, 3 and
+3 with the optimizer offloaded. ZeRO does not change the arithmetic, so every setup gives the same
+losses step by step (fp32: within 1e-4) and the same validation loss and metrics. Skipped, with
+the reason, without the engine."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from launch_helpers import free_port
+
+from zerolab.engine.paths import engine_python_env
+from zerolab.finetune.glue import glue_task
+from zerolab.finetune.records import read_records
+from zerolab.locations import REPO_ROOT
+from zerolab.recipe import load_recipe
+from zerolab.recipe.render import ds_config
+
+SAMPLES = REPO_ROOT / "data_prep" / "samples" / "glue"
+SETUPS = ("dp", "z1", "z2", "z3", "z3_offload")
+
+MAKE_MODEL = """
+import sys, torch
+from transformers import GPT2Config, GPT2LMHeadModel, GPT2TokenizerFast
+torch.manual_seed(7)
+GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=64, n_head=4, n_positions=128)).save_pretrained(sys.argv[1])
+GPT2TokenizerFast(vocab=sys.argv[2], merges=sys.argv[3]).save_pretrained(sys.argv[1])
+"""
+
+
+@pytest.fixture(scope="module")
+def tiny_gpt2(engine, tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("hf") / "tiny-gpt2"
+    assets = REPO_ROOT / "zerolab" / "assets" / "gpt2"
+    subprocess.run(
+        [
+            str(engine[1]),
+            "-c",
+            MAKE_MODEL,
+            str(folder),
+            str(assets / "vocab.json"),
+            str(assets / "merges.txt"),
+        ],
+        env=engine_python_env(),
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    return folder
+
+
+def fine_tune(engine_python: Path, model: Path, setup: str, out: Path) -> list[dict[str, Any]]:
+    """The loop's records of one fine-tuning of `model` on WNLI under cpu/tiny_SETUP's ds_config."""
+    out.mkdir(parents=True)
+    request = {
+        "model": str(model),
+        "task": "wnli",
+        "train_file": str(SAMPLES / "wnli_train.jsonl"),
+        "eval_files": {"validation": str(SAMPLES / "wnli_validation.jsonl")},
+        "max_seq_length": 64,
+        "epochs": 1,
+        "micro_batch_size": 4,
+        "global_batch_size": 16,  # 4 steps of 2 micro batches per rank
+        "lr": 1e-3,
+        "weight_decay": 0.01,
+        "warmup_steps": 1,
+        "seed": 42,
+        "shuffle": True,
+        "ds_config": ds_config(load_recipe(f"cpu/tiny_{setup}")),
+        "out": str(out),
+    }
+    (out / "request.json").write_text(json.dumps(request))
+    torchrun = engine_python.parent / "torchrun"
+    command = [str(torchrun), "--nproc-per-node", "2", "--master-port", str(free_port())]
+    command += ["-m", "zerolab.finetune.loop", str(out / "request.json")]
+    environment = engine_python_env() | {"DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(command, env=environment, capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    return read_records(out)
+
+
+def test_every_zero_setup_fine_tunes_to_the_same_losses_and_metrics(engine, tiny_gpt2, tmp_path):
+    runs = {setup: fine_tune(engine[1], tiny_gpt2, setup, tmp_path / setup) for setup in SETUPS}
+    baseline = runs["dp"]
+    train = [record["loss"] for record in baseline if record["kind"] == "train"]
+    assert len(train) == 4 and [r["step"] for r in baseline if r["kind"] == "train"] == [1, 2, 3, 4]
+    [scored] = [record for record in baseline if record["kind"] == "eval"]
+    metrics = glue_task("wnli").metrics  # GLUE scores WNLI by accuracy
+    assert scored["split"] == "validation" and set(scored) >= {"loss", *metrics}
+    for setup, records in runs.items():
+        losses = [record["loss"] for record in records if record["kind"] == "train"]
+        assert len(losses) == len(train), setup
+        assert all(abs(a - b) <= 1e-4 for a, b in zip(losses, train, strict=True)), (setup, losses, train)
+        [other] = [record for record in records if record["kind"] == "eval"]
+        assert abs(other["loss"] - scored["loss"]) <= 1e-4, (setup, other, scored)
+        assert [other[name] for name in metrics] == [scored[name] for name in metrics], (setup, other, scored)

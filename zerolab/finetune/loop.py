@@ -1,0 +1,224 @@
+"""The fine-tuning loop every rank runs (`python -m zerolab.finetune.loop REQUEST.json` under torchrun
+or the deepspeed launcher), in the engine's Python: a Hugging Face GPT-2 given a classification head
+(GPT2ForSequenceClassification, its pad token GPT-2's end of text, as the seed study set it), trained
+on a GLUE task under DeepSpeed's engine with the request's ds_config (any ZeRO stage, offload
+included; under ZeRO-3 the weights are partitioned as they load, through HfDeepSpeedConfig), and
+scored on the task's validation splits with its official metrics. CPU (gloo) and GPU alike.
+
+The request (JSON): model (a Hugging Face GPT-2 folder), task, train_file and eval_files ({split:
+file}: JSON Lines of the task's columns and `label`), max_seq_length, epochs, micro_batch_size,
+global_batch_size, lr, weight_decay, warmup_steps, seed, shuffle, ds_config (the DeepSpeed config,
+whose batch keys and optimizer this loop fills in), out (the folder of the records). Rank 0 writes
+one JSON object per line to OUT/finetune.jsonl (zerolab.finetune.records)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import deepspeed
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from transformers import (
+    AutoConfig,
+    AutoTokenizer,
+    GPT2ForSequenceClassification,
+    get_linear_schedule_with_warmup,
+)
+from transformers.integrations import HfDeepSpeedConfig
+
+from zerolab.finetune.glue import GlueTask, glue_task
+from zerolab.finetune.metrics import glue_metrics
+from zerolab.finetune.records import RECORDS_FILE
+
+
+def read_rows(path: str) -> list[dict[str, Any]]:
+    """The examples of a JSON Lines file, one object per line."""
+    with open(path, encoding="utf-8") as lines:
+        return [json.loads(line) for line in lines if line.strip()]
+
+
+def encode(rows: list[dict[str, Any]], task: GlueTask, tokenizer: Any, max_seq_length: int) -> dict[str, Any]:
+    """The rows as run_glue.py encodes them: the task's sentence (or pair) truncated and padded to
+    `max_seq_length`, and the labels (floats for STS-B)."""
+
+    texts = [[row[key] for row in rows] for key in task.sentence_keys]
+    encoded = tokenizer(*texts, padding="max_length", max_length=max_seq_length, truncation=True)
+    dtype = torch.float if task.is_regression else torch.long
+    return {
+        "input_ids": torch.tensor(encoded["input_ids"]),
+        "attention_mask": torch.tensor(encoded["attention_mask"]),
+        "labels": torch.tensor([row["label"] for row in rows], dtype=dtype),
+    }
+
+
+def ds_config_for(request: dict[str, Any], data_parallel: int) -> dict[str, Any]:
+    """The request's ds_config with its batch sizes, optimizer (AdamW, decoupled weight decay) and
+    clipping filled in from the request."""
+    config = dict(request["ds_config"])
+    micro, total = request["micro_batch_size"], request["global_batch_size"]
+    config["train_micro_batch_size_per_gpu"] = micro
+    config["train_batch_size"] = total
+    config["gradient_accumulation_steps"] = total // (micro * data_parallel)
+    config.setdefault("gradient_clipping", 1.0)
+    config["optimizer"] = {
+        "type": "AdamW",
+        "params": {"lr": request["lr"], "weight_decay": request["weight_decay"], "torch_adam": True},
+    }
+    return config
+
+
+class Records:
+    """OUT/finetune.jsonl, written by rank 0 only."""
+
+    def __init__(self, out: Path, rank: int) -> None:
+        self.file = open(out / RECORDS_FILE, "a", encoding="utf-8") if rank == 0 else None  # noqa: SIM115
+
+    def write(self, record: dict[str, Any]) -> None:
+        """Append `record` as one line (rank 0)."""
+        if self.file is not None:
+            self.file.write(json.dumps(record) + "\n")
+            self.file.flush()
+
+
+def evaluate(engine: Any, task: GlueTask, data: dict[str, Any], micro: int) -> dict[str, float]:
+    """The task's metrics and mean loss on `data`, every rank scoring its share of the examples
+    (the same number of batches on each, as ZeRO-3's gathers need)."""
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    count = len(data["labels"])
+    share = math.ceil(count / world)
+    mine = [min(rank + world * i, count - 1) for i in range(share)]  # past the end: a repeat, dropped
+    engine.eval()
+    found: dict[int, tuple[Any, float]] = {}
+    with torch.no_grad():
+        for start in range(0, share, micro):
+            indices = mine[start : start + micro]
+            batch = {key: value[indices].to(engine.device) for key, value in data.items()}
+            output = engine(**batch)
+            logits = output.logits.float().cpu()
+            losses = _example_losses(task, logits, batch["labels"].cpu())
+            predicted = logits.squeeze(-1) if task.is_regression else logits.argmax(-1)
+            for position, index in enumerate(indices):
+                found[index] = (predicted[position].item(), losses[position].item())
+    engine.train()
+    gathered: list[dict[int, tuple[Any, float]]] = [{} for _ in range(world)]
+    dist.all_gather_object(gathered, found)
+    merged = {index: value for part in gathered for index, value in part.items()}
+    ordered = [merged[index] for index in range(count)]
+    labels = data["labels"].tolist()
+    metrics = glue_metrics(task, [value[0] for value in ordered], labels)
+    return {"loss": sum(value[1] for value in ordered) / count, **metrics}
+
+
+def _example_losses(task: GlueTask, logits: Any, labels: Any) -> Any:
+
+    if task.is_regression:
+        return (logits.squeeze(-1) - labels) ** 2
+    return F.cross_entropy(logits, labels, reduction="none")
+
+
+def load_model(request: dict[str, Any], task: GlueTask, ds_config: dict[str, Any]) -> tuple[Any, Any, Any]:
+    """The tokenizer, the model and (under ZeRO-3) the HfDeepSpeedConfig that must stay alive while
+    the weights load partitioned."""
+
+    tokenizer = AutoTokenizer.from_pretrained(request["model"])
+    tokenizer.pad_token = tokenizer.eos_token
+    config = AutoConfig.from_pretrained(
+        request["model"],
+        num_labels=task.num_labels,
+        pad_token_id=tokenizer.eos_token_id,
+        problem_type="regression" if task.is_regression else "single_label_classification",
+    )
+    zero3 = ds_config.get("zero_optimization", {}).get("stage") == 3
+    keeper = HfDeepSpeedConfig(ds_config) if zero3 else None
+    model = GPT2ForSequenceClassification.from_pretrained(request["model"], config=config)
+    return tokenizer, model, keeper
+
+
+def main(request_file: str) -> None:
+    """Fine-tune and score as `request_file` asks."""
+
+    request = json.loads(Path(request_file).read_text())
+    task = glue_task(request["task"])
+    out = Path(request["out"])
+    deepspeed.init_distributed(dist_backend="nccl" if torch.cuda.is_available() else "gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.manual_seed(request["seed"])
+    ds_config = ds_config_for(request, world)
+    tokenizer, model, _keeper = load_model(request, task, ds_config)
+    max_len = request["max_seq_length"]
+    train = encode(read_rows(request["train_file"]), task, tokenizer, max_len)
+    evals = {
+        split: encode(read_rows(path), task, tokenizer, max_len)
+        for split, path in request["eval_files"].items()
+    }
+    micro, total = request["micro_batch_size"], request["global_batch_size"]
+    steps_per_epoch = len(train["labels"]) // total
+    steps = steps_per_epoch * request["epochs"]
+    engine, _, _, _ = deepspeed.initialize(
+        model=model,
+        model_parameters=[p for p in model.parameters() if p.requires_grad],
+        config=ds_config,
+        lr_scheduler=lambda optimizer: get_linear_schedule_with_warmup(
+            optimizer, request["warmup_steps"], steps
+        ),
+    )
+    records = Records(out, rank)
+    # seeded again: what the setup drew from the generator (CPU Adam's, under offload) leaves dropout alone
+    torch.manual_seed(request["seed"])
+    generator = torch.Generator().manual_seed(request["seed"])
+    accumulation = engine.gradient_accumulation_steps()
+    step = 0
+    for epoch in range(request["epochs"]):
+        order = (
+            torch.randperm(len(train["labels"]), generator=generator)
+            if request["shuffle"]
+            else torch.arange(len(train["labels"]))
+        )
+        for batch_index in range(steps_per_epoch):
+            started = time.perf_counter()
+            chosen = order[batch_index * total : (batch_index + 1) * total]
+            losses = []
+            for part in range(accumulation):
+                # micro batch `part` of this rank: the global batch dealt out rank by rank
+                first = (part * world + rank) * micro
+                indices = chosen[first : first + micro]
+                batch = {key: value[indices].to(engine.device) for key, value in train.items()}
+                loss = engine(**batch).loss
+                engine.backward(loss)
+                engine.step()
+                losses.append(loss.detach().float())
+            mean = torch.stack(losses).mean()
+            dist.all_reduce(mean)
+            step += 1
+            elapsed = time.perf_counter() - started
+            records.write(
+                {
+                    "kind": "train",
+                    "step": step,
+                    "steps": steps,
+                    "epoch": epoch + 1,
+                    "loss": mean.item() / world,
+                    "lr": engine.get_lr()[0],
+                    "step_ms": elapsed * 1000,
+                    "samples_per_s": total / elapsed,
+                    "tokens_per_s": total * max_len / elapsed,
+                }
+            )
+        for split, data in evals.items():
+            scored = evaluate(engine, task, data, micro)
+            records.write({"kind": "eval", "split": split, "step": step, "epoch": epoch + 1, **scored})
+    dist.barrier()
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit(f"usage: {os.path.basename(sys.argv[0])} REQUEST.json")
+    main(sys.argv[1])
