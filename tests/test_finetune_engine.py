@@ -8,6 +8,7 @@ the reason, without the engine."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -55,8 +56,11 @@ def tiny_gpt2(engine, tmp_path_factory) -> Path:
     return folder
 
 
-def fine_tune(engine_python: Path, model: Path, setup: str, out: Path) -> list[dict[str, Any]]:
-    """The loop's records of one fine-tuning of `model` on WNLI under cpu/tiny_SETUP's ds_config."""
+def fine_tune(
+    engine_python: Path, model: Path, setup: str, out: Path, ranks: int = 2, **changes: Any
+) -> list[dict[str, Any]]:
+    """The loop's records of one fine-tuning of `model` on WNLI under cpu/tiny_SETUP's ds_config, on
+    `ranks` processes, the request's defaults below updated with `changes`."""
     out.mkdir(parents=True)
     request = {
         "model": str(model),
@@ -74,10 +78,11 @@ def fine_tune(engine_python: Path, model: Path, setup: str, out: Path) -> list[d
         "shuffle": True,
         "ds_config": ds_config(load_recipe(f"cpu/tiny_{setup}")),
         "out": str(out),
+        **changes,
     }
     (out / "request.json").write_text(json.dumps(request))
     torchrun = engine_python.parent / "torchrun"
-    command = [str(torchrun), "--nproc-per-node", "2", "--master-port", str(free_port())]
+    command = [str(torchrun), "--nproc-per-node", str(ranks), "--master-port", str(free_port())]
     command += ["-m", "zerolab.finetune.loop", str(out / "request.json")]
     environment = engine_python_env() | {"DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1"}
     done = subprocess.run(command, env=environment, capture_output=True, text=True, timeout=600, check=False)
@@ -100,3 +105,72 @@ def test_every_zero_setup_fine_tunes_to_the_same_losses_and_metrics(engine, tiny
         [other] = [record for record in records if record["kind"] == "eval"]
         assert abs(other["loss"] - scored["loss"]) <= 1e-4, (setup, other, scored)
         assert [other[name] for name in metrics] == [scored[name] for name in metrics], (setup, other, scored)
+
+
+TRAINER = """
+import json, sys, torch
+from torch.utils.data import Dataset, SequentialSampler
+from transformers import AutoConfig, AutoTokenizer, GPT2ForSequenceClassification, Trainer, TrainingArguments
+from zerolab.finetune.glue import glue_task
+from zerolab.finetune.loop import encode, read_rows
+from zerolab.finetune.metrics import glue_metrics
+
+request = json.loads(open(sys.argv[1]).read())
+task = glue_task(request["task"])
+tokenizer = AutoTokenizer.from_pretrained(request["model"])
+tokenizer.pad_token = tokenizer.eos_token
+config = AutoConfig.from_pretrained(request["model"], num_labels=2, pad_token_id=tokenizer.eos_token_id)
+torch.manual_seed(request["seed"])
+model = GPT2ForSequenceClassification.from_pretrained(request["model"], config=config)
+
+class Rows(Dataset):
+    def __init__(self, path):
+        self.data = encode(read_rows(path), task, tokenizer, request["max_seq_length"])
+    def __len__(self):
+        return len(self.data["labels"])
+    def __getitem__(self, i):
+        return {key: value[i] for key, value in self.data.items()}
+
+class InOrder(Trainer):  # the loop's order with shuffling off
+    def _get_train_sampler(self, *args, **kwargs):
+        return SequentialSampler(self.train_dataset)
+
+arguments = TrainingArguments(
+    output_dir=sys.argv[2], use_cpu=True, seed=request["seed"], learning_rate=request["lr"],
+    weight_decay=request["weight_decay"], warmup_steps=request["warmup_steps"],
+    num_train_epochs=request["epochs"], per_device_train_batch_size=request["micro_batch_size"],
+    per_device_eval_batch_size=request["micro_batch_size"], max_grad_norm=1.0, optim="adamw_torch",
+    report_to=[], save_strategy="no", logging_steps=1, dataloader_num_workers=0,
+)
+def metrics(prediction):
+    return glue_metrics(task, prediction.predictions.argmax(-1).tolist(), prediction.label_ids.tolist())
+trainer = InOrder(model=model, args=arguments, train_dataset=Rows(request["train_file"]),
+                  eval_dataset=Rows(request["eval_files"]["validation"]), compute_metrics=metrics)
+trainer.train()
+print(json.dumps(trainer.evaluate()))
+"""
+
+
+def test_on_one_process_the_loop_scores_what_hugging_faces_trainer_scores(engine, tiny_gpt2, tmp_path):
+    # the same seed, data, order (shuffling off), schedule, optimizer and clipping; ZeRO 0. Dropout
+    # off: the Trainer's data loader draws its seed from the generator dropout draws from
+    model = tmp_path / "no-dropout"
+    shutil.copytree(tiny_gpt2, model)
+    config = json.loads((model / "config.json").read_text())
+    config |= {"resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}
+    (model / "config.json").write_text(json.dumps(config))
+    changes = {"micro_batch_size": 8, "global_batch_size": 8, "shuffle": False}
+    records = fine_tune(engine[1], model, "dp", tmp_path / "loop", ranks=1, **changes)
+    [ours] = [record for record in records if record["kind"] == "eval"]
+    done = subprocess.run(
+        [str(engine[1]), "-c", TRAINER, str(tmp_path / "loop" / "request.json"), str(tmp_path / "trainer")],
+        env=engine_python_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    theirs = json.loads(done.stdout.strip().splitlines()[-1])
+    assert abs(ours["loss"] - theirs["eval_loss"]) <= 1e-3 * theirs["eval_loss"], (ours, theirs)
+    assert ours["accuracy"] == theirs["eval_accuracy"], (ours, theirs)

@@ -29,6 +29,7 @@ from transformers import (
     AutoConfig,
     AutoTokenizer,
     GPT2ForSequenceClassification,
+    Trainer,
     get_linear_schedule_with_warmup,
 )
 from transformers.integrations import HfDeepSpeedConfig
@@ -59,19 +60,27 @@ def encode(rows: list[dict[str, Any]], task: GlueTask, tokenizer: Any, max_seq_l
 
 
 def ds_config_for(request: dict[str, Any], data_parallel: int) -> dict[str, Any]:
-    """The request's ds_config with its batch sizes, optimizer (AdamW, decoupled weight decay) and
-    clipping filled in from the request."""
+    """The request's ds_config with its batch sizes, optimizer (AdamW, torch's) and clipping filled
+    in from the request."""
     config = dict(request["ds_config"])
     micro, total = request["micro_batch_size"], request["global_batch_size"]
     config["train_micro_batch_size_per_gpu"] = micro
     config["train_batch_size"] = total
     config["gradient_accumulation_steps"] = total // (micro * data_parallel)
     config.setdefault("gradient_clipping", 1.0)
-    config["optimizer"] = {
-        "type": "AdamW",
-        "params": {"lr": request["lr"], "weight_decay": request["weight_decay"], "torch_adam": True},
-    }
+    config["optimizer"] = {"type": "AdamW", "params": {"lr": request["lr"], "torch_adam": True}}
     return config
+
+
+def parameter_groups(model: Any, weight_decay: float) -> list[dict[str, Any]]:
+    """The trainable weights in two groups, as Hugging Face's Trainer decays them: `weight_decay`
+    for all but biases and layer norms, none for those."""
+    decayed = set(Trainer.get_decay_parameter_names(None, model))  # a method that never reads self
+    named = [(name, parameter) for name, parameter in model.named_parameters() if parameter.requires_grad]
+    return [
+        {"params": [p for name, p in named if name in decayed], "weight_decay": weight_decay},
+        {"params": [p for name, p in named if name not in decayed], "weight_decay": 0.0},
+    ]
 
 
 class Records:
@@ -164,7 +173,7 @@ def main(request_file: str) -> None:
     steps = steps_per_epoch * request["epochs"]
     engine, _, _, _ = deepspeed.initialize(
         model=model,
-        model_parameters=[p for p in model.parameters() if p.requires_grad],
+        model_parameters=parameter_groups(model, request["weight_decay"]),
         config=ds_config,
         lr_scheduler=lambda optimizer: get_linear_schedule_with_warmup(
             optimizer, request["warmup_steps"], steps
@@ -175,6 +184,7 @@ def main(request_file: str) -> None:
     torch.manual_seed(request["seed"])
     generator = torch.Generator().manual_seed(request["seed"])
     accumulation = engine.gradient_accumulation_steps()
+    engine.train()  # from_pretrained leaves the model in eval mode: dropout off
     step = 0
     for epoch in range(request["epochs"]):
         order = (
@@ -183,7 +193,7 @@ def main(request_file: str) -> None:
             else torch.arange(len(train["labels"]))
         )
         for batch_index in range(steps_per_epoch):
-            started = time.perf_counter()
+            started, lr = time.perf_counter(), engine.get_lr()[0]  # the rate this step trains at
             chosen = order[batch_index * total : (batch_index + 1) * total]
             losses = []
             for part in range(accumulation):
@@ -206,7 +216,7 @@ def main(request_file: str) -> None:
                     "steps": steps,
                     "epoch": epoch + 1,
                     "loss": mean.item() / world,
-                    "lr": engine.get_lr()[0],
+                    "lr": lr,
                     "step_ms": elapsed * 1000,
                     "samples_per_s": total / elapsed,
                     "tokens_per_s": total * max_len / elapsed,
