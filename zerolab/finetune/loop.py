@@ -48,7 +48,6 @@ def read_rows(path: str) -> list[dict[str, Any]]:
 def encode(rows: list[dict[str, Any]], task: GlueTask, tokenizer: Any, max_seq_length: int) -> dict[str, Any]:
     """The rows as run_glue.py encodes them: the task's sentence (or pair) truncated and padded to
     `max_seq_length`, and the labels (floats for STS-B)."""
-
     texts = [[row[key] for row in rows] for key in task.sentence_keys]
     encoded = tokenizer(*texts, padding="max_length", max_length=max_seq_length, truncation=True)
     dtype = torch.float if task.is_regression else torch.long
@@ -99,7 +98,6 @@ class Records:
 def evaluate(engine: Any, task: GlueTask, data: dict[str, Any], micro: int) -> dict[str, float]:
     """The task's metrics and mean loss on `data`, every rank scoring its share of the examples
     (the same number of batches on each, as ZeRO-3's gathers need)."""
-
     rank, world = dist.get_rank(), dist.get_world_size()
     count = len(data["labels"])
     share = math.ceil(count / world)
@@ -127,7 +125,6 @@ def evaluate(engine: Any, task: GlueTask, data: dict[str, Any], micro: int) -> d
 
 
 def _example_losses(task: GlueTask, logits: Any, labels: Any) -> Any:
-
     if task.is_regression:
         return (logits.squeeze(-1) - labels) ** 2
     return F.cross_entropy(logits, labels, reduction="none")
@@ -136,7 +133,6 @@ def _example_losses(task: GlueTask, logits: Any, labels: Any) -> Any:
 def load_model(request: dict[str, Any], task: GlueTask, ds_config: dict[str, Any]) -> tuple[Any, Any, Any]:
     """The tokenizer, the model and (under ZeRO-3) the HfDeepSpeedConfig that must stay alive while
     the weights load partitioned."""
-
     tokenizer = AutoTokenizer.from_pretrained(request["model"])
     tokenizer.pad_token = tokenizer.eos_token
     config = AutoConfig.from_pretrained(
@@ -153,7 +149,6 @@ def load_model(request: dict[str, Any], task: GlueTask, ds_config: dict[str, Any
 
 def main(request_file: str) -> None:
     """Fine-tune and score as `request_file` asks."""
-
     request = json.loads(Path(request_file).read_text())
     task = glue_task(request["task"])
     out = Path(request["out"])
