@@ -4,9 +4,10 @@ the weights offloaded, keeps pieces that DeepSpeed's zero_to_fp32 puts together;
 keeps halves; pipeline parallel 2, with ZeRO 0 or 1, keeps layer files; bf16 keeps bf16 weights),
 exported and loaded by the real transformers, gives the logits and loss of the engine's own forward
 pass of the weights it trained and saved (the forward_probe patch, run at the end of training) on
-held-out tokens; and the five demo setups' exports agree with each other, since ZeRO does not change
-the arithmetic. The tiny GPT-2 on CPU, 2 ranks over gloo; skipped, with the reason, without the
-engine. fp16 is not here: DeepSpeed refuses fp16 on CPU."""
+held-out tokens; the five demo setups' exports agree with each other, since ZeRO does not change
+the arithmetic; and an export fine-tunes on GLUE (zerolab.finetune.loop) as it is. The tiny GPT-2
+on CPU, 2 ranks over gloo; skipped, with the reason, without the engine. fp16 is not here:
+DeepSpeed refuses fp16 on CPU."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from typing import Any
 
 import pytest
 from engine_runs import DEMO_SETUPS, ITERATIONS, SHARED_RUNS
+from finetune_runs import fine_tune
 
 from zerolab.cli import main
 from zerolab.engine.forward_probe import OUTPUT_FILE, PROBE_ENV
@@ -124,6 +126,15 @@ def test_the_five_demo_setups_export_the_same_model(engine, trained, exported):
     _, python = engine
     folders = [str(exported(setup)) for setup in (*DEMO_SETUPS, "z3_offload_param")]
     assert _engine_python_json(python, AGREE, str(trained("z0").probe), *folders) <= 1e-4
+
+
+def test_an_export_fine_tunes_on_glue(engine, exported, tmp_path):
+    # pretrain -> export -> fine-tune: the exported folder is a model the fine-tuning loop takes as it is
+    records = fine_tune(engine[1], exported("z0"), "dp", tmp_path / "finetune")
+    losses = [record["loss"] for record in records if record["kind"] == "train"]
+    [scored] = [record for record in records if record["kind"] == "eval"]
+    assert len(losses) == 4 and all(0 < loss < 10 for loss in losses), losses
+    assert 0 <= scored["accuracy"] <= 1 and scored["loss"] > 0, scored
 
 
 def test_a_run_without_a_checkpoint_is_refused_with_the_key_that_saves_one(tmp_path, capsys):
