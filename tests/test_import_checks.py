@@ -176,3 +176,18 @@ def test_a_folder_that_is_not_an_import_is_named_with_the_command_that_makes_one
     assert (
         "not a folder written by `zerolab import`" in err and f"zerolab import MODEL --out {tmp_path}" in err
     )
+
+
+def test_a_continued_recipe_without_its_weights_names_the_command_that_writes_them(tmp_path, capsys, dataset):
+    # the shipped CPU twin, its data present: launch refuses before anything runs, naming the recipe's
+    # own model.import_command (the demo's export, then its import) rather than a generic one
+    words = ["continued/cpu/tiny_wikitext_dp", "data.path=null", f"data.train_path={dataset}"]
+    words += [f"model.init_from={tmp_path / 'missing'}"]
+    assert main(["launch", *words, "--run-dir", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert f"model.init_from: {tmp_path / 'missing'}/zerolab-import.json not found" in err
+    assert (
+        "write it with `zerolab export logs/sweeps/demo/zero-z0 --out exports/tiny-demo && zerolab import"
+        in err
+    )
+    assert not (tmp_path / "run").exists()
