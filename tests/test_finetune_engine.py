@@ -10,49 +10,17 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-from pathlib import Path
 
-import pytest
 from finetune_runs import fine_tune
 
 from zerolab.engine.paths import engine_python_env
 from zerolab.finetune.glue import glue_task
-from zerolab.locations import REPO_ROOT
 
 SETUPS = ("dp", "z1", "z2", "z3", "z3_offload")
 
-MAKE_MODEL = """
-import sys, torch
-from transformers import GPT2Config, GPT2LMHeadModel, GPT2TokenizerFast
-torch.manual_seed(7)
-GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=64, n_head=4, n_positions=128)).save_pretrained(sys.argv[1])
-GPT2TokenizerFast(vocab=sys.argv[2], merges=sys.argv[3]).save_pretrained(sys.argv[1])
-"""
 
-
-@pytest.fixture(scope="module")
-def tiny_gpt2(engine, tmp_path_factory) -> Path:
-    folder = tmp_path_factory.mktemp("hf") / "tiny-gpt2"
-    assets = REPO_ROOT / "zerolab" / "assets" / "gpt2"
-    subprocess.run(
-        [
-            str(engine[1]),
-            "-c",
-            MAKE_MODEL,
-            str(folder),
-            str(assets / "vocab.json"),
-            str(assets / "merges.txt"),
-        ],
-        env=engine_python_env(),
-        check=True,
-        capture_output=True,
-        timeout=300,
-    )
-    return folder
-
-
-def test_every_zero_setup_fine_tunes_to_the_same_losses_and_metrics(engine, tiny_gpt2, tmp_path):
-    runs = {setup: fine_tune(engine[1], tiny_gpt2, setup, tmp_path / setup) for setup in SETUPS}
+def test_every_zero_setup_fine_tunes_to_the_same_losses_and_metrics(engine, hf_model, tmp_path):
+    runs = {setup: fine_tune(engine[1], hf_model, setup, tmp_path / setup) for setup in SETUPS}
     baseline = runs["dp"]
     train = [record["loss"] for record in baseline if record["kind"] == "train"]
     assert len(train) == 4 and [r["step"] for r in baseline if r["kind"] == "train"] == [1, 2, 3, 4]
@@ -112,11 +80,11 @@ print(json.dumps(trainer.evaluate()))
 """
 
 
-def test_on_one_process_the_loop_scores_what_hugging_faces_trainer_scores(engine, tiny_gpt2, tmp_path):
+def test_on_one_process_the_loop_scores_what_hugging_faces_trainer_scores(engine, hf_model, tmp_path):
     # the same seed, data, order (shuffling off), schedule, optimizer and clipping; ZeRO 0. Dropout
     # off: the Trainer's data loader draws its seed from the generator dropout draws from
     model = tmp_path / "no-dropout"
-    shutil.copytree(tiny_gpt2, model)
+    shutil.copytree(hf_model, model)
     config = json.loads((model / "config.json").read_text())
     config |= {"resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}
     (model / "config.json").write_text(json.dumps(config))

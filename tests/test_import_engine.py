@@ -37,15 +37,6 @@ BATCH = 8
 """The tiny recipe's sequence length and global batch: the one-document dataset holds exactly one
 batch of windows, so that the first iteration's batch is all of them, in whatever order."""
 
-MAKE_MODEL = """
-import sys, torch
-from transformers import GPT2Config, GPT2LMHeadModel, GPT2TokenizerFast
-torch.manual_seed(7)
-config = GPT2Config(n_layer=2, n_embd=64, n_head=4, n_positions=128)
-GPT2LMHeadModel(config).save_pretrained(sys.argv[1])
-GPT2TokenizerFast(vocab=sys.argv[2], merges=sys.argv[3]).save_pretrained(sys.argv[1])
-"""
-
 HF_LOSSES = """
 import json, sys, torch
 from transformers import GPT2LMHeadModel
@@ -99,22 +90,6 @@ def _engine_json(python: Path, code: str, *args: str, cwd: Path | None = None) -
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
-
-
-@pytest.fixture(scope="module")
-def hf_model(engine, tmp_path_factory) -> Path:
-    """A tiny GPT-2 saved by transformers with the bundled GPT-2 tokenizer (tokenizer.json only,
-    as transformers 5 saves it)."""
-    folder = tmp_path_factory.mktemp("hf") / "tiny-gpt2"
-    assets = REPO_ROOT / "zerolab" / "assets" / "gpt2"
-    _engine_json(
-        engine[1],
-        MAKE_MODEL + "print('{}')",
-        str(folder),
-        str(assets / "vocab.json"),
-        str(assets / "merges.txt"),
-    )
-    return folder
 
 
 @pytest.fixture(scope="module")

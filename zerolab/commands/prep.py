@@ -194,7 +194,6 @@ def _run_openwebtext(args) -> int:
 
 
 def _run_wikitext(args) -> int:
-
     files = {split: getattr(args, split) for split in SPLIT_NAMES if getattr(args, split)}
     if files:
         checked = dict(zip(files, check_files(list(files.values())), strict=True))
