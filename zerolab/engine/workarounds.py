@@ -512,6 +512,39 @@ def shm_buffers_unlinked() -> None:
     patch_after_import(DS_TORCH_BACKEND, _unlink_once_mapped)
 
 
+DS_PARTITION_PARAMETERS = "deepspeed.runtime.zero.partition_parameters"
+
+
+def _wait_for_every_gather(module: types.ModuleType) -> None:
+    init = module.Init
+    gather = init._allgather_params_coalesced
+
+    def gather_every_partition(
+        self: Any, param_list: list[Any], hierarchy: int = 0, quantize: bool = False
+    ) -> None:
+        gather(self, param_list, hierarchy, quantize)
+        # torch here, not at the top: only in the engine's environment
+        import torch.distributed
+
+        groups = {id(group): group for group in (self.get_partition_dp_group(p) for p in param_list)}
+        for group in groups.values():
+            if torch.distributed.get_backend(group) == "gloo":
+                torch.distributed.barrier(group=group)  # gloo's barrier first completes all prior work
+
+    gather_every_partition.__wrapped__ = gather  # type: ignore[attr-defined]
+    init._allgather_params_coalesced = gather_every_partition
+
+
+# ZeRO-3's blocking gather of a list of parameters (GatheredParameters, persistent parameters after
+# a checkpoint) starts one async all-gather per parameter and waits for the last only: on gloo each
+# runs on a thread of its own, so an earlier parameter could still be arriving after the call
+# returned, over what the caller wrote (a weights-only load under ZeRO-3 at tensor parallel 2 kept
+# the random word embeddings in 2 of 5 test runs). Fixed in DeepSpeed 0.19.8 (PR #8539).
+def zero3_gathers_complete() -> None:
+    """On gloo, ZeRO-3's blocking gather of several parameters returns once every one has arrived."""
+    patch_after_import(DS_PARTITION_PARAMETERS, _wait_for_every_gather)
+
+
 DS_ENGINE = "deepspeed.runtime.engine"
 
 
@@ -554,9 +587,7 @@ def _weights_into_partitions(module: types.ModuleType) -> None:
 
         self.optimizer.checkpoint_event_prologue()
         checkpoint = torch.load(path, map_location="cpu", weights_only=False)
-        # every weight gathered, loaded, then partitioned again from data-parallel rank 0's. (DeepSpeed's
-        # own fetch gathers only the weights not held whole: at tensor parallel 2 the loaded model then
-        # computed other logits than the file's weights, off by up to 1.2.)
+        # every weight gathered, loaded, then partitioned again from data-parallel rank 0's
         with deepspeed.zero.GatheredParameters(list(self.module.parameters()), modifier_rank=0):
             self.module.load_state_dict(checkpoint["module"], strict=load_module_strict)
         self.optimizer.refresh_fp32_params()
@@ -594,6 +625,7 @@ WORKAROUNDS: tuple[LaunchPatch, ...] = tuple(
         helpers_suffix_from_python,
         python_sample_index,
         shm_buffers_unlinked,
+        zero3_gathers_complete,
         zero3_weights_only_load,
     )
 )
