@@ -41,7 +41,8 @@ import json, sys, torch
 from torch.utils.data import Dataset, SequentialSampler
 from transformers import AutoConfig, AutoTokenizer, GPT2ForSequenceClassification, Trainer, TrainingArguments
 from zerolab.finetune.glue import glue_task
-from zerolab.finetune.loop import encode, read_rows
+from zerolab.finetune.loop import encode
+from zerolab.finetune.split_files import read_split
 from zerolab.finetune.metrics import glue_metrics
 
 request = json.loads(open(sys.argv[1]).read())
@@ -54,7 +55,7 @@ model = GPT2ForSequenceClassification.from_pretrained(request["model"], config=c
 
 class Rows(Dataset):
     def __init__(self, path):
-        self.data = encode(read_rows(path), task, tokenizer, request["max_seq_length"])
+        self.data = encode(read_split(path, task), task, tokenizer, request["max_seq_length"])
     def __len__(self):
         return len(self.data["labels"])
     def __getitem__(self, i):

@@ -16,6 +16,9 @@ from zerolab.data_prep.sources import HubDataset, LineFiles, RecordFiles, WholeF
 from zerolab.data_prep.splits import SPLIT_NAMES, parse_split
 from zerolab.data_prep.wikitext import HUB_DATASET, VERSIONS, WikiTextFile, WikiTextHub, hub_config
 from zerolab.errors import UserError
+from zerolab.finetune.glue import HUB_DATASET as GLUE_DATASET
+from zerolab.finetune.glue import TASKS, glue_task
+from zerolab.finetune.prep import prep_glue
 
 DOLLY_DATASET = "databricks/databricks-dolly-15k"
 OPENWEBTEXT_DATASET = "Skylion007/openwebtext"
@@ -144,6 +147,20 @@ def register(subparsers) -> None:
                       help="one document per file (default) or per non-empty line")  # fmt: skip
     text.set_defaults(run=_run_text)
 
+    glue = commands.add_parser(
+        "glue", help="a GLUE task's train and validation splits, for fine-tuning (HF datasets)",
+        description="Writes OUT/TASK_train.jsonl and OUT/TASK_validation.jsonl (MNLI: "
+        "_validation_matched and _validation_mismatched), GLUE's columns one JSON object a line: "
+        "the files a fine-tuning recipe reads (finetune.data).",
+    )  # fmt: skip
+    glue.add_argument("task", help=f"the task: {', '.join(TASKS)}")
+    glue.add_argument("--out", default="data/glue", help="folder of the files (default %(default)s)")
+    glue.add_argument("--dataset", default=GLUE_DATASET,
+                      help="HF dataset name or local dataset directory with the task's configuration "
+                      "(default %(default)s)")  # fmt: skip
+    glue.add_argument("--quiet", action="store_true", help="no progress bar, only the summary")
+    glue.set_defaults(run=_run_glue)
+
     inspect = commands.add_parser("inspect", help="facts and decoded documents of a prepared dataset; "
                                   "exit 1 when .bin and .idx disagree")  # fmt: skip
     inspect.add_argument("prefix", help="e.g. data/dolly or data/dolly_text_document")
@@ -216,6 +233,14 @@ def _run_text(args) -> int:
     files = check_files(args.files)
     source = WholeFiles(files) if args.document == "file" else LineFiles(files, kind=TEXT_LINES)
     return _run(_job(args, "text", source, JsonField()))
+
+
+def _run_glue(args) -> int:
+    task = glue_task(args.task, "zerolab prep glue TASK")
+    written = prep_glue(task, Path(args.out), args.dataset, quiet=args.quiet)
+    rows = ", ".join(f"{split} {count:,} rows" for split, count in written.items())
+    print(f"zerolab: {task.name} from {args.dataset} into {args.out}: {rows}")
+    return 0
 
 
 def _run_inspect(args) -> int:

@@ -36,12 +36,7 @@ from transformers import (
 from zerolab.finetune.glue import GlueTask, glue_task
 from zerolab.finetune.metrics import glue_metrics
 from zerolab.finetune.records import RECORDS_FILE
-
-
-def read_rows(path: str) -> list[dict[str, Any]]:
-    """The examples of a JSON Lines file, one object per line."""
-    with open(path, encoding="utf-8") as lines:
-        return [json.loads(line) for line in lines if line.strip()]
+from zerolab.finetune.split_files import read_split
 
 
 def encode(rows: list[dict[str, Any]], task: GlueTask, tokenizer: Any, max_seq_length: int) -> dict[str, Any]:
@@ -155,9 +150,9 @@ def main(request_file: str) -> None:
     ds_config = ds_config_for(request, world)
     tokenizer, model = load_model(request, task)
     max_len = request["max_seq_length"]
-    train = encode(read_rows(request["train_file"]), task, tokenizer, max_len)
+    train = encode(read_split(request["train_file"], task), task, tokenizer, max_len)
     evals = {
-        split: encode(read_rows(path), task, tokenizer, max_len)
+        split: encode(read_split(path, task), task, tokenizer, max_len)
         for split, path in request["eval_files"].items()
     }
     micro, total = request["micro_batch_size"], request["global_batch_size"]

@@ -1,0 +1,110 @@
+"""`zerolab prep glue TASK`: a GLUE task's splits, read through Hugging Face `datasets` from a copy of
+the hub's nyu-mll/glue made of the shipped WNLI sample (real rows), into the files the fine-tuning
+loop reads; the test split left out; an existing file, an unknown task, an unreachable hub and a
+malformed row each a clear error."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from prep_helpers import prep
+
+from zerolab.errors import UserError
+from zerolab.finetune.glue import glue_task
+from zerolab.finetune.split_files import read_split, split_file, task_splits
+from zerolab.locations import REPO_ROOT
+
+SAMPLES = REPO_ROOT / "data_prep" / "samples" / "glue"
+WNLI = glue_task("wnli")
+
+
+def rows_of(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def hub_copy(tmp_path: Path, monkeypatch) -> Path:
+    """A local copy shaped as the hub's nyu-mll/glue (README configurations, parquet per split) with
+    the WNLI sample as its train and validation splits and a test split labelled -1, as GLUE's."""
+    # pyarrow here, not at the top: heavy (0.4 s)
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    copy = tmp_path / "glue"
+    (copy / "wnli").mkdir(parents=True)
+    splits = {
+        "train": rows_of(SAMPLES / "wnli_train.jsonl"),
+        "validation": rows_of(SAMPLES / "wnli_validation.jsonl"),
+        "test": [{**row, "label": -1} for row in rows_of(SAMPLES / "wnli_validation.jsonl")],
+    }
+    files = "".join(
+        f"  - split: {split}\n    path: wnli/{split}-00000-of-00001.parquet\n" for split in splits
+    )
+    (copy / "README.md").write_text(f"---\nconfigs:\n- config_name: wnli\n  data_files:\n{files}---\n")
+    for split, rows in splits.items():
+        pq.write_table(pa.Table.from_pylist(rows), copy / "wnli" / f"{split}-00000-of-00001.parquet")
+    return copy
+
+
+def test_the_hubs_splits_become_the_loops_files_row_for_row(tmp_path, monkeypatch, capsys):
+    copy = hub_copy(tmp_path, monkeypatch)
+    out = tmp_path / "data"
+    assert prep("glue", "wnli", "--dataset", str(copy), "--out", str(out)) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["wnli_train.jsonl", "wnli_validation.jsonl"]  # no test
+    for split in ("train", "validation"):
+        written = split_file(out, WNLI, split)
+        assert written.read_bytes() == (SAMPLES / f"wnli_{split}.jsonl").read_bytes()
+        assert read_split(written, WNLI) == rows_of(SAMPLES / f"wnli_{split}.jsonl")
+    assert f"wnli from {copy} into {out}: train 64 rows, validation 32 rows" in capsys.readouterr().out
+
+
+def test_mnli_is_scored_on_its_matched_and_mismatched_splits():
+    mnli = glue_task("MNLI")
+    assert [split_file("data", mnli, split).name for split in task_splits(mnli)] == [
+        "mnli_train.jsonl",
+        "mnli_validation_matched.jsonl",
+        "mnli_validation_mismatched.jsonl",
+    ]
+
+
+def test_an_existing_file_is_refused_and_left_as_it_was(tmp_path, monkeypatch, capsys):
+    copy = hub_copy(tmp_path, monkeypatch)
+    out = tmp_path / "data"
+    out.mkdir()
+    (out / "wnli_validation.jsonl").write_text("mine\n")
+    assert prep("glue", "wnli", "--dataset", str(copy), "--out", str(out)) == 2
+    error = capsys.readouterr().err
+    assert "wnli_validation.jsonl exists" in error and "--out" in error
+    assert [p.name for p in out.iterdir()] == ["wnli_validation.jsonl"]
+    assert (out / "wnli_validation.jsonl").read_text() == "mine\n"
+
+
+def test_an_unknown_task_names_the_closest(capsys):
+    assert prep("glue", "sst-2", "--out", "unused") == 2
+    assert "no GLUE task `sst-2`; did you mean `sst2`?" in capsys.readouterr().err
+
+
+def test_without_the_hub_or_a_copy_the_error_says_how_to_do_without(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert prep("glue", "rte", "--out", str(tmp_path / "data")) == 2
+    error = capsys.readouterr().err
+    assert "could not load 'nyu-mll/glue'" in error and "--dataset" in error
+    assert not (tmp_path / "data").exists()
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        ('{"sentence1": "a", "label": 1}', "wnli_train.jsonl:2: no `sentence2`"),
+        ("not json", "wnli_train.jsonl:2: not JSON"),
+    ],
+)
+def test_a_malformed_row_is_named_by_file_and_line(tmp_path, line, expected):
+    path = tmp_path / "wnli_train.jsonl"
+    path.write_text('{"sentence1": "a", "sentence2": "b", "label": 0}\n' + line + "\n")
+    with pytest.raises(UserError, match=expected):
+        read_split(path, WNLI)
