@@ -151,7 +151,7 @@ def register(subparsers) -> None:
         "glue", help="a GLUE task's train and validation splits, for fine-tuning (HF datasets)",
         description="Writes OUT/TASK_train.jsonl and OUT/TASK_validation.jsonl (MNLI: "
         "_validation_matched and _validation_mismatched), GLUE's columns one JSON object a line: "
-        "the files a fine-tuning recipe reads (finetune.data).",
+        "the files the fine-tuning loop reads (docs/fine-tuning.md).",
     )  # fmt: skip
     glue.add_argument("task", help=f"the task: {', '.join(TASKS)}")
     glue.add_argument("--out", default="data/glue", help="folder of the files (default %(default)s)")

@@ -2,7 +2,7 @@
 (`wnli_train.jsonl`, `mnli_validation_matched.jsonl`), each line a row in GLUE's columns on the
 Hugging Face hub (the task's sentence columns, `label`, `idx`). Written by `zerolab prep glue`
 (zerolab.finetune.prep), read by the loop; the samples in data_prep/samples/glue/ are such files.
-Standard library only: the loop reads them in the engine's Python."""
+Standard library and zerolab's own only: the loop reads them in the engine's Python."""
 
 from __future__ import annotations
 
