@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from summarize_helpers import CPU, REAL, make_run_dir
 
@@ -146,6 +146,8 @@ NUMERIC_TEXT = st.one_of(
     values=st.lists(NUMERIC_TEXT, min_size=12, max_size=12),
     cut=st.one_of(st.none(), st.integers(0, 400)),
 )
+# found by the search: an iteration number beyond 64 bits leaves its whole line out
+@example(template=TEMPLATE_LINES[0], values=["0", str(10**18), *["0.0"] * 10], cut=None)
 def test_arbitrary_text_in_the_numeric_fields_never_raises(template: str, values: list[str], cut: int | None):
     """The parser takes real lines with any text where they print numbers, last line cut anywhere."""
     fields = iter(values * 4)
@@ -161,7 +163,7 @@ def test_arbitrary_text_in_the_numeric_fields_never_raises(template: str, values
         value = summary.row[key]
         assert value is None or (math.isfinite(value) and value >= 0), (key, value)
     for number, problem in log.bad_values:
-        assert number > 400 and "(value skipped)" in problem
+        assert number > 400 and problem.endswith(("(value skipped)", "(left out)")), (number, problem)
 
 
 RUN_JSON_CASES = {
