@@ -38,3 +38,20 @@ def manifest(prefix: Path) -> dict:
 
 def copy_fixture(name: str, tmp_path: Path) -> Path:
     return Path(shutil.copy(FIXTURES / name, tmp_path / name))
+
+
+def hub_dataset_copy(folder: Path, config: str, splits: dict[str, list[dict]]) -> Path:
+    """`folder` made a local copy of a hub dataset as `datasets` reads one: README.md naming the
+    configuration `config` and its splits, one parquet file per split (the rows `splits` gives)."""
+    # pyarrow here, not at the top: heavy (0.4 s)
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    (folder / config).mkdir(parents=True)
+    files = "".join(
+        f"  - split: {split}\n    path: {config}/{split}-00000-of-00001.parquet\n" for split in splits
+    )
+    (folder / "README.md").write_text(f"---\nconfigs:\n- config_name: {config}\n  data_files:\n{files}---\n")
+    for split, rows in splits.items():
+        pq.write_table(pa.Table.from_pylist(rows), folder / config / f"{split}-00000-of-00001.parquet")
+    return folder

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
-from prep_helpers import prep
+from prep_helpers import hub_dataset_copy, prep
 
 from zerolab.errors import UserError
 from zerolab.finetune.glue import glue_task
@@ -25,28 +25,17 @@ def rows_of(path: Path) -> list[dict]:
 
 
 def hub_copy(tmp_path: Path, monkeypatch) -> Path:
-    """A local copy shaped as the hub's nyu-mll/glue (README configurations, parquet per split) with
-    the WNLI sample as its train and validation splits and a test split labelled -1, as GLUE's."""
-    # pyarrow here, not at the top: heavy (0.4 s)
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
+    """A local copy shaped as the hub's nyu-mll/glue with the WNLI sample as its train and
+    validation splits and a test split labelled -1, as GLUE's."""
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    copy = tmp_path / "glue"
-    (copy / "wnli").mkdir(parents=True)
+    validation = rows_of(SAMPLES / "wnli_validation.jsonl")
     splits = {
         "train": rows_of(SAMPLES / "wnli_train.jsonl"),
-        "validation": rows_of(SAMPLES / "wnli_validation.jsonl"),
-        "test": [{**row, "label": -1} for row in rows_of(SAMPLES / "wnli_validation.jsonl")],
+        "validation": validation,
+        "test": [{**row, "label": -1} for row in validation],
     }
-    files = "".join(
-        f"  - split: {split}\n    path: wnli/{split}-00000-of-00001.parquet\n" for split in splits
-    )
-    (copy / "README.md").write_text(f"---\nconfigs:\n- config_name: wnli\n  data_files:\n{files}---\n")
-    for split, rows in splits.items():
-        pq.write_table(pa.Table.from_pylist(rows), copy / "wnli" / f"{split}-00000-of-00001.parquet")
-    return copy
+    return hub_dataset_copy(tmp_path / "glue", "wnli", splits)
 
 
 def test_the_hubs_splits_become_the_loops_files_row_for_row(tmp_path, monkeypatch, capsys):

@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
-from prep_helpers import prep
+from prep_helpers import hub_dataset_copy, prep
 
 from zerolab.data_prep import wikitext
 from zerolab.data_prep.indexed import read_document, read_index
@@ -52,28 +52,14 @@ def test_each_article_is_one_document_with_its_lines_as_they_are(tmp_path):
 def hub_copy(tmp_path: Path, monkeypatch) -> Path:
     """A local copy of the hub's dataset, offline: its configuration's README and parquet files of
     one row per line (the sample as train, the test sample as validation and test)."""
-    # pyarrow here, not at the top: heavy (0.4 s)
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    copy = tmp_path / "wikitext"
-    (copy / "wikitext-2-raw-v1").mkdir(parents=True)
     splits = {"train": SAMPLE, "validation": TEST_SAMPLE, "test": TEST_SAMPLE}
-    files = "".join(
-        f"  - split: {split}\n    path: wikitext-2-raw-v1/{split}-00000-of-00001.parquet\n"
-        for split in splits
-    )
-    (copy / "README.md").write_text(
-        f"---\nconfigs:\n- config_name: wikitext-2-raw-v1\n  data_files:\n{files}---\n"
-    )
-    for split, path in splits.items():
-        rows = [{"text": line} for line in path.read_text(encoding="utf-8").splitlines(keepends=True)]
-        pq.write_table(
-            pa.Table.from_pylist(rows), copy / "wikitext-2-raw-v1" / f"{split}-00000-of-00001.parquet"
-        )
-    return copy
+    rows = {
+        split: [{"text": line} for line in path.read_text(encoding="utf-8").splitlines(keepends=True)]
+        for split, path in splits.items()
+    }
+    return hub_dataset_copy(tmp_path / "wikitext", "wikitext-2-raw-v1", rows)
 
 
 def test_the_hubs_rows_give_the_files_documents(tmp_path, monkeypatch):

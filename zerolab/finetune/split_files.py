@@ -41,6 +41,7 @@ def write_split(folder: Path, task: GlueTask, split: str, rows: list[dict[str, A
 def read_split(path: str | Path, task: GlueTask) -> list[dict[str, Any]]:
     """The rows of a split file; UserError naming the file and line of a row that is not a JSON
     object with the task's columns and a label."""
+    needed = (*task.sentence_keys, "label")
     rows = []
     with open(path, encoding="utf-8") as lines:
         for number, line in enumerate(lines, start=1):
@@ -52,7 +53,6 @@ def read_split(path: str | Path, task: GlueTask) -> list[dict[str, Any]]:
                 raise UserError(
                     f"{path}:{number}: not JSON ({error.msg}); write one JSON object per line"
                 ) from None
-            needed = (*task.sentence_keys, "label")
             missing = [key for key in needed if not isinstance(row, dict) or key not in row]
             if missing:
                 raise UserError(
