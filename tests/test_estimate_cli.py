@@ -141,7 +141,7 @@ def test_summarize_puts_the_estimate_next_to_the_measured_memory(tmp_path: Path,
 def test_a_length_in_epochs_needs_no_data(capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # no data/ here, whatever the checkout holds (make demo writes one)
     assert main(["estimate", "gpt2_z1", "train.iters=null", "train.epochs=1"]) == 0
-    assert "training length unknown" in capsys.readouterr().out
+    assert "iterations unknown until the data is prepared" in capsys.readouterr().out
 
 
 def test_visible_gpus_follow_cuda_visible_devices(monkeypatch):

@@ -128,9 +128,10 @@ def test_the_five_demo_setups_export_the_same_model(engine, trained, exported):
     assert _engine_python_json(python, AGREE, str(trained("z0").probe), *folders) <= 1e-4
 
 
-def test_an_export_fine_tunes_on_glue(engine, exported, tmp_path):
-    # pretrain -> export -> fine-tune: the exported folder is a model the fine-tuning loop takes as it is
-    records = fine_tune(engine[1], exported("z0"), "dp", tmp_path / "finetune")
+def test_a_run_directory_fine_tunes_on_glue_exported_at_launch(trained, tmp_path):
+    # pretrain -> fine-tune: a run directory given as the model is exported into the new run's model/
+    records = fine_tune(trained("z0").run_dir, "dp", tmp_path / "finetune")
+    assert (tmp_path / "finetune" / "model" / "config.json").is_file()
     losses = [record["loss"] for record in records if record["kind"] == "train"]
     [scored] = [record for record in records if record["kind"] == "eval"]
     assert len(losses) == 4 and all(0 < loss < 10 for loss in losses), losses

@@ -1,14 +1,13 @@
-"""The fine-tuning loop (zerolab.finetune.loop) on DeepSpeed's real engine, on CPU over gloo with 2
-ranks: a tiny GPT-2 made and saved by transformers, given a classification head and fine-tuned on
-the shipped WNLI sample under the DeepSpeed configs of the shipped CPU recipes, ZeRO 0, 1, 2, 3 and
-3 with the optimizer offloaded. ZeRO does not change the arithmetic, so every setup gives the same
+"""Fine-tuning recipes launched on DeepSpeed's real engine, on CPU over gloo with 2 ranks: a tiny
+GPT-2 made and saved by transformers, given a classification head and fine-tuned on the shipped
+WNLI sample by the shipped CPU twins (recipes/finetune/cpu/), ZeRO 0, 1, 2, 3 and 3 with the
+optimizer offloaded. ZeRO does not change the arithmetic, so every setup gives the same
 losses step by step (fp32: within 1e-4) and the same validation loss and metrics. Skipped, with
 the reason, without the engine."""
 
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 
 from finetune_runs import fine_tune
@@ -20,7 +19,7 @@ SETUPS = ("dp", "z1", "z2", "z3", "z3_offload")
 
 
 def test_every_zero_setup_fine_tunes_to_the_same_losses_and_metrics(engine, hf_model, tmp_path):
-    runs = {setup: fine_tune(engine[1], hf_model, setup, tmp_path / setup) for setup in SETUPS}
+    runs = {setup: fine_tune(hf_model, setup, tmp_path / setup) for setup in SETUPS}
     baseline = runs["dp"]
     train = [record["loss"] for record in baseline if record["kind"] == "train"]
     assert len(train) == 4 and [r["step"] for r in baseline if r["kind"] == "train"] == [1, 2, 3, 4]
@@ -37,25 +36,35 @@ def test_every_zero_setup_fine_tunes_to_the_same_losses_and_metrics(engine, hf_m
 
 
 TRAINER = """
-import json, sys, torch
+import json, sys
+from pathlib import Path
+import torch
 from torch.utils.data import Dataset, SequentialSampler
 from transformers import AutoConfig, AutoTokenizer, GPT2ForSequenceClassification, Trainer, TrainingArguments
 from zerolab.finetune.glue import glue_task
 from zerolab.finetune.loop import encode
-from zerolab.finetune.split_files import read_split
 from zerolab.finetune.metrics import glue_metrics
+from zerolab.finetune.request import read_request
+from zerolab.finetune.split_files import read_split
 
-request = json.loads(open(sys.argv[1]).read())
-task = glue_task(request["task"])
-tokenizer = AutoTokenizer.from_pretrained(request["model"])
+run_dir = Path(sys.argv[1])
+request = read_request(run_dir / "request.json")
+ds_config = json.loads((run_dir / "ds_config.json").read_text())
+adam = ds_config["optimizer"]["params"]
+task = glue_task(request.task)
+tokenizer = AutoTokenizer.from_pretrained(request.model)
 tokenizer.pad_token = tokenizer.eos_token
-config = AutoConfig.from_pretrained(request["model"], num_labels=2, pad_token_id=tokenizer.eos_token_id)
-torch.manual_seed(request["seed"])
-model = GPT2ForSequenceClassification.from_pretrained(request["model"], config=config)
+config = AutoConfig.from_pretrained(
+    request.model, num_labels=2, pad_token_id=tokenizer.eos_token_id, **request.config
+)
+torch.manual_seed(request.seed)
+model = GPT2ForSequenceClassification.from_pretrained(
+    request.model, config=config, attn_implementation=request.attention
+)
 
 class Rows(Dataset):
     def __init__(self, path):
-        self.data = encode(read_split(path, task), task, tokenizer, request["max_seq_length"])
+        self.data = encode(read_split(path, task), task, tokenizer, request.max_seq_length)
     def __len__(self):
         return len(self.data["labels"])
     def __getitem__(self, i):
@@ -66,16 +75,19 @@ class InOrder(Trainer):  # the loop's order with shuffling off
         return SequentialSampler(self.train_dataset)
 
 arguments = TrainingArguments(
-    output_dir=sys.argv[2], use_cpu=True, seed=request["seed"], learning_rate=request["lr"],
-    weight_decay=request["weight_decay"], warmup_steps=request["warmup_steps"],
-    num_train_epochs=request["epochs"], per_device_train_batch_size=request["micro_batch_size"],
-    per_device_eval_batch_size=request["micro_batch_size"], max_grad_norm=1.0, optim="adamw_torch",
+    output_dir=sys.argv[2], use_cpu=True, seed=request.seed, learning_rate=adam["lr"],
+    adam_beta1=adam["betas"][0], adam_beta2=adam["betas"][1], adam_epsilon=adam["eps"],
+    weight_decay=request.weight_decay, warmup_steps=request.warmup_steps,
+    lr_scheduler_type=request.lr_schedule, num_train_epochs=request.epochs,
+    per_device_train_batch_size=ds_config["train_micro_batch_size_per_gpu"],
+    per_device_eval_batch_size=ds_config["train_micro_batch_size_per_gpu"],
+    max_grad_norm=ds_config["gradient_clipping"], optim="adamw_torch",
     report_to=[], save_strategy="no", logging_steps=1, dataloader_num_workers=0,
 )
 def metrics(prediction):
     return glue_metrics(task, prediction.predictions.argmax(-1).tolist(), prediction.label_ids.tolist())
-trainer = InOrder(model=model, args=arguments, train_dataset=Rows(request["train_file"]),
-                  eval_dataset=Rows(request["eval_files"]["validation"]), compute_metrics=metrics)
+trainer = InOrder(model=model, args=arguments, train_dataset=Rows(request.train_file),
+                  eval_dataset=Rows(request.eval_files["validation"]), compute_metrics=metrics)
 trainer.train()
 print(json.dumps(trainer.evaluate()))
 """
@@ -84,16 +96,19 @@ print(json.dumps(trainer.evaluate()))
 def test_on_one_process_the_loop_scores_what_hugging_faces_trainer_scores(engine, hf_model, tmp_path):
     # the same seed, data, order (shuffling off), schedule, optimizer and clipping; ZeRO 0. Dropout
     # off: the Trainer's data loader draws its seed from the generator dropout draws from
-    model = tmp_path / "no-dropout"
-    shutil.copytree(hf_model, model)
-    config = json.loads((model / "config.json").read_text())
-    config |= {"resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}
-    (model / "config.json").write_text(json.dumps(config))
-    changes = {"micro_batch_size": 8, "global_batch_size": 8, "shuffle": False}
-    records = fine_tune(engine[1], model, "dp", tmp_path / "loop", ranks=1, **changes)
+    overrides = [
+        "hardware.procs_per_node=1",
+        "train.micro_batch_size=8",
+        "train.global_batch_size=8",
+        "finetune.shuffle=false",
+        "model.hidden_dropout=0",
+        "model.attention_dropout=0",
+    ]
+    run_dir = tmp_path / "loop"
+    records = fine_tune(hf_model, "dp", run_dir, *overrides)
     [ours] = [record for record in records if record["kind"] == "eval"]
     done = subprocess.run(
-        [str(engine[1]), "-c", TRAINER, str(tmp_path / "loop" / "request.json"), str(tmp_path / "trainer")],
+        [str(engine[1]), "-c", TRAINER, str(run_dir), str(tmp_path / "trainer")],
         env=engine_python_env(),
         capture_output=True,
         text=True,

@@ -89,6 +89,10 @@ class RunFacts(BaseModel):
     """The folder of `zerolab import` the run started from (model.init_from), resolved; null: random."""
     init_source: str | None = None
     """The Hugging Face directory or hub name those weights were imported from."""
+    task: str | None = None
+    """The GLUE task of a fine-tuning run (finetune.task); null: pretraining."""
+    model_source: str | None = None
+    """What a fine-tuning run fine-tuned (finetune.model: a folder, hub name or run directory)."""
 
 
 class Status(BaseModel):

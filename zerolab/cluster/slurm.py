@@ -21,9 +21,11 @@ from string import Template
 
 from zerolab import rundir
 from zerolab.errors import UserError
+from zerolab.finetune.request import REQUEST_FILE
 from zerolab.recipe import run_facts
+from zerolab.recipe.finetuning import model_source
 from zerolab.recipe.inputs import dataset_paths, tokenizer_file
-from zerolab.recipe.output import resolved_yaml
+from zerolab.recipe.output import REQUEST_END, resolved_yaml
 from zerolab.recipe.render import Launch, Placement, Resume, render, shell_variable
 from zerolab.recipe.schema import Recipe
 
@@ -130,6 +132,12 @@ def _render(recipe: Recipe, options: SlurmOptions, resume: Resume | None) -> Lau
     checkpointing job also loads its own last checkpoint, so that a requeued job (`scontrol
     requeue`, a preemption) resumes instead of starting over (Megatron starts from scratch when
     there is none yet)."""
+    if recipe.finetune is not None and model_source(recipe.finetune.model).kind == "run":
+        raise UserError(
+            f"finetune.model={recipe.finetune.model}: a SLURM job does not export a run directory's "
+            f"model; export it first (zerolab export {recipe.finetune.model} --out DIR) and set "
+            "finetune.model=DIR"
+        )
     return render(
         recipe,
         run_dir=RUN_DIR,
@@ -183,10 +191,23 @@ def _run_dir_block(recipe: Recipe, launch: Launch, run_dir: str) -> str:
             recipe_yaml=resolved_yaml(recipe),
             ds_config=json.dumps(launch.ds_config, indent=2),
             run_json=json.dumps(rundir.facts_json(run_facts(recipe)), indent=2),
+            request=_request_block(launch),
             command=shlex.quote(f"exec {launch.words()}"),
         )
         .rstrip("\n")
     )
+
+
+def _request_block(launch: Launch) -> str:
+    """A fine-tuning's request.json, written into RUN_DIR by the job (nothing for pretraining)."""
+    if launch.request is None:
+        return ""
+    text = json.dumps(launch.request.as_json(), indent=2)
+    return f"""
+cat > "${{RUN_DIR}}"/{REQUEST_FILE} <<'{REQUEST_END}'
+{text}
+{REQUEST_END}
+"""
 
 
 def _job(
@@ -219,6 +240,8 @@ def _job(
 def _input_paths(recipe: Recipe) -> list[str]:
     """The files a run reads that a recipe may give as absolute paths."""
 
+    if recipe.finetune is not None:
+        return [recipe.finetune.model, f"{recipe.finetune.data}/"]
     return [
         *dataset_paths(recipe).values(),
         *(tokenizer_file(recipe, key) for key in ("vocab_file", "merge_file")),

@@ -249,15 +249,18 @@ class HubDataset:
 
     def load(self):
         """The dataset (an iterable one when streaming); offline, a cached copy or a UserError at once."""
-        unreachable = not os.environ.get("HF_HUB_OFFLINE") and _unreachable_hub()
+        asked_offline = os.environ.get("HF_HUB_OFFLINE", "").upper() in ("1", "ON", "YES", "TRUE")
+        unreachable = not asked_offline and _unreachable_hub()
         try:
             # datasets, huggingface_hub here, not at the top: heavy (1.3 s), loaded only when the hub is read
             import datasets
             import huggingface_hub.constants
 
             datasets.logging.set_verbosity_error()
-            # unreachable: offline, where a cached copy still loads and none fails at once, not after retries
-            with _offline(datasets.config, huggingface_hub.constants, offline=bool(unreachable)):
+            # unreachable: offline, where a cached copy still loads and none fails at once, not after retries;
+            # HF_HUB_OFFLINE as it is now, not as it was when those modules were first imported
+            offline = asked_offline or bool(unreachable)
+            with _offline(datasets.config, huggingface_hub.constants, offline=offline):
                 return datasets.load_dataset(
                     self.name, self.config, split=self.split, streaming=self.streaming
                 )

@@ -7,7 +7,6 @@ from typing import Any
 from rich.markup import escape
 from rich.table import Table
 
-from zerolab.errors import UserError
 from zerolab.estimate.buffers import ALLOCATOR_HEADROOM, CUDA_CONTEXT_GIB
 from zerolab.estimate.communication import (
     NVLINK_GBPS,
@@ -19,7 +18,7 @@ from zerolab.estimate.communication import (
 from zerolab.estimate.fit import DOES_NOT_FIT, FITS, INVALID, MICRO_BATCHES, TIGHT, FitTable
 from zerolab.estimate.memory import MemoryEstimate
 from zerolab.estimate.parts import GIB, PHASES
-from zerolab.recipe.output import description_lines, summary_line, zero_label
+from zerolab.recipe.output import description_lines, summary_line
 from zerolab.recipe.setups import ZERO_SETUPS
 
 GB = 1e9
@@ -165,14 +164,9 @@ def unestimable_json(recipe: Any, reasons: list[str]) -> dict[str, Any]:
 
 
 def header(est: MemoryEstimate) -> str:
-    """The recipe, its overrides and its one-line summary (which needs the dataset for a length in
-    epochs; the estimate does not)."""
-    try:
-        summary = summary_line(est.recipe)
-    except UserError:
-        unknown = "training length unknown until the data is prepared"
-        summary = f"{est.recipe.model.name} | {zero_label(est.recipe)} | {unknown}"
-    return "\n".join([*description_lines(est.recipe), summary])
+    """The recipe, its overrides and its one-line summary (a length in epochs without its data:
+    iterations unknown; the estimate does not need them)."""
+    return "\n".join([*description_lines(est.recipe), summary_line(est.recipe)])
 
 
 def gpu_table(est: MemoryEstimate) -> Any:

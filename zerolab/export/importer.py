@@ -6,7 +6,6 @@ folder (its manifest: zerolab.imported) appears whole or not at all."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -14,8 +13,17 @@ from pydantic import ValidationError
 
 from zerolab.engine.paths import engine_missing
 from zerolab.engine.scripts import run_engine_script
-from zerolab.errors import UserError, json_error_text
+from zerolab.errors import UserError
 from zerolab.files import folder_written_whole
+from zerolab.hf_folder import (
+    CONFIG_FILE,
+    HUB_FILES,
+    TOKENIZER_FILES,
+    looks_like_path,
+    missing_files,
+    read_config,
+    shape,
+)
 from zerolab.imported import (
     ImportedLayout,
     ImportedShape,
@@ -32,18 +40,6 @@ TANH_GELU = ("gelu_new", "gelu_pytorch_tanh")
 bias-GeLU computes."""
 ENGINE_EPSILON = 1e-5
 """The engine's layer-norm epsilon (Megatron's --layernorm-epsilon default), GPT-2's."""
-WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
-TOKENIZER_FILES = {"vocab_file": "vocab.json", "merge_file": "merges.txt"}
-"""The GPT-2 BPE files the engine reads, by the recipe key that names them: a Hugging Face directory
-holds them or tokenizer.json (transformers >= 5 saves only that); the import writes them."""
-TOKENIZER_JSON = "tokenizer.json"
-HUB_FILES = [
-    "config.json",
-    "*.safetensors",
-    "*.safetensors.index.json",
-    TOKENIZER_JSON,
-    *TOKENIZER_FILES.values(),
-]
 
 
 def resolve_source(model: str) -> Path:
@@ -51,7 +47,7 @@ def resolve_source(model: str) -> Path:
     path = Path(model)
     if path.is_dir():
         return path
-    if path.exists() or model.startswith((".", "/", "~")) or model.count("/") > 1:
+    if looks_like_path(model):
         raise UserError(f"MODEL {model}: not a directory; give a Hugging Face GPT-2 directory or a hub name")
     # huggingface_hub comes with datasets; only a hub name needs it
     from huggingface_hub import snapshot_download
@@ -64,22 +60,6 @@ def resolve_source(model: str) -> Path:
             f"({type(error).__name__}: {error}); give a local GPT-2 directory (save_pretrained's) or a "
             "hub name this machine can fetch"
         ) from None
-
-
-def _config(folder: Path) -> dict[str, Any]:
-    path = folder / "config.json"
-    if not path.is_file():
-        raise UserError(f"{path} not found: {folder} is not a Hugging Face model directory")
-    try:
-        config = json.loads(path.read_text())
-    except json.JSONDecodeError as error:
-        raise UserError(f"{path}: not JSON ({json_error_text(error, with_line=True)})") from None
-    if not isinstance(config, dict) or config.get("model_type") != "gpt2":
-        kind = config.get("model_type") if isinstance(config, dict) else None
-        raise UserError(
-            f"{path}: model_type {kind!r}, not 'gpt2': zerolab imports GPT-2 (GPT2LMHeadModel) only"
-        )
-    return config
 
 
 def _refuse_other_architecture(path: Path, config: dict[str, Any]) -> None:
@@ -111,30 +91,16 @@ def _refuse_other_architecture(path: Path, config: dict[str, Any]) -> None:
 def read_shape(folder: Path) -> ImportedShape:
     """The model's shape from its config.json; UserError for a directory
     that is not a GPT-2 the engine computes the same way, or has no weights or no tokenizer."""
-    config = _config(folder)
-    _refuse_other_architecture(folder / "config.json", config)
-    if not any((folder / name).is_file() for name in WEIGHT_FILES):
-        raise UserError(
-            f"{folder}: no weights ({', '.join(WEIGHT_FILES)}); save the model with save_pretrained"
-        )
-    has_bpe_files = all((folder / name).is_file() for name in TOKENIZER_FILES.values())
-    if not has_bpe_files and not (folder / TOKENIZER_JSON).is_file():
-        raise UserError(
-            f"{folder}: no tokenizer ({TOKENIZER_JSON}, or {' and '.join(TOKENIZER_FILES.values())}): the "
-            "tokenizer its token ids belong to is missing; save it there "
-            "(AutoTokenizer.from_pretrained(NAME).save_pretrained(DIR))"
-        )
+    config = read_config(folder)
+    _refuse_other_architecture(folder / CONFIG_FILE, config)
+    missing = missing_files(folder)
+    if missing:
+        raise UserError(missing)
     try:
-        return ImportedShape(
-            num_layers=config.get("n_layer", 12),
-            hidden_size=config.get("n_embd", 768),
-            num_attention_heads=config.get("n_head", 12),
-            max_position_embeddings=config.get("n_positions", 1024),
-            vocab_size=config.get("vocab_size", 50257),
-        )
+        return ImportedShape(**shape(config))
     except ValidationError as error:
         wrong = "; ".join(f"{e['loc'][0]}: {e['msg']}" for e in error.errors())
-        raise UserError(f"{folder / 'config.json'}: a shape that is not whole numbers ({wrong})") from None
+        raise UserError(f"{folder / CONFIG_FILE}: a shape that is not whole numbers ({wrong})") from None
 
 
 def _refuse_layouts(shape: ImportedShape, layouts: list[tuple[int, int]]) -> None:

@@ -1,15 +1,11 @@
-"""The fine-tuning loop every rank runs (`python -m zerolab.finetune.loop REQUEST.json` under torchrun
-or the deepspeed launcher), in the engine's Python: a Hugging Face GPT-2 given a classification head
-(GPT2ForSequenceClassification, its pad token GPT-2's end of text, as the seed study set it), trained
-on a GLUE task under DeepSpeed's engine with the request's ds_config (any ZeRO stage, offload
-included), and scored on the task's validation splits with its official metrics. CPU (gloo) and GPU
-alike.
-
-The request (JSON): model (a Hugging Face GPT-2 folder), task, train_file and eval_files ({split:
-file}: JSON Lines of the task's columns and `label`), max_seq_length, epochs, micro_batch_size,
-global_batch_size, lr, weight_decay, warmup_steps, seed, shuffle, ds_config (the DeepSpeed config,
-whose batch keys and optimizer this loop fills in), out (the folder of the records). Rank 0 writes
-one JSON object per line to OUT/finetune.jsonl (zerolab.finetune.records)."""
+"""The fine-tuning loop every rank runs (`python -m zerolab.finetune.loop RUN_DIR/request.json` under
+torchrun or the deepspeed launcher), in the engine's Python: a Hugging Face GPT-2 given a
+classification head (GPT2ForSequenceClassification, its pad token GPT-2's end of text, as the seed
+study set it), trained on a GLUE task under DeepSpeed's engine with the run directory's ds_config
+(any ZeRO stage, offload included), and scored on the task's validation splits with its official
+metrics after each epoch. CPU (gloo) and GPU alike. What to do is the request's
+(zerolab.finetune.request); rank 0 prints a line every log_interval steps and writes one JSON
+object per step and per score to RUN_DIR/finetune.jsonl (zerolab.finetune.records)."""
 
 from __future__ import annotations
 
@@ -30,13 +26,17 @@ from transformers import (
     AutoTokenizer,
     GPT2ForSequenceClassification,
     Trainer,
+    get_constant_schedule_with_warmup,
+    get_cosine_schedule_with_warmup,
     get_linear_schedule_with_warmup,
 )
 
 from zerolab.finetune.glue import GlueTask, glue_task
 from zerolab.finetune.metrics import glue_metrics
 from zerolab.finetune.records import RECORDS_FILE
+from zerolab.finetune.request import EXPORTED_MODEL_DIR, FinetuneRequest, read_request
 from zerolab.finetune.split_files import read_split
+from zerolab.rundir import DS_CONFIG_FILE, TENSORBOARD_DIR, WANDB_DIR
 
 
 def encode(rows: list[dict[str, Any]], task: GlueTask, tokenizer: Any, max_seq_length: int) -> dict[str, Any]:
@@ -50,19 +50,6 @@ def encode(rows: list[dict[str, Any]], task: GlueTask, tokenizer: Any, max_seq_l
         "attention_mask": torch.tensor(encoded["attention_mask"]),
         "labels": torch.tensor([row["label"] for row in rows], dtype=dtype),
     }
-
-
-def ds_config_for(request: dict[str, Any], data_parallel: int) -> dict[str, Any]:
-    """The request's ds_config with its batch sizes, optimizer (AdamW, torch's) and clipping filled
-    in from the request."""
-    config = dict(request["ds_config"])
-    micro, total = request["micro_batch_size"], request["global_batch_size"]
-    config["train_micro_batch_size_per_gpu"] = micro
-    config["train_batch_size"] = total
-    config["gradient_accumulation_steps"] = total // (micro * data_parallel)
-    config.setdefault("gradient_clipping", 1.0)
-    config["optimizer"] = {"type": "AdamW", "params": {"lr": request["lr"], "torch_adam": True}}
-    return config
 
 
 def parameter_groups(model: Any, weight_decay: float) -> list[dict[str, Any]]:
@@ -124,59 +111,108 @@ def _example_losses(task: GlueTask, logits: Any, labels: Any) -> Any:
     return F.cross_entropy(logits, labels, reduction="none")
 
 
-def load_model(request: dict[str, Any], task: GlueTask) -> tuple[Any, Any]:
+def load_model(request: FinetuneRequest, model_dir: str, task: GlueTask) -> tuple[Any, Any]:
     """The tokenizer and the model, whole on every rank: deepspeed.initialize partitions it under
     ZeRO-3. (Partitioned as it loads, through HfDeepSpeedConfig and zero.Init in from_pretrained, it
-    trained from garbage on CPU in 8 of 12 runs, measured: losses NaN or 1e26.)"""
-    tokenizer = AutoTokenizer.from_pretrained(request["model"])
+    trained from garbage on CPU in 8 of 12 runs, measured before the gather fix of
+    zerolab.engine.workarounds: losses NaN or 1e26.)"""
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
     tokenizer.pad_token = tokenizer.eos_token
     config = AutoConfig.from_pretrained(
-        request["model"],
+        model_dir,
         num_labels=task.num_labels,
         pad_token_id=tokenizer.eos_token_id,
         problem_type="regression" if task.is_regression else "single_label_classification",
+        **request.config,
     )
-    return tokenizer, GPT2ForSequenceClassification.from_pretrained(request["model"], config=config)
+    model = GPT2ForSequenceClassification.from_pretrained(
+        model_dir, config=config, attn_implementation=request.attention
+    )
+    if request.gradient_checkpointing:
+        model.gradient_checkpointing_enable()
+    return tokenizer, model
+
+
+SCHEDULES = {
+    "linear": get_linear_schedule_with_warmup,
+    "cosine": get_cosine_schedule_with_warmup,
+    "constant": lambda optimizer, warmup, _steps: get_constant_schedule_with_warmup(optimizer, warmup),
+}
+"""train.lr_decay_style as transformers' schedules (warm-up, then down to 0 at the last step)."""
+
+
+class Loggers:
+    """TensorBoard and Weights & Biases, on rank 0, as the request asks."""
+
+    def __init__(self, request: FinetuneRequest, run_dir: Path, rank: int) -> None:
+        self.tensorboard = self.wandb = None
+        if rank != 0:
+            return
+        # imported only when asked for: each is a pin of the engine's environment, heavy to import
+        if request.tensorboard:
+            from torch.utils.tensorboard import SummaryWriter  # noqa: PLC0415
+
+            self.tensorboard = SummaryWriter(str(run_dir / TENSORBOARD_DIR))
+        if request.wandb is not None:
+            import wandb  # noqa: PLC0415
+
+            self.wandb = wandb.init(
+                project=request.wandb["project"], name=request.wandb["name"], dir=str(run_dir / WANDB_DIR)
+            )
+
+    def log(self, values: dict[str, float], step: int) -> None:
+        """Write `values` (`train/loss`, `eval/validation/accuracy` ...) at `step`."""
+        if self.tensorboard is not None:
+            for name, value in values.items():
+                self.tensorboard.add_scalar(name, value, step)
+        if self.wandb is not None:
+            self.wandb.log(values, step=step)
+
+    def close(self) -> None:
+        """Flush and close what is open."""
+        if self.tensorboard is not None:
+            self.tensorboard.close()
+        if self.wandb is not None:
+            self.wandb.finish()
 
 
 def main(request_file: str) -> None:
-    """Fine-tune and score as `request_file` asks."""
-    request = json.loads(Path(request_file).read_text())
-    task = glue_task(request["task"])
-    out = Path(request["out"])
+    """Fine-tune and score as `request_file` asks, in the run directory it is in."""
+    request = read_request(request_file)
+    run_dir = Path(request_file).resolve().parent
+    task = glue_task(request.task)
     deepspeed.init_distributed(dist_backend="nccl" if torch.cuda.is_available() else "gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
-    torch.manual_seed(request["seed"])
-    ds_config = ds_config_for(request, world)
-    tokenizer, model = load_model(request, task)
-    max_len = request["max_seq_length"]
-    train = encode(read_split(request["train_file"], task), task, tokenizer, max_len)
+    torch.manual_seed(request.seed)
+    ds_config = json.loads((run_dir / DS_CONFIG_FILE).read_text())
+    model_dir = str(run_dir / EXPORTED_MODEL_DIR) if request.exported else request.model
+    tokenizer, model = load_model(request, model_dir, task)
+    max_len = request.max_seq_length
+    train = encode(read_split(request.train_file, task), task, tokenizer, max_len)
     evals = {
         split: encode(read_split(path, task), task, tokenizer, max_len)
-        for split, path in request["eval_files"].items()
+        for split, path in request.eval_files.items()
     }
-    micro, total = request["micro_batch_size"], request["global_batch_size"]
+    micro, total = ds_config["train_micro_batch_size_per_gpu"], ds_config["train_batch_size"]
     steps_per_epoch = len(train["labels"]) // total
-    steps = steps_per_epoch * request["epochs"]
+    steps = steps_per_epoch * request.epochs
     engine, _, _, _ = deepspeed.initialize(
         model=model,
-        model_parameters=parameter_groups(model, request["weight_decay"]),
+        model_parameters=parameter_groups(model, request.weight_decay),
         config=ds_config,
-        lr_scheduler=lambda optimizer: get_linear_schedule_with_warmup(
-            optimizer, request["warmup_steps"], steps
-        ),
+        lr_scheduler=lambda optimizer: SCHEDULES[request.lr_schedule](optimizer, request.warmup_steps, steps),
     )
-    records = Records(out, rank)
+    records, loggers = Records(run_dir, rank), Loggers(request, run_dir, rank)
     # seeded again: what the setup drew from the generator (CPU Adam's, under offload) leaves dropout alone
-    torch.manual_seed(request["seed"])
-    generator = torch.Generator().manual_seed(request["seed"])
+    torch.manual_seed(request.seed)
+    generator = torch.Generator().manual_seed(request.seed)
     accumulation = engine.gradient_accumulation_steps()
     engine.train()  # from_pretrained leaves the model in eval mode: dropout off
     step = 0
-    for epoch in range(request["epochs"]):
+    for epoch in range(request.epochs):
         order = (
             torch.randperm(len(train["labels"]), generator=generator)
-            if request["shuffle"]
+            if request.shuffle
             else torch.arange(len(train["labels"]))
         )
         for batch_index in range(steps_per_epoch):
@@ -196,22 +232,34 @@ def main(request_file: str) -> None:
             dist.all_reduce(mean)
             step += 1
             elapsed = time.perf_counter() - started
-            records.write(
-                {
-                    "kind": "train",
-                    "step": step,
-                    "steps": steps,
-                    "epoch": epoch + 1,
-                    "loss": mean.item() / world,
-                    "lr": lr,
-                    "step_ms": elapsed * 1000,
-                    "samples_per_s": total / elapsed,
-                    "tokens_per_s": total * max_len / elapsed,
-                }
-            )
+            record = {
+                "kind": "train",
+                "step": step,
+                "steps": steps,
+                "epoch": epoch + 1,
+                "loss": mean.item() / world,
+                "lr": lr,
+                "step_ms": elapsed * 1000,
+                "samples_per_s": total / elapsed,
+                "tokens_per_s": total * max_len / elapsed,
+            }
+            records.write(record)
+            shown = {"train/loss": record["loss"], "train/lr": lr, "train/step_ms": record["step_ms"]}
+            loggers.log(shown, step)
+            if rank == 0 and (step % request.log_interval == 0 or step == steps):
+                print(
+                    f"step {step}/{steps} | epoch {epoch + 1} | loss {record['loss']:.4f} | lr {lr:.3e} | "
+                    f"{record['step_ms']:.1f} ms/step | {record['samples_per_s']:.1f} samples/s",
+                    flush=True,
+                )
         for split, data in evals.items():
             scored = evaluate(engine, task, data, micro)
             records.write({"kind": "eval", "split": split, "step": step, "epoch": epoch + 1, **scored})
+            loggers.log({f"eval/{split}/{name}": value for name, value in scored.items()}, step)
+            if rank == 0:
+                shown = " | ".join(f"{name} {value:.4f}" for name, value in scored.items())
+                print(f"eval {split} after epoch {epoch + 1}: {shown}", flush=True)
+    loggers.close()
     dist.barrier()
 
 

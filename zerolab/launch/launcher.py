@@ -18,6 +18,8 @@ from zerolab.engine.doctor import collect
 from zerolab.engine.paths import engine_bin_dir, engine_missing
 from zerolab.errors import UserError
 from zerolab.estimate.gpu import warn_before_launch
+from zerolab.export.run import export_run
+from zerolab.finetune.request import EXPORTED_MODEL_DIR
 from zerolab.launch.execute import execute
 from zerolab.locations import LOGS_DIR, display_path
 from zerolab.recipe import render, run_facts
@@ -129,6 +131,8 @@ def launch(
     rundir.write_facts(directory, facts)
 
     say = echo or _print
+    if rendered.request is not None and rendered.request.exported:
+        export_model(Path(rendered.request.model), directory, say)
     say(f"zerolab: launching {prepared.name} ({facts.world_size} ranks) into {display_path(directory)}\n")
     started = time.monotonic()
     status = execute(directory, [launcher, *rendered.argv[1:]], env, Path.cwd(), echo=echo)
@@ -140,6 +144,18 @@ def launch(
     if status.last_lines:
         say("zerolab: the last lines before it:\n" + "".join(f"  {line}\n" for line in status.last_lines))
     return directory, status
+
+
+def export_model(source: Path, directory: Path, say: Callable[[str], None]) -> None:
+    """A fine-tuning's model given as a run directory: its last checkpoint exported into the new run
+    directory's model/ before the ranks start; when that fails, the run is recorded as refused."""
+    out = directory / EXPORTED_MODEL_DIR
+    say(f"zerolab: exporting the checkpoint of {display_path(source)} into {display_path(out)}\n")
+    try:
+        export_run(source, out)
+    except UserError as error:
+        rundir.write_refusal(directory, str(error))
+        raise
 
 
 def _print(text: str) -> None:

@@ -8,11 +8,12 @@ from typing import Any
 
 from zerolab.engine.megatron_entry import FLASH_V2
 from zerolab.errors import UserError
+from zerolab.finetune.glue import TASKS, glue_task
 from zerolab.recipe.inputs import vocabulary_size
 from zerolab.recipe.length import train_iters
 from zerolab.recipe.provenance import Sources, source_of
 from zerolab.recipe.render import attention_args, ds_config, render, stage_bound
-from zerolab.recipe.schema import ExtraSection, Recipe
+from zerolab.recipe.schema import DataSection, ExtraSection, Recipe
 
 
 @dataclass(frozen=True)
@@ -146,6 +147,8 @@ def _global_batch_consistent(recipe: Recipe) -> Problem | None:
 
 @tokenizer_check
 def _vocab_size_is_the_tokenizers(recipe: Recipe) -> Problem | None:
+    if recipe.finetune is not None:
+        return None  # the model's own tokenizer and config.json: model.vocab_size is read from it
 
     try:
         entries, counted = vocabulary_size(recipe)
@@ -299,7 +302,7 @@ def _lengths_given(recipe: Recipe) -> list[str]:
 @check
 def _one_training_length(recipe: Recipe) -> Problem | None:
     given = _lengths_given(recipe)
-    if len(given) == 1:
+    if len(given) == 1 or recipe.finetune is not None:  # fine-tuning: _finetune_length_in_epochs
         return None
     return Problem(
         ("train.iters", "train.tokens", "train.epochs"),
@@ -668,3 +671,86 @@ def _replaced_keys(rendered: dict[str, Any], extra: dict[str, Any], prefix: str 
         else:
             clashes.append(f"{prefix}{key}")
     return clashes
+
+
+@check
+def _finetune_task_known(recipe: Recipe) -> Problem | None:
+    if recipe.finetune is None:
+        return None
+    try:
+        glue_task(recipe.finetune.task)
+    except UserError as error:
+        return Problem(("finetune.task",), str(error), f"set finetune.task to one of {', '.join(TASKS)}")
+    return None
+
+
+@check
+def _finetune_length_in_epochs(recipe: Recipe) -> Problem | None:
+    train = recipe.train
+    whole_epochs = train.epochs is not None and train.epochs.is_integer()
+    if recipe.finetune is None or (train.iters is None and train.tokens is None and whole_epochs):
+        return None
+    return Problem(
+        ("train.epochs", "train.iters", "train.tokens"),
+        "fine-tuning trains whole epochs over the task's training file, given as train.epochs",
+        "set train.epochs to a whole number (e.g. 3) and train.iters and train.tokens to null",
+    )
+
+
+@check
+def _finetune_schedule_ends_at_zero(recipe: Recipe) -> Problem | None:
+    if recipe.finetune is None or recipe.train.min_lr == 0:
+        return None
+    return Problem(
+        ("train.min_lr",),
+        "fine-tuning's learning-rate schedules (transformers', as Hugging Face's Trainer uses them) "
+        "decay to 0 after the warm-up",
+        "set train.min_lr=0",
+    )
+
+
+NOT_READ_BY_FINETUNING: dict[str, tuple[str, ...]] = {
+    "parallel": ("tensor", "pipeline"),
+    "model": ("make_vocab_size_divisible_by", "init_from", "import_command"),
+    "data": tuple(DataSection.model_fields),
+    "train": ("iters", "tokens", "eval_interval", "eval_iters", "save_interval", "save_interval_epochs"),
+    "activation_checkpointing": (
+        "method",
+        "num_layers",
+        "implementation",
+        "partition_activations",
+        "contiguous_memory",
+        "cpu_checkpointing",
+    ),
+    "extra": ("megatron_args",),
+}
+"""The keys a fine-tuning does not read (the loop is not Megatron): a value other than the
+default is refused rather than silently ignored. (train.iters and train.tokens: the length check.)"""
+
+
+@check
+def _finetune_reads_not(recipe: Recipe) -> Problem | None:
+    if recipe.finetune is None:
+        return None
+    unread = [
+        f"{section}.{name}"
+        for section, names in NOT_READ_BY_FINETUNING.items()
+        for name in names
+        if name not in ("iters", "tokens") and _differs_from_default(getattr(recipe, section), name)
+    ]
+    if recipe.activation_checkpointing.granularity == "selective":
+        unread.append("activation_checkpointing.granularity")
+    if not unread:
+        return None
+    return Problem(
+        tuple(unread),
+        "a fine-tuning recipe does not read these keys: it trains a Hugging Face model data parallel on "
+        "the task's split files (finetune.data), without Megatron (activation_checkpointing: full only, "
+        "as transformers' gradient checkpointing)",
+        "remove them, or remove the finetune section to pretrain",
+    )
+
+
+def _differs_from_default(section: Any, name: str) -> bool:
+    info = type(section).model_fields[name]
+    return getattr(section, name) != info.get_default(call_default_factory=True)

@@ -14,9 +14,10 @@ from pydantic import BaseModel, ValidationError
 from zerolab.errors import UserError
 from zerolab.locations import CONFIGS_DIR, RECIPES_DIR, display_path
 from zerolab.recipe.checks import check_recipe
+from zerolab.recipe.finetuning import adopt_model
 from zerolab.recipe.naming import run_name
 from zerolab.recipe.provenance import KeyPath, Sources, source_of
-from zerolab.recipe.schema import MODEL_SHAPE_KEYS, SECTIONS, Recipe
+from zerolab.recipe.schema import MODEL_SHAPE_KEYS, SECTIONS, Recipe, section_class
 from zerolab.recipe.yaml_io import parse_yaml, read_yaml_mapping
 
 _OVERRIDE_KEY = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
@@ -55,6 +56,8 @@ def load_recipe(
     merged, sources = compose(recipe_file, overrides)
     recipe = validate(merged, sources)
     recipe.model.name = model_name(recipe)
+    if recipe.finetune is not None:
+        adopt_model(recipe, sources)
     recipe._name = name or run_name(recipe_file.stem, overrides)
     recipe._path = path_shown or display_path(recipe_file)
     recipe._overrides = tuple(overrides)
@@ -260,10 +263,10 @@ def _suggest(loc: KeyPath) -> str:
     parent = loc[:-1]
     model: type[BaseModel] = Recipe
     for part in parent:
-        annotation = model.model_fields[part].annotation
-        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+        section = section_class(model.model_fields[part].annotation)
+        if section is None:
             return "this key takes no sub-keys"
-        model = annotation
+        model = section
     names = list(model.model_fields)
     wrong = loc[-1]
     close = sorted(name for name in names if name.startswith(wrong))[:3]

@@ -23,6 +23,12 @@ def check_extras(recipe: Recipe, launch: Launch, *, required: bool) -> None:
     engine: a UserError when `required` (a launch), else a warning on stderr (a dry run)."""
     if not has_extras(recipe):
         return
+    if recipe.finetune is not None:  # no Megatron arguments to judge (the checks refuse megatron_args)
+        print(
+            "zerolab: note: a fine-tuning's extra.ds_config is judged by DeepSpeed when the ranks start",
+            file=sys.stderr,
+        )
+        return
     missing = engine_missing()
     if missing:
         if required:

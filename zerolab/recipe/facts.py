@@ -55,4 +55,6 @@ def run_facts(recipe: Recipe) -> RunFacts:
         epoch_tokens=epoch_tokens,
         init_from=init_from,
         init_source=init_source,
+        task=recipe.finetune.task if recipe.finetune else None,
+        model_source=recipe.finetune.model if recipe.finetune else None,
     )

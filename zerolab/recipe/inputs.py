@@ -17,6 +17,7 @@ from zerolab.data_prep.tokenizer import VOCAB_SIZE
 from zerolab.errors import UserError
 from zerolab.imported import layout_tag, read_manifest, tokenizer_digest
 from zerolab.locations import display_path
+from zerolab.recipe.finetuning import finetune_inputs_problems
 from zerolab.recipe.schema import MODEL_SHAPE_KEYS, Recipe
 
 BUNDLED_TOKENIZER_FILES = {"vocab_file": GPT2_VOCAB, "merge_file": GPT2_MERGES}
@@ -108,6 +109,22 @@ def refuse_missing_inputs(recipe: Recipe, action: str, *, scheduler_places_nodes
 def check_inputs(recipe: Recipe, *, scheduler_places_nodes: bool = False) -> list[str]:
     """One message per missing input file, naming the key and how to make the file. With
     `scheduler_places_nodes` (an sbatch script) the job writes the hostfile."""
+    problems = (
+        finetune_inputs_problems(recipe)
+        if recipe.finetune is not None
+        else pretraining_inputs_problems(recipe)
+    )
+    hostfile = recipe.hardware.hostfile
+    if hostfile is not None and not scheduler_places_nodes and not Path(hostfile).is_file():
+        problems.append(
+            f"hardware.hostfile: {hostfile} not found; write it with one `hostname slots=N` line per node "
+            "(N = hardware.procs_per_node), or let SLURM write it (`zerolab render --slurm`)"
+        )
+    return problems
+
+
+def pretraining_inputs_problems(recipe: Recipe) -> list[str]:
+    """The missing or mismatched dataset, tokenizer and imported weights of a pretraining recipe."""
     problems: list[str] = []
     for key, path in dataset_paths(recipe).items():
         missing = [suffix for suffix in (".bin", ".idx") if not Path(path + suffix).is_file()]
@@ -116,12 +133,6 @@ def check_inputs(recipe: Recipe, *, scheduler_places_nodes: bool = False) -> lis
             problems.append(f"data.{key}: {files} not found; {prepare_hint(recipe, key)}")
     if not problems:
         problems += size_problems(recipe)
-    hostfile = recipe.hardware.hostfile
-    if hostfile is not None and not scheduler_places_nodes and not Path(hostfile).is_file():
-        problems.append(
-            f"hardware.hostfile: {hostfile} not found; write it with one `hostname slots=N` line per node "
-            "(N = hardware.procs_per_node), or let SLURM write it (`zerolab render --slurm`)"
-        )
     for key in BUNDLED_TOKENIZER_FILES:
         value = tokenizer_file(recipe, key)
         if not Path(value).is_file():

@@ -8,6 +8,9 @@ epochs.
   iterations = ceil(epochs x samples per epoch / global batch). This reads PREFIX.idx.
 - `train.save_interval_epochs`: the checkpoint interval in epochs of the same training split,
   ceil(epochs x samples per epoch / global batch) iterations (at least 1).
+- Fine-tuning (a `finetune` section): whole epochs of the task's training file, each
+  examples // global batch steps (the loop deals whole batches only); every example is padded to
+  seq_length tokens.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from zerolab.data_prep.indexed import read_index
 from zerolab.errors import UserError
+from zerolab.recipe.finetuning import steps_per_epoch
 from zerolab.recipe.inputs import prepare_hint
 from zerolab.recipe.schema import Recipe
 
@@ -28,6 +32,9 @@ if TYPE_CHECKING:
 def train_iters(recipe: Recipe) -> int:
     """The number of optimizer steps the recipe trains for."""
     train = recipe.train
+    if recipe.finetune is not None:
+        assert train.epochs is not None, "checks guarantee fine-tuning's epochs"
+        return int(train.epochs) * steps_per_epoch(recipe)
     if train.iters is not None:
         return train.iters
     tokens_per_iter = train.global_batch_size * recipe.model.seq_length
@@ -65,8 +72,11 @@ def _epochs_in_iterations(recipe: Recipe, epochs: float, asked_by: tuple[str, st
 
 def train_split_tokens(recipe: Recipe, asked_by: tuple[str, str] = EPOCHS) -> int:
     """Tokens in the training split: data.split's leading documents of data.path, or the whole
-    of data.train_path (needs its PREFIX.idx); `asked_by` is the key that needs them and the fix
-    without data, for the error when the data is missing."""
+    of data.train_path (needs its PREFIX.idx); fine-tuning: the padded tokens of one epoch's
+    batches. `asked_by` is the key that needs them and the fix without data, for the error when
+    the data is missing."""
+    if recipe.finetune is not None:
+        return steps_per_epoch(recipe) * recipe.train.global_batch_size * recipe.model.seq_length
     asking, fix = asked_by
     key = "path" if recipe.data.path is not None else "train_path"
     path = getattr(recipe.data, key)

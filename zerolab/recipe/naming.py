@@ -10,7 +10,7 @@ import re
 
 from pydantic import BaseModel
 
-from zerolab.recipe.schema import Recipe
+from zerolab.recipe.schema import Recipe, section_class
 
 MAX_LENGTH = 128
 """Longer names keep their start and end in a hash (file systems allow 255 bytes a name)."""
@@ -51,8 +51,8 @@ def _names_run(override: str) -> bool:
             return True
         if (info.json_schema_extra or {}).get("names_run") is False:  # type: ignore[union-attr]
             return False
-        annotation = info.annotation
-        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+        section = section_class(info.annotation)
+        if section is None:
             return True
-        model = annotation
+        model = section
     return True

@@ -7,18 +7,22 @@ import shlex
 import sys
 
 from zerolab.errors import UserError
+from zerolab.finetune.request import REQUEST_FILE
 from zerolab.recipe.inputs import check_inputs
 from zerolab.recipe.length import train_iters
-from zerolab.recipe.render import RUN_DIR_PLACEHOLDER, Launch, as_text, shell_word
+from zerolab.recipe.render import HF_ATTENTION, RUN_DIR_PLACEHOLDER, Launch, as_text, shell_word
 from zerolab.recipe.schema import Recipe
 from zerolab.recipe.yaml_io import dump_yaml
 
 
 def summary_line(recipe: Recipe) -> str:
     """One line: model, parallel layout, batch arithmetic, ZeRO, recompute, attention and precision."""
+    what = recipe.model.name
+    if recipe.finetune is not None:
+        what += f" fine-tuned on GLUE {recipe.finetune.task}, {recipe.model.seq_length} tokens per example"
     return " | ".join(
         (
-            recipe.model.name,
+            what,
             f"world {recipe.world_size} = {recipe.hardware.nodes} node(s) x {recipe.hardware.procs_per_node}",
             f"tensor {recipe.parallel.tensor} x pipeline {recipe.parallel.pipeline} "
             f"x data {recipe.data_parallel_size}",
@@ -26,10 +30,10 @@ def summary_line(recipe: Recipe) -> str:
             f"x grad-accum {recipe.gradient_accumulation_steps} x data {recipe.data_parallel_size}",
             zero_label(recipe),
             f"recompute {recompute_label(recipe)}",
-            f"attention {recipe.model.attention}",
+            f"attention {attention_label(recipe)}",
             recipe.precision_name,
             recipe.hardware.device,
-            f"{train_iters(recipe)} iterations",
+            _length_text(recipe),
         )
     )
 
@@ -45,11 +49,18 @@ def zero_label(recipe: Recipe) -> str:
     return " + ".join([f"ZeRO {zero.stage}", *(f"{name} offload" for name in offloads)])
 
 
+def attention_label(recipe: Recipe) -> str:
+    """model.attention, as transformers names it for a fine-tuning (eager, sdpa, flash_attention_2)."""
+    return HF_ATTENTION[recipe.model.attention] if recipe.finetune else recipe.model.attention
+
+
 def recompute_label(recipe: Recipe) -> str:
     """`none`, `selective`, `full uniform x1`, `full block x2 (deepspeed)`."""
     ckpt = recipe.activation_checkpointing
     if ckpt.granularity != "full":
         return ckpt.granularity
+    if recipe.finetune is not None:
+        return "full (transformers' gradient checkpointing)"
     implementation = " (deepspeed)" if ckpt.implementation == "deepspeed" else ""
     return f"full {ckpt.method or 'uniform'} x{ckpt.num_layers or 1}{implementation}"
 
@@ -73,6 +84,8 @@ def description_lines(recipe: Recipe) -> list[str]:
 CONFIG_END = "ZEROLAB_DS_CONFIG"
 """The here-document delimiter around the DeepSpeed config in the render text (quoted: nothing in
 the config is expanded; no line of indented JSON can equal it)."""
+REQUEST_END = "ZEROLAB_REQUEST"
+"""The delimiter around a fine-tuning's request.json, likewise."""
 
 
 def render_text(recipe: Recipe, launch: Launch) -> str:
@@ -95,9 +108,16 @@ def render_text(recipe: Recipe, launch: Launch) -> str:
         )
         guard = ""
     header = "".join(commented(line) for line in [*description_lines(recipe), summary_line(recipe), where])
+    request = ""
+    if launch.request is not None:
+        request_path = shell_word(f"{launch.run_dir}/{REQUEST_FILE}")
+        request = (
+            f"cat > {request_path} <<'{REQUEST_END}' &&\n"
+            f"{json.dumps(launch.request.as_json(), indent=2)}\n{REQUEST_END}\n"
+        )
     return (
         f"{header}{guard}mkdir -p {shell_word(launch.run_dir)} && cat > {config} <<'{CONFIG_END}' &&\n"
-        f"{json.dumps(launch.ds_config, indent=2)}\n{CONFIG_END}\n{launch.shell()}\n"
+        f"{json.dumps(launch.ds_config, indent=2)}\n{CONFIG_END}\n{request}{launch.shell()}\n"
     )
 
 
@@ -105,6 +125,8 @@ def read_render_text(text: str) -> tuple[dict, str]:
     """The DeepSpeed config and the launch command (its shell text) of a render_text()."""
     _, _, rest = text.partition(f"<<'{CONFIG_END}' &&\n")
     config, _, command = rest.partition(f"\n{CONFIG_END}\n")
+    if command.startswith("cat > "):  # a fine-tuning's request.json comes next
+        command = command.partition(f"\n{REQUEST_END}\n")[2]
     return json.loads(config), command.removesuffix("\n")
 
 
@@ -135,4 +157,11 @@ def _iters_or_reason(recipe: Recipe) -> str:
     try:
         return str(train_iters(recipe))
     except UserError:
-        return "unknown until the dataset is prepared"
+        return "unknown until the data is prepared"
+
+
+def _length_text(recipe: Recipe) -> str:
+    try:
+        return f"{train_iters(recipe)} iterations"
+    except UserError:
+        return "iterations unknown until the data is prepared"

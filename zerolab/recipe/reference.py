@@ -17,7 +17,7 @@ from zerolab.files import generated_doc_main
 from zerolab.locations import CONFIGS_DIR, RECIPES_DIR, REPO_ROOT
 from zerolab.recipe import length as length_module
 from zerolab.recipe.destinations import destinations
-from zerolab.recipe.schema import SECTIONS, Recipe
+from zerolab.recipe.schema import SECTIONS, Recipe, section_class
 from zerolab.recipe.yaml_io import read_yaml_mapping
 
 REFERENCE_FILE = REPO_ROOT / "docs" / "recipe-reference.md"
@@ -110,8 +110,8 @@ def generate() -> str:
     ]
     parts.append(_section_table("Top level", Recipe, skip=SECTIONS))
     for name in SECTIONS:
-        model = Recipe.model_fields[name].annotation
-        assert isinstance(model, type) and issubclass(model, BaseModel)
+        model = section_class(Recipe.model_fields[name].annotation)
+        assert model is not None
         parts.append(_section_table(f"`{name}`", model, prefix=f"{name}."))
     parts.append(_files_table("Building blocks (`configs/`)", CONFIGS_DIR, "block"))
     parts.append(_files_table("Shipped recipes (`recipes/`)", RECIPES_DIR, "recipe"))

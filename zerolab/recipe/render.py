@@ -25,14 +25,22 @@ from zerolab.engine.paths import (
     torch_extensions_dir,
 )
 from zerolab.engine.sdpa_attention import ATTENTION_ENV, SDPA
+from zerolab.finetune.glue import glue_task
+from zerolab.finetune.request import REQUEST_FILE, FinetuneRequest, write_request
+from zerolab.finetune.split_files import TRAIN_SPLIT, split_file
 from zerolab.imported import layout_tag
 from zerolab.locations import CHECKOUT
 from zerolab.recipe.destinations import DeepSpeed, Megatron, destinations, one_to_one
+from zerolab.recipe.finetuning import model_source
 from zerolab.recipe.inputs import tokenizer_file
 from zerolab.recipe.length import save_interval, train_iters
 from zerolab.recipe.schema import Recipe, ZeroSection
 
 ENTRY_MODULE = "zerolab.engine.megatron_entry"
+FINETUNE_MODULE = "zerolab.finetune.loop"
+HF_ATTENTION = {"megatron": "eager", "sdpa": "sdpa", "flash": "flash_attention_2"}
+"""model.attention as transformers' attn_implementation, for fine-tuning: eager computes the same
+seq x seq scores as the engine's own attention."""
 
 _MARK = "\x00"
 """Wraps the name of a shell variable inside a rendered word: only text zerolab itself puts in
@@ -111,6 +119,8 @@ class Launch:
     world_size: int
     nodes: int
     procs_per_node: int
+    request: FinetuneRequest | None = None
+    """A fine-tuning's request.json (zerolab.finetune.request), written beside the ds_config."""
 
     @property
     def ds_config_path(self) -> str:
@@ -118,7 +128,8 @@ class Launch:
         return f"{self.run_dir}/{rundir.DS_CONFIG_FILE}"
 
     def as_json(self) -> dict[str, Any]:
-        """The `--json` object: argv, env, ds_config, world_size, nodes, procs_per_node."""
+        """The `--json` object: argv, env, ds_config, world_size, nodes, procs_per_node (and a
+        fine-tuning's request)."""
         return {
             "argv": [as_text(token) for token in self.argv],
             "env": dict(self.env),
@@ -126,7 +137,7 @@ class Launch:
             "world_size": self.world_size,
             "nodes": self.nodes,
             "procs_per_node": self.procs_per_node,
-        }
+        } | ({"request": self.request.as_json()} if self.request else {})
 
     def shell(self) -> str:
         """The command as shell text: environment assignments, then the quoted argv, one option a line."""
@@ -191,12 +202,15 @@ class Launch:
         )
 
     def write_config(self, directory: Path, inherited: Mapping[str, str]) -> None:
-        """The files the launch reads from its run directory `directory`: ds_config.json and,
+        """The files the launch reads from its run directory `directory`: ds_config.json (a
+        fine-tuning's request.json too) and,
         for a launch over ssh (DS_ENV_FILE), deepspeed_env: the lines of the `.deepspeed_env`
         files DeepSpeed would read without it (the user's home, then this directory: NCCL
         settings), then the runtime additions and the rendered environment, as this machine's
         launcher gets them."""
         rundir.write_ds_config(directory, self.ds_config)
+        if self.request is not None:
+            write_request(directory, self.request)
         if "DS_ENV_FILE" in self.env:
             env = rundir.read_deepspeed_env(Path.home()) | rundir.read_deepspeed_env(Path.cwd())
             env |= self.runtime_env(inherited) | self.env
@@ -228,6 +242,18 @@ def render(
     hw = recipe.hardware
     init = recipe.model.init_from is not None
     placement = placement or Placement.of(recipe)
+    if recipe.finetune is not None:
+        assert resume is None, "a fine-tuning run is not resumed (zerolab.recipe.selection refuses it)"
+        return Launch(
+            argv=[*launcher_args(recipe, placement, FINETUNE_MODULE), f"{run_dir}/{REQUEST_FILE}"],
+            env=launch_env(recipe) | remote_env_file(recipe, placement, run_dir),
+            ds_config=ds_config(recipe),
+            run_dir=run_dir,
+            world_size=recipe.world_size,
+            nodes=hw.nodes,
+            procs_per_node=hw.procs_per_node,
+            request=finetune_request(recipe),
+        )
     return Launch(
         argv=[
             *launcher_args(recipe, placement),
@@ -246,14 +272,14 @@ def render(
     )
 
 
-def launcher_args(recipe: Recipe, placement: Placement) -> list[str]:
-    """torchrun or deepspeed, up to and including the entry module."""
+def launcher_args(recipe: Recipe, placement: Placement, module: str = ENTRY_MODULE) -> list[str]:
+    """torchrun or deepspeed, up to and including the entry `module`."""
     hw = recipe.hardware
     if hw.launcher == "torchrun":
         argv = ["torchrun", "--nnodes", str(hw.nodes), "--nproc-per-node", str(hw.procs_per_node)]
         if hw.nodes > 1:
             argv += ["--node-rank", placement.node_rank, "--master-addr", placement.master_addr]
-        return [*argv, "--master-port", str(hw.master_port), "-m", ENTRY_MODULE]
+        return [*argv, "--master-port", str(hw.master_port), "-m", module]
     argv = ["deepspeed"]
     if placement.hostfile is not None:
         argv += ["--hostfile", placement.hostfile]
@@ -262,7 +288,7 @@ def launcher_args(recipe: Recipe, placement: Placement) -> list[str]:
     argv += ["--num_nodes", str(hw.nodes), "--num_gpus", str(hw.procs_per_node)]
     if hw.nodes > 1:
         argv += ["--master_addr", placement.master_addr]
-    return [*argv, "--master_port", str(hw.master_port), "--module", ENTRY_MODULE]
+    return [*argv, "--master_port", str(hw.master_port), "--module", module]
 
 
 def remote_env_file(recipe: Recipe, placement: Placement, run_dir: str) -> dict[str, str]:
@@ -289,7 +315,7 @@ def launch_env(recipe: Recipe) -> dict[str, str]:
         env["OMP_NUM_THREADS"] = str(hw.omp_num_threads)
     if recipe.logging.wandb_project is not None:
         env["WANDB_MODE"] = recipe.logging.wandb_mode
-    return env | attention_env(recipe)
+    return env if recipe.finetune is not None else env | attention_env(recipe)
 
 
 def megatron_args(recipe: Recipe, ds_config_path: str) -> list[str]:
@@ -506,6 +532,8 @@ def ds_config(recipe: Recipe) -> dict[str, Any]:
             "hysteresis": precision.hysteresis,
             "min_loss_scale": precision.min_loss_scale,
         }
+    if recipe.finetune is not None:
+        config["optimizer"] = finetune_optimizer(recipe)
     return merge_new_keys(config, recipe.extra.ds_config)
 
 
@@ -549,3 +577,57 @@ def merge_new_keys(config: dict[str, Any], extra: dict[str, Any]) -> dict[str, A
 def _num(value: float) -> str:
     """A float as Megatron's argparse reads it, shortest exact form (0.0001 -> 0.0001, 6e-05)."""
     return repr(float(value))
+
+
+def finetune_optimizer(recipe: Recipe) -> dict[str, Any]:
+    """A fine-tuning's optimizer, in its ds_config: AdamW with the train section's rate, betas and
+    weight decay (which the loop leaves off biases and layer norms, as the Trainer does): torch's
+    (Hugging Face's Trainer's adamw_torch), or DeepSpeed's CPU Adam when the optimizer is offloaded."""
+    train = recipe.train
+    return {
+        "type": "AdamW",
+        "params": {
+            "lr": train.lr,
+            "betas": [train.adam_beta1, train.adam_beta2],
+            "eps": 1e-8,
+            "weight_decay": train.weight_decay,
+            "torch_adam": not recipe.zero.offload_optimizer,
+        },
+    }
+
+
+def finetune_request(recipe: Recipe) -> FinetuneRequest:
+    """The request.json of a fine-tuning recipe: the model, the task's split files, the length and
+    schedule, and the model settings the recipe's model section gives (attention, dropouts,
+    initialisation of the new head, gradient checkpointing)."""
+    finetune, model, train, logging = recipe.finetune, recipe.model, recipe.train, recipe.logging
+    assert finetune is not None and train.epochs is not None, "checks guarantee both"
+    task = glue_task(finetune.task)
+    wandb = None
+    if logging.wandb_project is not None:
+        wandb = {"project": logging.wandb_project, "name": logging.wandb_name or recipe.name}
+    return FinetuneRequest(
+        model=finetune.model,
+        exported=model_source(finetune.model).kind == "run",
+        task=task.name,
+        train_file=str(split_file(finetune.data, task, TRAIN_SPLIT)),
+        eval_files={split: str(split_file(finetune.data, task, split)) for split in task.eval_splits},
+        max_seq_length=model.seq_length,
+        epochs=int(train.epochs),
+        lr_schedule=train.lr_decay_style,
+        warmup_steps=train.lr_warmup_iters,
+        weight_decay=train.weight_decay,
+        seed=train.seed,
+        shuffle=finetune.shuffle,
+        log_interval=train.log_interval,
+        attention=HF_ATTENTION[model.attention],
+        gradient_checkpointing=recipe.activation_checkpointing.granularity == "full",
+        config={
+            "resid_pdrop": model.hidden_dropout,
+            "embd_pdrop": model.hidden_dropout,
+            "attn_pdrop": model.attention_dropout,
+            "initializer_range": model.init_method_std,
+        },
+        tensorboard=logging.tensorboard,
+        wandb=wandb,
+    )

@@ -3,6 +3,7 @@ and meaning. docs/recipe-reference.md is generated from it (`make docs`)."""
 
 from __future__ import annotations
 
+import typing
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
@@ -708,6 +709,56 @@ class HardwareSection(Section):
     )
 
 
+class FinetuneSection(Section):
+    """Fine-tuning instead of pretraining (configs/finetune/): a Hugging Face GPT-2 given a
+    classification head and trained on a GLUE task by zerolab's loop on DeepSpeed's engine
+    (zerolab.finetune.loop), with the recipe's zero, precision, hardware and logging sections and
+    train's batch sizes, epochs, rate and optimizer. The model's shape is read from its config.json;
+    model.seq_length is run_glue.py's max_seq_length. docs/fine-tuning.md."""
+
+    model: str = field(
+        "gpt2",
+        "the model to fine-tune: a Hugging Face GPT-2 folder (config.json, weights and tokenizer), a "
+        "hub name (downloaded by transformers on first use), or a run directory of `zerolab launch` "
+        "(exported to RUN_DIR/model by `zerolab export` when the launch starts); relative to the "
+        "current directory",
+        "path or hub name",
+        to=(Zerolab("request.json's model; run.json's model"),),
+    )
+    model_command: str | None = field(
+        None,
+        "the command that makes the folder of finetune.model (its `--out`), shown when it is missing",
+        to=(Zerolab("the hint when the model is missing"),),
+        names_run=False,
+    )
+    task: str = field(
+        "mrpc",
+        "the GLUE task: cola, sst2, mrpc, qqp, stsb, mnli, qnli, rte or wnli",
+        to=(Zerolab("request.json's task; the head's label count and the metrics"),),
+    )
+    data: str = field(
+        "data/glue",
+        "the folder of the task's split files, TASK_train.jsonl and TASK_validation.jsonl (MNLI: "
+        "validation_matched and validation_mismatched), as `zerolab prep glue TASK` writes them",
+        "path",
+        to=(Zerolab("request.json's train_file and eval_files"),),
+        names_run=False,
+    )
+    prepare_command: str | None = field(
+        None,
+        "the command that writes finetune.data (its `--out`), shown when a split file is missing; "
+        "null, or a command writing another folder: `zerolab prep glue TASK --out DATA`",
+        to=(Zerolab("the hint when the data is missing"),),
+        names_run=False,
+    )
+    shuffle: bool = field(
+        True,
+        "deal the training examples in a new order each epoch (seeded by train.seed), as Hugging "
+        "Face's Trainer does; false: in file order",
+        to=(Zerolab("request.json's shuffle"),),
+    )
+
+
 class Recipe(Section):
     """A resolved recipe: building blocks from `base`, then the file's keys, then overrides."""
 
@@ -729,6 +780,9 @@ class Recipe(Section):
     hardware: HardwareSection = field(HardwareSection, "devices, nodes and launcher")
     logging: LoggingSection = field(LoggingSection, "TensorBoard and Weights & Biases")
     extra: ExtraSection = field(ExtraSection, "engine settings the schema does not know")
+    finetune: FinetuneSection | None = field(
+        None, "fine-tune a Hugging Face GPT-2 on a GLUE task instead of pretraining; null: pretraining"
+    )
 
     _name: str = PrivateAttr("recipe")
     _path: str | None = PrivateAttr(None)
@@ -773,7 +827,9 @@ class Recipe(Section):
 
     @property
     def padded_vocab_size(self) -> int:
-        """The vocabulary as Megatron pads it (padded_vocab)."""
+        """The vocabulary as Megatron pads it (padded_vocab); a fine-tuned model's is its own."""
+        if self.finetune is not None:
+            return self.model.vocab_size
         return padded_vocab(
             self.model.vocab_size, self.model.make_vocab_size_divisible_by, self.parallel.tensor
         )
@@ -797,4 +853,14 @@ SECTIONS: tuple[str, ...] = (
     "hardware",
     "logging",
     "extra",
+    "finetune",
 )
+
+
+def section_class(annotation: Any) -> type[BaseModel] | None:
+    """The section model a field's annotation holds (`FinetuneSection | None`: FinetuneSection), or
+    None for a plain value."""
+    for candidate in (annotation, *typing.get_args(annotation)):
+        if isinstance(candidate, type) and issubclass(candidate, BaseModel):
+            return candidate
+    return None

@@ -14,6 +14,7 @@ from zerolab.recipe.naming import renamed
 from zerolab.recipe.render import Resume
 from zerolab.recipe.resumption import resume_problems
 from zerolab.recipe.schema import Recipe
+from zerolab.recipe.yaml_io import read_yaml_mapping
 
 GIVE_A_RECIPE = "give a RECIPE (a file, or a name under recipes/ such as cpu/tiny_z1) or --resume RUN_DIR"
 
@@ -32,6 +33,11 @@ def select(
     recipe_file = resume / rundir.RECIPE_FILE
     if not recipe_file.is_file():
         raise UserError(f"--resume {resume}: not a run directory (no {rundir.RECIPE_FILE})")
+    if read_yaml_mapping(recipe_file).get("finetune") is not None:
+        raise UserError(
+            f"--resume {resume}: a fine-tuning run saves no checkpoint and is not resumed; launch its "
+            f"recipe again: zerolab launch {recipe_file}"
+        )
     checkpoint = rundir.last_checkpoint(resume)
     if checkpoint is None:
         raise UserError(

@@ -1,0 +1,216 @@
+"""Fine-tuning recipes (a `finetune` section): composed from the same blocks as pretraining, checked
+before launch (each refusal exit 2, naming the key and the fix, nothing written), rendered into the
+launch of zerolab's loop with its DeepSpeed config and request.json. No engine needed: training them
+is tests/test_finetune_engine.py's."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from zerolab.cli import main
+from zerolab.errors import UserError
+from zerolab.finetune.request import REQUEST_FILE
+from zerolab.locations import REPO_ROOT
+from zerolab.recipe import load_recipe, render, run_facts
+from zerolab.recipe.output import REQUEST_END, read_render_text, render_text
+
+SETUPS = ("dp", "z1", "z2", "z3", "z3_offload")
+ASSETS = REPO_ROOT / "zerolab" / "assets" / "gpt2"
+
+
+def gpt2_folder(folder: Path, **config: object) -> Path:
+    """A Hugging Face GPT-2 folder as far as the checks before launch read it: config.json (GPT2Config's
+    keys, `config` over them), the GPT-2 tokenizer files and a weights file (not read before launch)."""
+    folder.mkdir(parents=True)
+    keys = {"model_type": "gpt2", "n_layer": 3, "n_embd": 96, "n_head": 4, "n_positions": 256}
+    (folder / "config.json").write_text(json.dumps(keys | {"vocab_size": 50257} | config))
+    for name in ("vocab.json", "merges.txt"):
+        shutil.copy(ASSETS / name, folder / name)
+    (folder / "model.safetensors").write_bytes(b"")
+    return folder
+
+
+def refused(capsys, *argv: str) -> str:
+    """stderr of a command that must exit 2 and print nothing on stdout."""
+    assert main(list(argv)) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    return captured.err
+
+
+@pytest.fixture(autouse=True)
+def at_repo_root(monkeypatch):
+    monkeypatch.chdir(REPO_ROOT)
+
+
+def test_the_gpt2_xl_recipes_differ_only_in_zero_and_launch_the_loop():
+    dumps = {}
+    for setup in SETUPS:
+        recipe = load_recipe(f"finetune/gpt2_xl_mrpc_{setup}")
+        launch = render(recipe)
+        assert launch.argv[-3:] == [
+            "-m",
+            "zerolab.finetune.loop",
+            "${RUN_DIR}/request.json".replace("${RUN_DIR}", launch.run_dir),
+        ]
+        assert launch.ds_config["zero_optimization"]["stage"] == recipe.zero.stage
+        assert launch.ds_config["optimizer"]["params"]["lr"] == 2e-5
+        assert launch.ds_config["bf16"] == {"enabled": True}
+        assert launch.request.task == "mrpc" and launch.request.model == "gpt2-xl"
+        assert launch.request.max_seq_length == 128 and launch.request.epochs == 3
+        dumped = recipe.model_dump()
+        dumped.pop("zero"), dumped.pop("description")
+        dumped["base"] = [entry for entry in dumped["base"] if not entry.startswith("zero/")]
+        dumps[setup] = dumped
+    assert all(dumped == dumps["dp"] for dumped in dumps.values())
+    offload = render(load_recipe("finetune/gpt2_xl_mrpc_z3_offload")).ds_config
+    assert offload["zero_optimization"]["offload_optimizer"]["device"] == "cpu"
+    assert offload["optimizer"]["params"]["torch_adam"] is False  # DeepSpeed's CPU Adam
+
+
+def test_the_render_text_writes_the_request_the_launch_writes():
+    recipe = load_recipe("finetune/cpu/tiny_wnli_z1")
+    launch = render(recipe, run_dir="/runs/x")
+    text = render_text(recipe, launch)
+    request_text = text.split(f"/runs/x/{REQUEST_FILE} <<'{REQUEST_END}' &&\n")[1].split(
+        f"\n{REQUEST_END}\n"
+    )[0]
+    assert json.loads(request_text) == launch.request.as_json()
+    config, command = read_render_text(text)
+    assert config == launch.ds_config and command == launch.shell()
+    assert "zero-z0" not in text and "exports/tiny-demo" in text
+
+
+def test_a_hf_folder_gives_the_recipe_its_shape_and_name(tmp_path):
+    folder = gpt2_folder(tmp_path / "my-gpt2")
+    recipe = load_recipe("finetune/cpu/tiny_wnli_z1", [f"finetune.model={folder}"])
+    model = recipe.model
+    assert (model.name, model.num_layers, model.hidden_size, model.num_attention_heads) == (
+        "my-gpt2",
+        3,
+        96,
+        4,
+    )
+    assert (model.max_position_embeddings, recipe.padded_vocab_size) == (256, 50257)
+    facts = run_facts(recipe)
+    assert (facts.model, facts.task, facts.model_source, facts.num_layers) == (
+        "my-gpt2",
+        "wnli",
+        str(folder),
+        3,
+    )
+    assert facts.train_iters == 4  # 64 sample rows // 16 a step, one epoch
+    # a building block's shape yields to the model's; the recipe's own or an override's must agree
+    assert load_recipe("finetune/gpt2_xl_mrpc_z1", [f"finetune.model={folder}"]).model.num_layers == 3
+    with pytest.raises(
+        UserError, match=r"model.num_layers=5, but the model of finetune.model .* has num_layers 3"
+    ):
+        load_recipe("finetune/cpu/tiny_wnli_z1", [f"finetune.model={folder}", "model.num_layers=5"])
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        (["finetune.task=mrcp"], ["no GLUE task `mrcp`; did you mean `mrpc`?", "finetune.task"]),
+        (["finetune.tsk=rte"], ["unknown key `finetune.tsk`", "did you mean `finetune.task`?"]),
+        (["train.iters=10"], ["fine-tuning trains whole epochs", "train.epochs to a whole number"]),
+        (["train.epochs=1.5"], ["fine-tuning trains whole epochs"]),
+        (["train.min_lr=1e-5"], ["decay to 0", "set train.min_lr=0"]),
+        (["parallel.tensor=2"], ["does not read these keys", "parallel.tensor=2"]),
+        (["data.path=data/owt_text_document"], ["does not read these keys", "data.path"]),
+        (["activation_checkpointing=selective"], ["activation_checkpointing.granularity"]),
+        (["extra.megatron_args=[--use-rotary-position-embeddings]"], ["extra.megatron_args"]),
+        (["train.global_batch_size=12"], ["not a multiple of micro batch 4 x data parallel 2"]),
+    ],
+    ids=lambda value: value[0] if isinstance(value, list) and value and "=" in value[0] else None,
+)
+def test_a_bad_fine_tuning_recipe_is_refused_naming_the_key(overrides, expected, capsys):
+    err = refused(capsys, "render", "finetune/cpu/tiny_wnli_z1", *overrides, "--json")
+    for text in expected:
+        assert text in err, err
+
+
+@pytest.mark.parametrize(
+    ("make", "expected"),
+    [
+        (lambda tmp: tmp / "nowhere", ["finetune.model:", "not found", "save a Hugging Face GPT-2 there"]),
+        (lambda tmp: gpt2_folder(tmp / "bert", model_type="bert"), ["model_type 'bert', not 'gpt2'"]),
+        (
+            lambda tmp: gpt2_folder(
+                tmp / "mnli-head",
+                architectures=["GPT2ForSequenceClassification"],
+                id2label={"0": "a", "1": "b", "2": "c"},
+            ),
+            ["classification head of 3 labels, and wnli has 2"],
+        ),
+    ],
+    ids=["missing", "not GPT-2", "another head"],
+)
+def test_a_model_that_cannot_fine_tune_is_refused_before_launch(make, expected, tmp_path, capsys):
+    model = make(tmp_path)
+    run_dir = tmp_path / "run"
+    err = refused(
+        capsys, "launch", "finetune/cpu/tiny_wnli_z1", f"finetune.model={model}", "--run-dir", str(run_dir)
+    )
+    for text in expected:
+        assert text in err, err
+    assert not run_dir.exists()
+
+
+def test_a_model_without_its_tokenizer_is_refused(tmp_path, capsys):
+    folder = gpt2_folder(tmp_path / "no-tokenizer")
+    (folder / "merges.txt").unlink()
+    err = refused(
+        capsys,
+        "launch",
+        "finetune/cpu/tiny_wnli_z1",
+        f"finetune.model={folder}",
+        "--run-dir",
+        str(tmp_path / "r"),
+    )
+    assert "no tokenizer" in err and "save_pretrained" in err
+
+
+def test_missing_split_files_name_the_prep_command_that_writes_them(tmp_path, capsys):
+    folder = gpt2_folder(tmp_path / "m")
+    overrides = [f"finetune.model={folder}", f"finetune.data={tmp_path / 'glue'}", "finetune.task=mnli"]
+    err = refused(capsys, "launch", "finetune/cpu/tiny_wnli_z1", *overrides, "--run-dir", str(tmp_path / "r"))
+    assert "mnli_train.jsonl" in err and "mnli_validation_mismatched.jsonl" in err
+    assert f"zerolab prep glue mnli --out {tmp_path / 'glue'}" in err
+
+
+def test_a_fine_tuning_run_is_not_resumed(tmp_path, capsys):
+    run = tmp_path / "run"
+    run.mkdir()
+    shutil.copy(REPO_ROOT / "recipes" / "finetune" / "cpu" / "tiny_wnli_z1.yaml", run / "recipe.yaml")
+    err = refused(capsys, "launch", "--resume", str(run))
+    assert "a fine-tuning run saves no checkpoint and is not resumed" in err
+
+
+def test_a_slurm_job_writes_the_request_and_refuses_a_run_directory_model(tmp_path, capsys):
+    folder = gpt2_folder(tmp_path / "m")
+    assert main(["render", "finetune/cpu/tiny_wnli_z1", f"finetune.model={folder}", "--slurm"]) == 0
+    script = capsys.readouterr().out
+    assert f"<<'{REQUEST_END}'" in script and "zerolab.finetune.loop" in script
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "run.json").write_text("{}")
+    err = refused(capsys, "render", "finetune/cpu/tiny_wnli_z1", f"finetune.model={run}", "--slurm")
+    assert "a SLURM job does not export a run directory's model" in err
+
+
+def test_the_model_command_is_the_hint_only_for_the_folder_it_writes(tmp_path, capsys):
+    model = tmp_path / "exported"
+    command = f"zerolab export logs/some-run --out {model}"
+    err = refused(
+        capsys,
+        "launch",
+        "finetune/cpu/tiny_wnli_z1",
+        f"finetune.model={model}",
+        f"finetune.model_command={command}",
+    )
+    assert f"make it with `{command}`" in err

@@ -1,0 +1,202 @@
+"""What a fine-tuning recipe (its `finetune` section) reads before it launches: the model, given as
+a Hugging Face folder, a hub name or a run directory of `zerolab launch`, and the task's split files.
+The model's shape comes from its config.json (a hub model's when this machine's cache holds it, a
+run's from its recipe), so that run.json, summaries and estimates describe the model fine-tuned."""
+
+from __future__ import annotations
+
+import functools
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from zerolab import rundir
+from zerolab.errors import UserError
+from zerolab.finetune.glue import GlueTask, glue_task
+from zerolab.finetune.split_files import TRAIN_SPLIT, split_file, task_splits
+from zerolab.hf_folder import cached_hub_folder, looks_like_path, missing_files, read_config, shape
+from zerolab.locations import CONFIGS_DIR, display_path
+from zerolab.recipe.provenance import Sources, source_of
+from zerolab.recipe.schema import FinetuneSection, Recipe
+from zerolab.recipe.yaml_io import read_yaml_mapping
+
+CLASSIFIER = "GPT2ForSequenceClassification"
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """finetune.model, told apart: a model folder, a run directory, or a hub name."""
+
+    spec: str
+    kind: Literal["folder", "run", "hub"]
+
+    @property
+    def name(self) -> str:
+        """How run.json and the summaries name the model: the hub name, or the folder's own name."""
+        return self.spec if self.kind == "hub" else Path(self.spec).resolve().name
+
+    def folder(self) -> Path | None:
+        """The folder whose config.json says what the model is: the folder itself, or a hub model's
+        in this machine's cache (None when not cached; a run directory has none)."""
+        if self.kind == "folder":
+            return Path(self.spec)
+        return cached_hub_folder(self.spec) if self.kind == "hub" else None
+
+
+def model_source(spec: str) -> ModelSource:
+    """What `spec` names: a run directory, a folder (or a path that can only be one), or a hub name."""
+    path = Path(spec)
+    if path.is_dir() and rundir.is_run_dir(path):
+        return ModelSource(spec, "run")
+    return ModelSource(spec, "folder" if looks_like_path(spec) else "hub")
+
+
+def model_shape(source: ModelSource) -> dict[str, Any] | None:
+    """The model's shape keys as far as they can be known before launch, else None."""
+    if source.kind == "run":
+        recipe_file = Path(source.spec) / rundir.RECIPE_FILE
+        try:
+            model = read_yaml_mapping(recipe_file).get("model", {})
+        except UserError:
+            return None
+        return {key: model[key] for key in shape({}) if key in model} or None
+    folder = source.folder()
+    if folder is None:
+        return None
+    try:
+        return shape(read_config(folder))
+    except UserError:
+        return None  # reported by model_problems
+
+
+def adopt_model(recipe: Recipe, sources: Sources) -> None:
+    """Give a fine-tuning recipe the shape and name of its model. A shape key set by a building
+    block (configs/model/: the shape before the model is at hand) yields to the model's; one the
+    recipe or an override set must agree. UserError naming the key otherwise."""
+    assert recipe.finetune is not None
+    source = model_source(recipe.finetune.model)
+    known = model_shape(source) or {}
+    blocks = f"{display_path(CONFIGS_DIR)}/"
+    for key, value in known.items():
+        given = getattr(recipe.model, key)
+        where = source_of(sources, ("model", key))
+        if given != value and where != "schema default" and not where.startswith(blocks):
+            raise UserError(
+                f"{where}: model.{key}={given}, but the model of finetune.model ({source.spec}) has "
+                f"{key} {value}: fine-tuning takes the model's own shape; remove model.{key}"
+            )
+        setattr(recipe.model, key, value)
+    recipe.model.name = source.name
+
+
+def model_problems(finetune: FinetuneSection, task: GlueTask) -> list[str]:
+    """What keeps the model of `finetune` from fine-tuning on `task`: a folder missing, not a GPT-2,
+    without weights or tokenizer, or with a classification head of another label count; a run
+    directory without a checkpoint."""
+    source = model_source(finetune.model)
+    if source.kind == "run":
+        if not rundir.saved_iterations(Path(source.spec)):
+            return [
+                f"finetune.model: the run directory {source.spec} holds no checkpoint to export; train it "
+                "with train.save_interval set, or give another run"
+            ]
+        return []
+    folder = source.folder()
+    if folder is None:
+        return []  # a hub model not cached here: transformers downloads it when the run starts
+    if not folder.is_dir():
+        make = (
+            f"make it with `{finetune.model_command}`"
+            if writes(finetune.model_command, finetune.model)
+            else "save a Hugging Face GPT-2 there (save_pretrained), give a hub name (gpt2-xl) or a run "
+            "directory of zerolab launch"
+        )
+        return [f"finetune.model: {folder} not found; {make}"]
+    try:
+        config = read_config(folder)
+    except UserError as error:
+        return [f"finetune.model: {error}"]
+    missing = missing_files(folder)
+    if missing:
+        return [f"finetune.model: {missing}"]
+    labels = config.get("id2label")
+    if (
+        CLASSIFIER in config.get("architectures", [])
+        and isinstance(labels, dict)
+        and len(labels) != task.num_labels
+    ):
+        return [
+            f"finetune.model: {folder} holds a classification head of {len(labels)} labels, and {task.name} "
+            f"has {task.num_labels}; start from the model without that head (the pretrained GPT-2), or "
+            f"choose a task of {len(labels)} labels"
+        ]
+    return []
+
+
+def writes(command: str | None, path: str) -> bool:
+    """Whether `command` writes `path` (its `--out`): a recipe's hint stays true after an override
+    points the key elsewhere only when it does."""
+    words = shlex.split(command or "")
+    return "--out" in words[:-1] and Path(words[words.index("--out") + 1]) == Path(path)
+
+
+def prepare_command(finetune: FinetuneSection) -> str:
+    """The command that writes the task's split files: finetune.prepare_command when it writes
+    finetune.data, else `zerolab prep glue TASK --out DATA`."""
+    if finetune.prepare_command is not None and writes(finetune.prepare_command, finetune.data):
+        return finetune.prepare_command
+    return f"zerolab prep glue {finetune.task} --out {finetune.data}"
+
+
+def data_problems(finetune: FinetuneSection, task: GlueTask) -> list[str]:
+    """One message per split file of `task` missing from finetune.data, with the command that writes it."""
+    missing = [
+        path for split in task_splits(task) if not (path := split_file(finetune.data, task, split)).is_file()
+    ]
+    if not missing:
+        return []
+    files = ", ".join(str(path) for path in missing)
+    return [f"finetune.data: {files} not found; prepare it with `{prepare_command(finetune)}`"]
+
+
+def finetune_inputs_problems(recipe: Recipe) -> list[str]:
+    """Every problem with the model and data of a fine-tuning recipe (none for an unknown task:
+    the checks name that)."""
+    assert recipe.finetune is not None
+    try:
+        task = glue_task(recipe.finetune.task)
+    except UserError:
+        return []
+    return model_problems(recipe.finetune, task) + data_problems(recipe.finetune, task)
+
+
+def steps_per_epoch(recipe: Recipe) -> int:
+    """Optimizer steps in one pass over the task's training file: its examples // the global batch
+    (the rest of an epoch is left out, as the loop deals whole batches). UserError when the file is
+    missing or holds less than one batch."""
+    assert recipe.finetune is not None
+    finetune = recipe.finetune
+    path = split_file(finetune.data, glue_task(finetune.task), TRAIN_SPLIT)
+    try:
+        stat = path.stat()
+    except OSError:
+        raise UserError(
+            f"train.epochs: counting the examples needs {path}, not found; prepare it with "
+            f"`{prepare_command(finetune)}`"
+        ) from None
+    examples = _lines(path.resolve(), stat.st_mtime_ns, stat.st_size)
+    steps = examples // recipe.train.global_batch_size
+    if steps < 1:
+        raise UserError(
+            f"train.global_batch_size={recipe.train.global_batch_size}: {path} holds {examples} examples, "
+            "not one global batch; lower the batch size"
+        )
+    return steps
+
+
+@functools.lru_cache(maxsize=8)
+def _lines(path: Path, mtime_ns: int, size: int) -> int:
+    """Non-empty lines of a split file (cached while the file is unchanged)."""
+    with open(path, "rb") as lines:
+        return sum(1 for line in lines if line.strip())
