@@ -14,12 +14,22 @@ from finetune_runs import fine_tune
 
 from zerolab.engine.paths import engine_python_env
 from zerolab.finetune.glue import glue_task
+from zerolab.summarize.collect import summarize_paths
+from zerolab.summarize.summary import Options
+from zerolab.summarize.tables import models_by_setups
 
 SETUPS = ("dp", "z1", "z2", "z3", "z3_offload")
 
 
 def test_every_zero_setup_fine_tunes_to_the_same_losses_and_metrics(engine, hf_model, tmp_path):
-    runs = {setup: fine_tune(hf_model, setup, tmp_path / setup) for setup in SETUPS}
+    # one run also writes TensorBoard events and an offline W&B run, which must not change its numbers
+    logged = ["logging.tensorboard=true", "logging.wandb_project=zerolab-test", "logging.wandb_mode=offline"]
+    runs = {
+        setup: fine_tune(hf_model, setup, tmp_path / setup, *(logged if setup == "z1" else []))
+        for setup in SETUPS
+    }
+    assert list((tmp_path / "z1" / "tensorboard").glob("events.out.tfevents.*"))
+    assert list((tmp_path / "z1" / "wandb").glob("wandb/offline-run-*"))
     baseline = runs["dp"]
     train = [record["loss"] for record in baseline if record["kind"] == "train"]
     assert len(train) == 4 and [r["step"] for r in baseline if r["kind"] == "train"] == [1, 2, 3, 4]
@@ -33,6 +43,18 @@ def test_every_zero_setup_fine_tunes_to_the_same_losses_and_metrics(engine, hf_m
         [other] = [record for record in records if record["kind"] == "eval"]
         assert abs(other["loss"] - scored["loss"]) <= 1e-4, (setup, other, scored)
         assert [other[name] for name in metrics] == [scored[name] for name in metrics], (setup, other, scored)
+    # the summary reads them as it reads pretraining runs, with the task's score and a models x setups table
+    collection = summarize_paths([tmp_path / setup for setup in SETUPS], Options())
+    rows = {summary.row["setup"]: summary.row for summary in collection.runs}
+    assert list(rows) == ["z0", "z1", "z2", "z3", "z3_offload"]
+    for setup, row in zip(SETUPS, rows.values(), strict=True):
+        assert (row["status"], row["task"], row["task_metric"]) == ("completed", "wnli", "accuracy"), row
+        assert row["task_score"] == scored["accuracy"] and row["iterations_done"] == row["train_iters"] == 4
+        assert row["tokens_per_s_per_gpu"] > 0 and row["ms_per_iter"] > 0 and row["epoch_time_s"] > 0, row
+        assert row["first_loss"] == runs[setup][0]["loss"] and row["peak_host_GiB"] > 0, row
+    headers, table = models_by_setups(collection)
+    assert headers == ["model", "task", *rows] and [line[:2] for line in table] == [[hf_model.name, "wnli"]]
+    assert all(cell.startswith(f"accuracy {scored['accuracy']:.3f}, ") for cell in table[0][2:]), table
 
 
 TRAINER = """

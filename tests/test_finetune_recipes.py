@@ -13,6 +13,7 @@ import pytest
 
 from zerolab.cli import main
 from zerolab.errors import UserError
+from zerolab.estimate.memory import estimate_memory
 from zerolab.finetune.request import REQUEST_FILE
 from zerolab.locations import REPO_ROOT
 from zerolab.recipe import load_recipe, render, run_facts
@@ -214,3 +215,16 @@ def test_the_model_command_is_the_hint_only_for_the_folder_it_writes(tmp_path, c
         f"finetune.model_command={command}",
     )
     assert f"make it with `{command}`" in err
+
+
+def test_the_estimate_knows_a_fine_tunings_head_and_its_whole_model_load():
+    pretraining = estimate_memory(load_recipe("gpt2_dp"))
+    estimates = {setup: estimate_memory(load_recipe(f"finetune/gpt2_xl_mrpc_{setup}")) for setup in SETUPS}
+    dp = estimates["dp"].peak_stage
+    loss = {part.key: part for part in dp.parts}["loss"]
+    assert 0 < loss.bytes < 2**20 and "labels" in loss.how  # 2 logits a token, not 50,304
+    assert {part.key: part for part in pretraining.peak_stage.parts}["loss"].bytes > 2**28
+    [load] = [part for part in dp.host_parts() if part.key == "load"]
+    assert load.bytes == 4 * 1_557_611_200  # GPT-2 XL in fp32, on every rank while it loads
+    peaks = [estimates[setup].peak_stage.peak_bytes for setup in SETUPS]
+    assert peaks[0] > peaks[1] > peaks[2] > peaks[3] > peaks[4]  # each setup shards (or offloads) more

@@ -43,6 +43,7 @@ def test_metrics_have_a_unit_or_a_unitless_name_and_say_which_way_is_better(caps
         "eval_val_ppl",
         "eval_wikitext_ppl",
         "eval_hellaswag_acc_norm",
+        "task_score",
     ]
     runs = [str(LOGS / "cpu-engine" / name) for name in ("final_z0.log", "final_z3.log")]
     assert main(["compare", *runs]) == 0

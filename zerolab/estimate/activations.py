@@ -75,8 +75,9 @@ def attention_buffer(shape: Shape, p: int) -> int:
 def loss_peak(shape: Shape, p: int) -> int:
     """The cross entropy's transient at the end of the forward pass, [s, b, V/t] each: the logits
     (16-bit), their fp32 copy (Megatron computes the loss in fp32) and the max-shifted fp32 logits
-    that become the saved softmax. In fp32 the copy is the logits themselves."""
-    logits = shape.tokens * (shape.vocab // shape.tensor)
+    that become the saved softmax. In fp32 the copy is the logits themselves. A fine-tuning's head
+    has a logit per label, not per vocabulary entry."""
+    logits = shape.tokens * (shape.outputs // shape.tensor)
     return logits * (FP32_BYTES + FP32_BYTES + (p if p != FP32_BYTES else 0))
 
 

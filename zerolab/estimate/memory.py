@@ -96,7 +96,7 @@ class MemoryEstimate:
         return self.host_rank_gib() * self.recipe.hardware.procs_per_node
 
 
-def activation_parts(activations: StageActivations, p: int) -> list[Part]:
+def activation_parts(activations: StageActivations, p: int, shape: Shape) -> list[Part]:
     """The activation terms as parts: kept activations (forward and backward), the loss transient
     (end of forward), the recompute working set (backward), Megatron's score buffer (always)."""
     layer = activations.per_layer
@@ -105,13 +105,14 @@ def activation_parts(activations: StageActivations, p: int) -> list[Part]:
     if activations.in_flight == 1:
         kept, full = activations.kept_per_layer / GIB, layer.total / GIB
         how = f"{kept:.3g} GiB per layer (of {full:.3g} without recompute)"
+    logits = "V/t" if shape.outputs == shape.vocab else "labels"
     parts = [
         Part("activations", "activations", activations.kept, how, during(FORWARD, BACKWARD)),
         Part(
             "loss",
             "logits and loss (fp32)",
             activations.loss,
-            f"s x b x V/t x ({f'{p} + ' if p != 4 else ''}4 + 4) B",
+            f"s x b x {logits} x ({f'{p} + ' if p != 4 else ''}4 + 4) B",
             during(FORWARD),
         ),
         Part(
@@ -142,6 +143,15 @@ def activation_parts(activations: StageActivations, p: int) -> list[Part]:
     return parts
 
 
+def finetune_load_parts(recipe: Recipe, shape: Shape) -> list[Part]:
+    """A fine-tuning rank's host memory while it loads the model: all of it, in fp32, before
+    DeepSpeed partitions it (zerolab.finetune.loop loads the whole model on every rank)."""
+    if recipe.finetune is None:
+        return []
+    how = f"{shape.total_params():,} weights x 4 B, the whole model on every rank while it loads"
+    return [Part("load", "model loaded whole (host, fp32)", shape.total_params() * 4, how, host=True)]
+
+
 def estimate_memory(recipe: Recipe) -> MemoryEstimate:
     """The memory estimate of a loaded recipe (zerolab.recipe.load_recipe)."""
     shape = Shape.of(recipe)
@@ -155,7 +165,8 @@ def estimate_memory(recipe: Recipe) -> MemoryEstimate:
             + gathered_weight_parts(recipe, shape, stage)
             + allreduce_parts(recipe, shape, stage)
             + step_temporary_parts(recipe, shape, stage)
-            + activation_parts(activations, p)
+            + activation_parts(activations, p, shape)
+            + finetune_load_parts(recipe, shape)
         )
         stages.append(StageMemory(stage, tuple(parts), activations))
     return MemoryEstimate(recipe, shape, tuple(stages))

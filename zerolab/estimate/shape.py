@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from zerolab.errors import UserError
+from zerolab.finetune.glue import glue_task
 from zerolab.recipe.schema import Recipe
 
 
@@ -23,6 +25,16 @@ class Stage:
     params: int
     first: bool
     last: bool
+
+
+def finetune_labels(recipe: Recipe) -> int | None:
+    """A fine-tuning's label count (its GLUE task's), else None."""
+    if recipe.finetune is None:
+        return None
+    try:
+        return glue_task(recipe.finetune.task).num_labels
+    except UserError:
+        return None
 
 
 @dataclass(frozen=True)
@@ -44,6 +56,9 @@ class Shape:
     attention: str
     attention_dropout: float
     hidden_dropout: float
+    outputs: int
+    """Logits per token: the vocabulary for pretraining; a fine-tuning's labels (its classification
+    head replaces the language-model head)."""
 
     @classmethod
     def of(cls, recipe: Recipe) -> Shape:
@@ -65,6 +80,7 @@ class Shape:
             attention=attention_kind(recipe),
             attention_dropout=model.attention_dropout,
             hidden_dropout=model.hidden_dropout,
+            outputs=finetune_labels(recipe) or recipe.padded_vocab_size,
         )
 
     @property

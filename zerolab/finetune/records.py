@@ -17,3 +17,25 @@ def read_records(folder: Path, kind: str | None = None) -> list[dict[str, Any]]:
     lines = (folder / RECORDS_FILE).read_text(encoding="utf-8").splitlines()
     records = [json.loads(line) for line in lines if line.strip()]
     return [record for record in records if kind is None or record["kind"] == kind]
+
+
+def scan_records(folder: Path, problems: list[str]) -> list[dict[str, Any]]:
+    """The readable records in `folder`/finetune.jsonl (none when it is absent): a line that is not a
+    JSON object with a `kind` (a run cut off mid-write) is left out and named in `problems`."""
+    path = folder / RECORDS_FILE
+    if not path.is_file():
+        return []
+    records = []
+    with open(path, encoding="utf-8", errors="replace") as lines:
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError:
+                record = None
+            if not isinstance(record, dict) or record.get("kind") not in ("train", "eval"):
+                problems.append(f"{RECORDS_FILE}:{number}: not a record (left out)")
+                continue
+            records.append(record)
+    return records

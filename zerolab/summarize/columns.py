@@ -155,6 +155,13 @@ def _scored(key: str, data_key: str, show: Callable[[Any], str]) -> Callable[[Ro
     return cell
 
 
+def _task_score(row: Row) -> str:
+    """`mrpc f1 0.873`."""
+    if row["task_score"] is None:
+        return ""
+    return f"{row['task']} {row['task_metric']} {row['task_score']:.3f}"
+
+
 def _estimate(row: Row) -> str:
     """`7.89 (+0.8%)`: zerolab estimate's predicted peak and its error against max allocated."""
     if row["estimated_peak_GiB"] is None:
@@ -363,7 +370,7 @@ COLUMNS: tuple[Column, ...] = (
     ),
     Column(
         "last_loss",
-        "training loss (lm loss) at the first and last logged interval",
+        "training loss (lm loss; a fine-tuning's: its task's loss) at the first and last logged interval",
         label="last training loss",
         header="loss first → last",
         companions=("first_loss",),
@@ -420,6 +427,18 @@ COLUMNS: tuple[Column, ...] = (
         cell=_scored("eval_hellaswag_acc_norm", "eval_hellaswag_data", lambda value: f"{value:.3f}"),
         better="higher",
         terminal=18,
+    ),
+    Column(
+        "task_score",
+        "a fine-tuning run's GLUE score: the task's official metric (`task_metric`: the first of them, "
+        "CoLA's Matthews correlation, MRPC's and QQP's F1, STS-B's Pearson, the rest's accuracy) on its "
+        "first validation split (MNLI: matched) after the last epoch; `task_scores`: every split's "
+        "metrics and loss; `task`: the GLUE task (null: pretraining)",
+        label="GLUE score",
+        companions=("task", "task_metric", "task_scores"),
+        cell=_task_score,
+        better="higher",
+        terminal=19,
     ),
     Column(
         "notes",

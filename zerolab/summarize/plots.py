@@ -238,7 +238,10 @@ def _loss_chart(runs: list[RunSummary], run_styles: dict[int, Style]) -> Any:
         ax.set_xlabel(f"iteration (log scale: the runs' last iterations differ {ratio:,.0f}-fold)")
     else:
         ax.set_xlabel("iteration")
-    ax.set_ylabel("training loss (lm loss, per logged interval)")
+    tasks = sorted({summary.row["task"] for summary in runs if summary.row["task"]})
+    pretraining = any(not summary.row["task"] for summary in runs)
+    kinds = (["lm loss"] if pretraining else []) + [f"{task} loss" for task in tasks]  # fine-tuning's task
+    ax.set_ylabel(f"training loss ({', '.join(kinds)}, per logged interval)")
     ax.grid(alpha=0.3)
     figure.suptitle("Training loss of every run", fontsize=10)
     figure.legend(

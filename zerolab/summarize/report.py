@@ -11,6 +11,7 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.progress import Progress
+from rich.table import Table
 
 from zerolab.errors import UserError
 from zerolab.files import write_atomic
@@ -92,6 +93,13 @@ def print_report(report: Report, *, as_json: bool = False) -> None:
         return
     console = Console()  # the terminal's width (COLUMNS, else the terminal, else 80)
     console.print(tables.rich_table(report.collection, console.width))
+    grid = tables.models_by_setups(report.collection)
+    if grid is not None:
+        headers, rows = grid
+        table = Table(*headers, title=tables.FINE_TUNING_TITLE, caption=tables.FINE_TUNING_NOTE)
+        for row in rows:
+            table.add_row(*row)
+        console.print(table)
     console.print(f"wrote {', '.join(str(report.out / n) for n in OUTPUT_FILES)}", soft_wrap=True)
     for path in report.plots:
         console.print(f"wrote {path}", soft_wrap=True)

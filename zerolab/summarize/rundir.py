@@ -1,5 +1,6 @@
 """What a summary takes from a run directory: run.json (config facts), status.json (how it
-ended) and eval.json (`zerolab eval`'s scores), read through zerolab.rundir, samples.csv (host
+ended) and eval.json (`zerolab eval`'s scores), read through zerolab.rundir, a fine-tuning's
+finetune.jsonl (zerolab.finetune.records), samples.csv (host
 memory) and doctor.json (devices)."""
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from zerolab import rundir
+from zerolab.finetune.records import scan_records
 from zerolab.logs.megatron import measurement
 from zerolab.summarize.flops import peak_tflops
 
@@ -29,6 +31,8 @@ class RunDirFacts:
     device_peak_tflops: float | None = None
     evaluation: dict[str, Any] = field(default_factory=dict)
     """eval.json's scores by task (`zerolab eval`)."""
+    finetune: list[dict[str, Any]] = field(default_factory=list)
+    """A fine-tuning run's records (finetune.jsonl), in order."""
     problems: list[str] = field(default_factory=list)
 
 
@@ -93,6 +97,7 @@ def read_run_dir(directory: Path) -> RunDirFacts:
         {task: score.model_dump() for task, score in evaluation.tasks.items()} if evaluation else {}
     )
     facts.problems += eval_problems
+    facts.finetune = scan_records(directory, facts.problems)
     samples = directory / rundir.SAMPLES_FILE
     if samples.is_file():
         facts.peak_host_rss_MiB = peak_rss_MiB(samples, facts.problems)

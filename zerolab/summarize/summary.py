@@ -14,6 +14,7 @@ from zerolab.rundir import COMPLETED, EVAL_METRICS, FAILED, KILLED, REFUSED
 from zerolab.summarize.columns import ROW_KEYS, RUNNING_OR_CUT_OFF, TRUNCATED
 from zerolab.summarize.config import config_columns, setup_label
 from zerolab.summarize.discover import Run
+from zerolab.summarize.finetuning import records_as_iterations, task_columns
 from zerolab.summarize.flops import ModelShape, tflops_per_gpu
 from zerolab.summarize.rundir import RunDirFacts
 from zerolab.summarize.stats import Warmup, spread
@@ -246,6 +247,8 @@ def _run_name(run: Run, facts: RunDirFacts | None) -> str:
 def summarize_run(run: Run, log: ParsedLog, facts: RunDirFacts | None, options: Options) -> RunSummary:
     """The summary row of one run (and the series its plots need)."""
     cfg = config_columns(facts.run if facts else {}, log)
+    if facts and facts.finetune and not log.iteration_count:
+        records_as_iterations(log, facts.finetune, cfg["world_size"])
     iterations = list(log.iterations["iteration"])
     notes: list[str] = []
     use_ds_timer = not iterations and len(log.ds_throughput["step"]) > 0
@@ -314,6 +317,7 @@ def summarize_run(run: Run, log: ParsedLog, facts: RunDirFacts | None, options: 
     row.update(estimate)
     row.update(_losses(log))
     row.update(_evaluation(facts.evaluation if facts else {}))
+    row.update(task_columns(facts.run.get("task") if facts else None, facts.finetune if facts else []))
     problems = facts.problems if facts else []
     if log.ends_mid_line is not None:
         notes.append(

@@ -11,8 +11,9 @@ from typing import Any
 from rich.cells import cell_len
 from rich.table import Table
 
+from zerolab.rundir import COMPLETED
 from zerolab.summarize.collect import Collection
-from zerolab.summarize.columns import ROW_KEYS, Column, table_columns
+from zerolab.summarize.columns import ROW_KEYS, Column, number, table_columns
 
 JSON_SCHEMA_VERSION = 1
 
@@ -29,14 +30,53 @@ def _footnotes(collection: Collection) -> list[str]:
 
 
 def to_markdown(collection: Collection) -> str:
-    """summary.md: the table and its footnotes."""
+    """summary.md: the table and its footnotes, then the fine-tuning runs' models x setups table."""
     columns = table_columns(collection.sweep_keys)
     headers = [column.table_header for column in columns]
+    text = _markdown(headers, [[column.table_cell(s.row) for column in columns] for s in collection.runs])
+    text += "\n" + "\n".join(f"- {note}" for note in _footnotes(collection)) + "\n"
+    grid = models_by_setups(collection)
+    if grid is not None:
+        text += f"\n## {FINE_TUNING_TITLE}\n\n{_markdown(*grid)}\n{FINE_TUNING_NOTE}\n"
+    return text
+
+
+FINE_TUNING_TITLE = "Fine-tuning: models x setups"
+FINE_TUNING_NOTE = (
+    "Each cell: the GLUE score after the last epoch (the task's official metric on its first validation "
+    "split), steady-state tokens/s per GPU, max allocated GiB; of several runs of one model, task and "
+    "setup, the last listed; empty: not run, or not completed."
+)
+
+
+def models_by_setups(collection: Collection) -> tuple[list[str], list[list[str]]] | None:
+    """The fine-tuning runs as a table (headers, rows): a row per model and task, a column per ZeRO
+    setup; None without fine-tuning runs."""
+    runs = [summary.row for summary in collection.runs if summary.row["task"]]
+    if not runs:
+        return None
+    setups = list(dict.fromkeys(row["setup"] or "?" for row in runs))
+    cells: dict[tuple[str, str], dict[str, str]] = {}
+    for row in runs:
+        line = cells.setdefault((row["model"] or "?", row["task"]), {})
+        if row["status"] == COMPLETED:
+            parts = [
+                f"{row['task_metric']} {row['task_score']:.3f}" if row["task_score"] is not None else "",
+                f"{number(row['tokens_per_s_per_gpu'])} tok/s" if row["tokens_per_s_per_gpu"] else "",
+                f"{number(row['max_allocated_GiB'])} GiB" if row["max_allocated_GiB"] is not None else "",
+            ]
+            line[row["setup"] or "?"] = ", ".join(part for part in parts if part)
+    headers = ["model", "task", *setups]
+    rows = [
+        [model, task, *(line.get(setup, "") for setup in setups)] for (model, task), line in cells.items()
+    ]
+    return headers, rows
+
+
+def _markdown(headers: list[str], rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-    for summary in collection.runs:
-        cells = [column.table_cell(summary.row).replace("|", "\\|") for column in columns]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n\n" + "\n".join(f"- {note}" for note in _footnotes(collection)) + "\n"
+    lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
 
 
 def to_csv(collection: Collection) -> str:
@@ -52,10 +92,17 @@ def to_csv(collection: Collection) -> str:
         row = {name: values.get(key) for name, key in swept.items()} | {
             k: v for k, v in summary.row.items() if k != "sweep"
         }
-        writer.writerow(
-            {k: "; ".join(v) if isinstance(v, list) else ("" if v is None else v) for k, v in row.items()}
-        )
+        writer.writerow({k: _csv_value(v) for k, v in row.items()})
     return buffer.getvalue()
+
+
+def _csv_value(value: Any) -> Any:
+    """A list joined with `; `, a mapping as JSON, None empty."""
+    if isinstance(value, list):
+        return "; ".join(value)
+    if isinstance(value, dict):
+        return json.dumps(value)
+    return "" if value is None else value
 
 
 def to_json(collection: Collection) -> dict[str, Any]:
