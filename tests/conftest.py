@@ -78,23 +78,13 @@ def trained(engine, dataset, tmp_path_factory) -> Callable[[str], Trained]:
     return get
 
 
-MAKE_TINY_GPT2 = """
-import sys, torch
-from transformers import GPT2Config, GPT2LMHeadModel, GPT2TokenizerFast
-torch.manual_seed(7)
-GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=64, n_head=4, n_positions=128)).save_pretrained(sys.argv[1])
-GPT2TokenizerFast(vocab=sys.argv[2], merges=sys.argv[3]).save_pretrained(sys.argv[1])
-"""
-
-
 @pytest.fixture(scope="session")
 def hf_model(engine, tmp_path_factory) -> Path:
     """A tiny GPT-2 (2 layers, hidden 64, the recipes' gpt2-tiny shape) that transformers made with
     random weights and saved with the bundled GPT-2 tokenizer (tokenizer.json only, as transformers 5
     saves it). Read only: tests that change it change a copy."""
     folder = tmp_path_factory.mktemp("hf") / "tiny-gpt2"
-    assets = REPO_ROOT / "zerolab" / "assets" / "gpt2"
-    files = [str(assets / "vocab.json"), str(assets / "merges.txt")]
-    command = [str(engine[1]), "-c", MAKE_TINY_GPT2, str(folder), *files]
+    shape = ["--layers", "2", "--hidden", "64", "--heads", "4", "--positions", "128"]
+    command = [str(engine[1]), "-m", "zerolab.finetune.random_model", *shape, "--out", str(folder)]
     subprocess.run(command, env=engine_python_env(), check=True, capture_output=True, timeout=300)
     return folder

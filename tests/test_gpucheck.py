@@ -18,7 +18,15 @@ from zerolab.engine.container import kept_builds
 from zerolab.engine.pins import load_pins
 from zerolab.gpucheck import kit as kits
 from zerolab.gpucheck.__main__ import main
-from zerolab.gpucheck.check import MIN_ITERS, SEED_RECIPE, STEP_NAMES, SWEEP_NAME, torchrun_script
+from zerolab.gpucheck.check import (
+    FINETUNE_MODEL,
+    FINETUNE_RECIPE,
+    MIN_ITERS,
+    SEED_RECIPE,
+    STEP_NAMES,
+    SWEEP_NAME,
+    torchrun_script,
+)
 from zerolab.recipe import load_recipe
 
 PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
@@ -85,6 +93,10 @@ def test_the_dry_run_prints_every_step_over_the_kit_and_runs_nothing(gathered, t
         f"--name {SWEEP_NAME}" in out and "gpu_vs_peer.py --iters 30 --work logs/gpu-check/gpu_vs_peer" in out
     )
     assert f"--results {tmp_path / 'results'}" in out
+    # the fine-tuning recipes on a random-weight GPT-2 XL (the machine has no network for OpenAI's)
+    assert f"zerolab.gpucheck.finetune_model {FINETUNE_MODEL}" in out
+    assert f"sweep {FINETUNE_RECIPE} zero=z0,z1,z2,z3,z3_offload hardware.procs_per_node=1" in out
+    assert f"finetune.model={FINETUNE_MODEL} finetune.task=wnli" in out
     assert not (tmp_path / "home").exists() and not (tmp_path / "results").exists()
 
 
@@ -209,3 +221,13 @@ def test_on_a_machine_without_a_gpu_the_check_refuses_before_any_step(engine, tm
     assert "is a CPU build (run the check with the Python of the machine's CUDA torch" in result.stderr
     assert "nvidia-smi sees no GPU" in result.stderr
     assert not home.exists() and result.stdout == ""
+
+
+def test_the_checks_fine_tuning_model_has_the_recipes_shape(engine, tmp_path):
+    # the GPT-2 XL recipes' shape, here overridden to the tiny one (the XL is 6 GB of random weights)
+    out = tmp_path / "model"
+    command = [sys.executable, "-m", "zerolab.gpucheck.finetune_model", str(out), "model=gpt2-tiny"]
+    subprocess.run(command, check=True, capture_output=True, timeout=300)
+    config = json.loads((out / "config.json").read_text())
+    assert (config["n_layer"], config["n_embd"], config["n_head"], config["n_positions"]) == (2, 64, 4, 128)
+    assert (out / "model.safetensors").is_file() and (out / "tokenizer.json").is_file()

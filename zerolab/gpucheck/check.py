@@ -2,7 +2,8 @@
 over the machine's own Python and CUDA torch, filled from the kit; `zerolab engine install`
 (apex, the fused kernels and the data helpers built for the GPU here); `zerolab doctor`; the
 bundled dolly sample prepared; the five seed recipes on one GPU (one sweep over the zero block,
-which is all they differ in); benchmarks/gpu_vs_peer.py; then the report (zerolab.gpucheck.report).
+which is all they differ in); benchmarks/gpu_vs_peer.py; the five GPT-2 XL fine-tuning recipes
+(a random-weight GPT-2 XL on the shipped WNLI sample); then the report (zerolab.gpucheck.report).
 
 A step that completed is recorded in logs/gpu-check/steps/ and skipped when the check runs again,
 so that a check cut short by a time limit goes on where it stopped. Standard library only: the
@@ -42,7 +43,13 @@ MIN_ITERS = 20
 """The fewest iterations a run of the check may have: past the seed recipes' learning-rate warm-up
 (train.lr_warmup_iters of configs/train/gpt2-seed.yaml, which zerolab refuses to outlast), with
 iterations to spare for a steady state."""
-STEP_NAMES = ("environment", "engine", "doctor", "data", "seeds", "peer", "report")
+STEP_NAMES = ("environment", "engine", "doctor", "data", "seeds", "peer", "finetune", "report")
+FINETUNE_SWEEP_NAME = "gpu-check-finetune"
+FINETUNE_RECIPE = "finetune/gpt2_xl_mrpc_dp"
+"""recipes/finetune/gpt2_xl_mrpc_{dp,z1,z2,z3,z3_offload}.yaml differ only in their zero block too."""
+FINETUNE_MODEL = WORK / "gpt2-xl-random"
+FINETUNE_EPOCHS = 10
+"""Epochs over the shipped WNLI sample (64 examples: 2 steps of 32 each): 20 steps per setup."""
 
 
 @dataclass(frozen=True)
@@ -196,6 +203,21 @@ def steps(options: Options) -> list[Step]:
         "--out",
         str(WORK / "gpu_vs_peer.md"),
     ]
+    make_model = [python, "-m", "zerolab.gpucheck.finetune_model"]
+    finetune = [
+        *zerolab,
+        "sweep",
+        FINETUNE_RECIPE,
+        SEED_SETUPS,
+        "hardware.procs_per_node=1",
+        f"finetune.model={FINETUNE_MODEL}",
+        "finetune.task=wnli",
+        f"finetune.data={SAMPLES_DIR / 'glue'}",
+        f"train.epochs={FINETUNE_EPOCHS}",
+        "train.log_interval=1",
+        "--name",
+        FINETUNE_SWEEP_NAME,
+    ]
     report = [python, "-m", "zerolab.gpucheck.report", "--work", str(WORK)]
     if options.results:
         report += ["--results", str(options.results)]
@@ -224,6 +246,14 @@ def steps(options: Options) -> list[Step]:
             "peer",
             "benchmarks/gpu_vs_peer.py: zerolab against plain PyTorch, 124M and 1.5B, ZeRO-0 and 2",
             commands=[Command(peer)],
+        ),
+        Step(
+            "finetune",
+            "the five GPT-2 XL fine-tuning recipes on one GPU (random weights, the WNLI sample; one sweep)",
+            commands=[
+                Command([*make_model, str(FINETUNE_MODEL)], unless=FINETUNE_MODEL),
+                Command(finetune),
+            ],
         ),
         Step(
             "report", "benchmarks/gpu.md, its plots, and the runs as one tarball", commands=[Command(report)]

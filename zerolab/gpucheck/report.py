@@ -17,11 +17,18 @@ import tarfile
 import time
 from pathlib import Path
 
-from zerolab.gpucheck.check import STEP_NAMES, SWEEP_NAME, state_file
+from zerolab.gpucheck.check import (
+    FINETUNE_RECIPE,
+    FINETUNE_SWEEP_NAME,
+    STEP_NAMES,
+    SWEEP_NAME,
+    state_file,
+)
 from zerolab.locations import REPO_ROOT, SWEEPS_DIR
 
 GPU_REPORT = REPO_ROOT / "benchmarks" / "gpu.md"
 SWEEP_DIR = REPO_ROOT / SWEEPS_DIR / SWEEP_NAME
+FINETUNE_SWEEP_DIR = REPO_ROOT / SWEEPS_DIR / FINETUNE_SWEEP_NAME
 ESTIMATE_TARGET_PCT = 10.0
 """`zerolab estimate` within this many percent of every measured peak (issue 11's target)."""
 TARBALL = "gpu-check-runs.tar.gz"
@@ -113,6 +120,21 @@ def report_text(work: Path) -> str:
         lines.append(
             f"Not measured: {summary_path.relative_to(REPO_ROOT)} is missing (the seeds step did not run)."
         )
+    lines += [
+        "",
+        "## The five GPT-2 XL fine-tuning recipes on one GPU",
+        "",
+        f"`zerolab sweep {FINETUNE_RECIPE} zero=z0,z1,z2,z3,z3_offload hardware.procs_per_node=1 ...`: "
+        "a GPT-2 XL with random weights (the machine cannot download OpenAI's; memory and speed do not "
+        "depend on the weights) fine-tuned on the shipped WNLI sample, bf16, 128 tokens per example.",
+        "",
+    ]
+    finetune_summary = FINETUNE_SWEEP_DIR / "summary.json"
+    if finetune_summary.is_file():
+        lines += seed_lines(json.loads(finetune_summary.read_text()))
+    else:
+        missing = finetune_summary.relative_to(REPO_ROOT)
+        lines.append(f"Not measured: {missing} is missing (the finetune step did not run).")
     lines += ["", "## zerolab against a plain PyTorch GPT-2", ""]
     if peer.is_file():
         body = peer.read_text().splitlines()
