@@ -8,12 +8,17 @@ the reason, without the engine."""
 from __future__ import annotations
 
 import json
+import math
+import shutil
 import subprocess
 
 from finetune_runs import fine_tune
+from launch_helpers import free_port
 
+from zerolab.cli import main
 from zerolab.engine.paths import engine_python_env
 from zerolab.finetune.glue import glue_task
+from zerolab.locations import REPO_ROOT
 from zerolab.summarize.collect import summarize_paths
 from zerolab.summarize.summary import Options
 from zerolab.summarize.tables import models_by_setups
@@ -64,6 +69,7 @@ import torch
 from torch.utils.data import Dataset, SequentialSampler
 from transformers import AutoConfig, AutoTokenizer, GPT2ForSequenceClassification, Trainer, TrainingArguments
 from zerolab.finetune.glue import glue_task
+from zerolab.locations import REPO_ROOT
 from zerolab.finetune.loop import encode
 from zerolab.finetune.metrics import glue_metrics
 from zerolab.finetune.request import read_request
@@ -141,3 +147,50 @@ def test_on_one_process_the_loop_scores_what_hugging_faces_trainer_scores(engine
     theirs = json.loads(done.stdout.strip().splitlines()[-1])
     assert abs(ours["loss"] - theirs["eval_loss"]) <= 1e-3 * theirs["eval_loss"], (ours, theirs)
     assert ours["accuracy"] == theirs["eval_accuracy"], (ours, theirs)
+
+
+def test_a_regression_task_fine_tunes_and_is_scored_by_correlation(engine, hf_model, tmp_path):
+    # STS-B: one output, a mean-squared-error loss, Pearson and Spearman against the similarity scores
+    records = fine_tune(hf_model, "z3", tmp_path / "stsb", "finetune.task=stsb")
+    losses = [record["loss"] for record in records if record["kind"] == "train"]
+    [scored] = [record for record in records if record["kind"] == "eval"]
+    assert len(losses) == 4 and all(math.isfinite(loss) and loss > 0 for loss in losses), losses
+    assert -1 <= scored["pearson"] <= 1 and -1 <= scored["spearmanr"] <= 1 and scored["loss"] > 0, scored
+    [row] = [summary.row for summary in summarize_paths([tmp_path / "stsb"], Options()).runs]
+    assert (row["task"], row["task_metric"], row["task_score"]) == ("stsb", "pearson", scored["pearson"])
+
+
+BROKEN_TOKENIZER = """
+import sys
+from transformers import GPT2TokenizerFast
+GPT2TokenizerFast(vocab_file=sys.argv[2], merges_file=sys.argv[3]).save_pretrained(sys.argv[1])
+"""
+
+
+def test_a_tokenizer_that_encodes_nothing_fails_the_run_naming_the_file(engine, hf_model, tmp_path):
+    # transformers 5 ignores vocab_file and merges_file here and saves an empty tokenizer: every
+    # example becomes padding, and the model would train (and score) on nothing, constantly
+    model = tmp_path / "broken"
+    shutil.copytree(hf_model, model)
+    assets = REPO_ROOT / "zerolab" / "assets" / "gpt2"
+    command = [
+        str(engine[1]),
+        "-c",
+        BROKEN_TOKENIZER,
+        str(model),
+        str(assets / "vocab.json"),
+        str(assets / "merges.txt"),
+    ]
+    subprocess.run(command, env=engine_python_env(), check=True, capture_output=True, timeout=300)
+    run_dir = tmp_path / "run"
+    argv = [
+        "launch",
+        "finetune/cpu/tiny_wnli_dp",
+        f"finetune.model={model}",
+        f"hardware.master_port={free_port()}",
+    ]
+    assert main([*argv, "--run-dir", str(run_dir)]) != 0
+    status = json.loads((run_dir / "status.json").read_text())
+    assert status["state"] == "failed"
+    log = (run_dir / "train.log").read_text()
+    assert "wnli_train.jsonl: example 1 is no tokens at all once tokenized by the model's tokenizer" in log

@@ -31,6 +31,7 @@ from transformers import (
     get_linear_schedule_with_warmup,
 )
 
+from zerolab.errors import UserError
 from zerolab.finetune.glue import GlueTask, glue_task
 from zerolab.finetune.metrics import glue_metrics
 from zerolab.finetune.records import RECORDS_FILE
@@ -50,6 +51,20 @@ def encode(rows: list[dict[str, Any]], task: GlueTask, tokenizer: Any, max_seq_l
         "attention_mask": torch.tensor(encoded["attention_mask"]),
         "labels": torch.tensor([row["label"] for row in rows], dtype=dtype),
     }
+
+
+def encode_split(path: str, task: GlueTask, tokenizer: Any, max_seq_length: int) -> dict[str, Any]:
+    """The split file at `path`, encoded; UserError naming the first example the tokenizer turns into
+    no tokens at all (a broken tokenizer, or an empty sentence), which would train on nothing."""
+    encoded = encode(read_split(path, task), task, tokenizer, max_seq_length)
+    empty = (encoded["attention_mask"].sum(dim=1) == 0).nonzero()
+    if len(empty):
+        raise UserError(
+            f"{path}: example {int(empty[0]) + 1} is no tokens at all once tokenized by the model's "
+            f"tokenizer ({len(empty)} such of {len(encoded['labels'])}): check the model folder's tokenizer "
+            "files and the example's text"
+        )
+    return encoded
 
 
 def parameter_groups(model: Any, weight_decay: float) -> list[dict[str, Any]]:
@@ -188,11 +203,8 @@ def main(request_file: str) -> None:
     model_dir = str(run_dir / EXPORTED_MODEL_DIR) if request.exported else request.model
     tokenizer, model = load_model(request, model_dir, task)
     max_len = request.max_seq_length
-    train = encode(read_split(request.train_file, task), task, tokenizer, max_len)
-    evals = {
-        split: encode(read_split(path, task), task, tokenizer, max_len)
-        for split, path in request.eval_files.items()
-    }
+    train = encode_split(request.train_file, task, tokenizer, max_len)
+    evals = {split: encode_split(f, task, tokenizer, max_len) for split, f in request.eval_files.items()}
     micro, total = ds_config["train_micro_batch_size_per_gpu"], ds_config["train_batch_size"]
     steps_per_epoch = len(train["labels"]) // total
     steps = steps_per_epoch * request.epochs

@@ -25,7 +25,7 @@ def save_random_gpt2(out: Path, layers: int, hidden: int, heads: int, positions:
     config = GPT2Config(n_layer=layers, n_embd=hidden, n_head=heads, n_positions=positions)
     with folder_written_whole(out) as partial:
         GPT2LMHeadModel(config).save_pretrained(partial)
-        GPT2TokenizerFast(vocab_file=str(GPT2_VOCAB), merges_file=str(GPT2_MERGES)).save_pretrained(partial)
+        GPT2TokenizerFast(vocab=str(GPT2_VOCAB), merges=str(GPT2_MERGES)).save_pretrained(partial)
 
 
 def main(argv: list[str] | None = None) -> int:
