@@ -238,37 +238,34 @@ def render(
     section), with the engine checkout at `engine` (default: this machine's). With
     `load_own_checkpoints`, a checkpointing run also loads from its own checkpoints/ (a job that
     may be requeued into the same run directory), unless it starts from imported weights
-    (model.init_from: a requeued job starts from them again)."""
+    (model.init_from: a requeued job starts from them again). A fine-tuning recipe launches
+    zerolab's loop with its request instead of the engine's pretrain_gpt.py."""
     hw = recipe.hardware
     init = recipe.model.init_from is not None
     placement = placement or Placement.of(recipe)
+    request = None
     if recipe.finetune is not None:
         assert resume is None, "a fine-tuning run is not resumed (zerolab.recipe.selection refuses it)"
-        return Launch(
-            argv=[*launcher_args(recipe, placement, FINETUNE_MODULE), f"{run_dir}/{REQUEST_FILE}"],
-            env=launch_env(recipe) | remote_env_file(recipe, placement, run_dir),
-            ds_config=ds_config(recipe),
-            run_dir=run_dir,
-            world_size=recipe.world_size,
-            nodes=hw.nodes,
-            procs_per_node=hw.procs_per_node,
-            request=finetune_request(recipe),
-        )
-    return Launch(
-        argv=[
+        argv = [*launcher_args(recipe, placement, FINETUNE_MODULE), f"{run_dir}/{REQUEST_FILE}"]
+        request = finetune_request(recipe)
+    else:
+        argv = [
             *launcher_args(recipe, placement),
             f"{engine or engine_dir()}/pretrain_gpt.py",
             *megatron_args(recipe, f"{run_dir}/{rundir.DS_CONFIG_FILE}"),
             *run_dir_args(recipe, run_dir, load_own_checkpoints=load_own_checkpoints and not init),
             *(resume_args(recipe, resume) if resume else init_args(recipe)),
             *recipe.extra.megatron_args,
-        ],
+        ]
+    return Launch(
+        argv=argv,
         env=launch_env(recipe) | remote_env_file(recipe, placement, run_dir),
         ds_config=ds_config(recipe),
         run_dir=run_dir,
         world_size=recipe.world_size,
         nodes=hw.nodes,
         procs_per_node=hw.procs_per_node,
+        request=request,
     )
 
 
