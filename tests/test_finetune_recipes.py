@@ -120,6 +120,7 @@ def test_a_hf_folder_gives_the_recipe_its_shape_and_name(tmp_path):
         (["finetune.tsk=rte"], ["unknown key `finetune.tsk`", "did you mean `finetune.task`?"]),
         (["train.iters=10"], ["fine-tuning trains whole epochs", "train.epochs to a whole number"]),
         (["train.epochs=1.5"], ["fine-tuning trains whole epochs"]),
+        (["train.iters=10", "train.epochs=null"], ["fine-tuning trains whole epochs"]),
         (["train.min_lr=1e-5"], ["decay to 0", "set train.min_lr=0"]),
         (["parallel.tensor=2"], ["does not read these keys", "parallel.tensor=2"]),
         (["data.path=data/owt_text_document"], ["does not read these keys", "data.path"]),

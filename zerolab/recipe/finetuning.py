@@ -33,8 +33,12 @@ class ModelSource:
 
     @property
     def name(self) -> str:
-        """How run.json and the summaries name the model: the hub name, or the folder's own name."""
-        return self.spec if self.kind == "hub" else Path(self.spec).resolve().name
+        """How run.json and the summaries name the model: the hub name, the run's name (its run.json),
+        or the folder's own name."""
+        if self.kind == "hub":
+            return self.spec
+        facts, _ = rundir.read_facts(Path(self.spec)) if self.kind == "run" else (None, [])
+        return facts.name if facts and facts.name else Path(self.spec).resolve().name
 
     def folder(self) -> Path | None:
         """The folder whose config.json says what the model is: the folder itself, or a hub model's

@@ -33,7 +33,8 @@ def train_iters(recipe: Recipe) -> int:
     """The number of optimizer steps the recipe trains for."""
     train = recipe.train
     if recipe.finetune is not None:
-        assert train.epochs is not None, "checks guarantee fine-tuning's epochs"
+        if train.epochs is None or not train.epochs.is_integer():
+            raise UserError("train.epochs: a fine-tuning trains a whole number of epochs; set it (e.g. 3)")
         return int(train.epochs) * steps_per_epoch(recipe)
     if train.iters is not None:
         return train.iters
