@@ -13,6 +13,7 @@ import pytest
 
 from zerolab.cli import main
 from zerolab.errors import UserError
+from zerolab.estimate.gpu import finetune_fit_problem
 from zerolab.estimate.memory import estimate_memory
 from zerolab.finetune.request import REQUEST_FILE
 from zerolab.locations import REPO_ROOT
@@ -229,3 +230,13 @@ def test_the_estimate_knows_a_fine_tunings_head_and_its_whole_model_load():
     assert load.bytes == 4 * 1_557_611_200  # GPT-2 XL in fp32, on every rank while it loads
     peaks = [estimates[setup].peak_stage.peak_bytes for setup in SETUPS]
     assert peaks[0] > peaks[1] > peaks[2] > peaks[3] > peaks[4]  # each setup shards (or offloads) more
+
+
+def test_a_fine_tuning_that_does_not_fit_the_gpu_is_refused_naming_the_keys_that_shrink_it():
+    # GPT-2 XL on 24 GB GPUs, the study's: ZeRO 0 does not fit (about 36 GiB), ZeRO 3 does
+    problem = finetune_fit_problem(load_recipe("finetune/gpt2_xl_mrpc_dp"), [24.0, 24.0], "NVML")
+    assert problem is not None and "cannot launch gpt2_xl_mrpc_dp" in problem
+    assert "and the GPU has 24.0 GiB (NVML)" in problem
+    assert "zero=z3" in problem and "train.micro_batch_size" in problem and "--gpu-memory 24" in problem
+    assert finetune_fit_problem(load_recipe("finetune/gpt2_xl_mrpc_z3"), [24.0, 24.0], "NVML") is None
+    assert finetune_fit_problem(load_recipe("gpt2_dp"), [24.0, 24.0], "NVML") is None  # pretraining warns

@@ -9,6 +9,7 @@ import sys
 
 from zerolab.engine.doctor import collect
 from zerolab.engine.nvml import Gpus
+from zerolab.errors import UserError
 from zerolab.estimate import CannotEstimate, estimate
 from zerolab.estimate.buffers import CUDA_CONTEXT_GIB
 from zerolab.estimate.fit import DOES_NOT_FIT, TIGHT, fit_status
@@ -67,11 +68,38 @@ def memory_warning(recipe: Recipe, gpus_gib: list[float], source: str) -> str | 
     return None
 
 
+def finetune_fit_problem(recipe: Recipe, gpus_gib: list[float], source: str) -> str | None:
+    """A fine-tuning that does not fit the GPUs of `gpus_gib` by the estimate: the refusal's text
+    (the keys that shrink it, and the estimate that shows what fits), else None. Fine-tuning asks for
+    it to be an error; pretraining only warns (memory_warning)."""
+    gpus_gib = gpus_gib[: recipe.hardware.procs_per_node]
+    if recipe.finetune is None or recipe.hardware.device == "cpu" or not gpus_gib:
+        return None
+    try:
+        est = estimate(recipe)
+    except CannotEstimate:
+        return None
+    smallest = min(gpus_gib)
+    if fit_status(est.gpu_peak_gib, smallest) != DOES_NOT_FIT:
+        return None
+    return (
+        f"cannot launch {recipe.name}: zerolab estimate puts it at {est.gpu_peak_gib:.1f} GiB allocated "
+        f"per GPU at its peak ({est.peak_stage.peak_phase}), and the GPU has {smallest:.1f} GiB ({source}). "
+        "Shard or offload more (zero=z2, zero=z3, zero=z3_offload), lower train.micro_batch_size (raising "
+        "the gradient accumulation), or set activation_checkpointing=full; `zerolab estimate RECIPE "
+        f"--gpu-memory {smallest:g}` shows the setups and micro batches that fit"
+    )
+
+
 def warn_before_launch(recipe: Recipe) -> None:
-    """Print `memory_warning` on stderr for the GPUs visible here (nothing on CPU)."""
+    """Print `memory_warning` on stderr for the GPUs visible here (nothing on CPU); a fine-tuning
+    that does not fit them is a UserError (finetune_fit_problem)."""
     if recipe.hardware.device == "cpu":
         return
     gpus, source = visible_gpu_memory()
+    problem = finetune_fit_problem(recipe, gpus, source)
+    if problem:
+        raise UserError(problem)
     warning = memory_warning(recipe, gpus, source)
     if warning:
         print(f"zerolab: warning: {warning}", file=sys.stderr)
