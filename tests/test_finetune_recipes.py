@@ -117,7 +117,10 @@ def test_a_hf_folder_gives_the_recipe_its_shape_and_name(tmp_path):
 @pytest.mark.parametrize(
     ("overrides", "expected"),
     [
-        (["finetune.task=mrcp"], ["no GLUE task `mrcp`; did you mean `mrpc`?", "finetune.task"]),
+        (
+            ["finetune.task=mrcp"],
+            ["`finetune.task` = 'mrcp': Input should be 'cola'", "did you mean `mrpc`?"],
+        ),
         (["finetune.tsk=rte"], ["unknown key `finetune.tsk`", "did you mean `finetune.task`?"]),
         (["train.iters=10"], ["fine-tuning trains whole epochs", "train.epochs to a whole number"]),
         (["train.epochs=1.5"], ["fine-tuning trains whole epochs"]),
@@ -240,3 +243,13 @@ def test_a_fine_tuning_that_does_not_fit_the_gpu_is_refused_naming_the_keys_that
     assert "zero=z3" in problem and "train.micro_batch_size" in problem and "--gpu-memory 24" in problem
     assert finetune_fit_problem(load_recipe("finetune/gpt2_xl_mrpc_z3"), [24.0, 24.0], "NVML") is None
     assert finetune_fit_problem(load_recipe("gpt2_dp"), [24.0, 24.0], "NVML") is None  # pretraining warns
+
+
+def test_a_sweep_crosses_models_setups_and_tasks(tmp_path, capsys):
+    models = [gpt2_folder(tmp_path / name) for name in ("gpt2-a", "gpt2-b")]
+    words = ["finetune/cpu/tiny_wnli_dp", "zero=z0,z3", "finetune.task=wnli,stsb"]  # names, not one name
+    words.append("finetune.model=" + ",".join(f"'{model}'" for model in models))
+    assert main(["sweep", *words, "--name", "ft", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "8 cells" in out and "(zero x finetune.task x finetune.model)" in out
+    assert out.count(" ok\n") == 8 and "would run 8 cell(s); 0 refused" in out

@@ -8,7 +8,6 @@ from typing import Any
 
 from zerolab.engine.megatron_entry import FLASH_V2
 from zerolab.errors import UserError
-from zerolab.finetune.glue import TASKS, glue_task
 from zerolab.recipe.inputs import vocabulary_size
 from zerolab.recipe.length import train_iters
 from zerolab.recipe.provenance import Sources, source_of
@@ -671,17 +670,6 @@ def _replaced_keys(rendered: dict[str, Any], extra: dict[str, Any], prefix: str 
         else:
             clashes.append(f"{prefix}{key}")
     return clashes
-
-
-@check
-def _finetune_task_known(recipe: Recipe) -> Problem | None:
-    if recipe.finetune is None:
-        return None
-    try:
-        glue_task(recipe.finetune.task)
-    except UserError as error:
-        return Problem(("finetune.task",), str(error), f"set finetune.task to one of {', '.join(TASKS)}")
-    return None
 
 
 @check

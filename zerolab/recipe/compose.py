@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import difflib
 import re
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -255,7 +256,21 @@ def _describe_error(item: dict[str, Any], sources: Sources) -> str:
             f"{where}: `{key}` = {shown!r}: YAML read this token as a {type(shown).__name__}, and each "
             f"token is passed to Megatron as text: quote it, e.g. '{shown}'"
         )
+    if item["type"] == "literal_error" and isinstance(shown, str):
+        close = difflib.get_close_matches(shown, _literal_values(loc), n=1)
+        if close:
+            return f"{where}: `{key}` = {shown!r}: {item['msg']}; did you mean `{close[0]}`?"
     return f"{where}: `{key}` = {shown!r}: {item['msg']}"
+
+
+def _literal_values(loc: KeyPath) -> list[str]:
+    """The values a Literal field at `loc` takes (for a did-you-mean)."""
+    model: type[BaseModel] | None = Recipe
+    for part in loc[:-1]:
+        info = model.model_fields.get(part) if model else None
+        model = section_class(info.annotation) if info else None
+    info = model.model_fields.get(loc[-1]) if model else None
+    return [str(value) for value in typing.get_args(info.annotation)] if info else []
 
 
 def _suggest(loc: KeyPath) -> str:

@@ -9,6 +9,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from zerolab.engine.megatron_entry import FLASH_V2
+from zerolab.finetune.glue import TASKS
 from zerolab.recipe.destinations import DeepSpeed, Destination, Env, Launcher, Megatron, Zerolab
 
 MAX_LAYERS, MAX_HIDDEN, MAX_HEADS = 1024, 65536, 1024
@@ -709,6 +710,10 @@ class HardwareSection(Section):
     )
 
 
+GlueTaskName = Literal[tuple(TASKS)]  # type: ignore[valid-type]
+"""The nine GLUE tasks' names, as zerolab.finetune.glue lists them."""
+
+
 class FinetuneSection(Section):
     """Fine-tuning instead of pretraining (configs/finetune/): a Hugging Face GPT-2 given a
     classification head and trained on a GLUE task by zerolab's loop on DeepSpeed's engine
@@ -731,9 +736,9 @@ class FinetuneSection(Section):
         to=(Zerolab("the hint when the model is missing"),),
         names_run=False,
     )
-    task: str = field(
+    task: GlueTaskName = field(
         "mrpc",
-        "the GLUE task: cola, sst2, mrpc, qqp, stsb, mnli, qnli, rte or wnli",
+        "the GLUE task (zerolab.finetune.glue: run_glue.py's columns, labels and metrics for each)",
         to=(Zerolab("request.json's task; the head's label count and the metrics"),),
     )
     data: str = field(
