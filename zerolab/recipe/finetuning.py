@@ -165,13 +165,9 @@ def data_problems(finetune: FinetuneSection, task: GlueTask) -> list[str]:
 
 
 def finetune_inputs_problems(recipe: Recipe) -> list[str]:
-    """Every problem with the model and data of a fine-tuning recipe (none for an unknown task:
-    the checks name that)."""
+    """Every problem with the model and data of a fine-tuning recipe."""
     assert recipe.finetune is not None
-    try:
-        task = glue_task(recipe.finetune.task)
-    except UserError:
-        return []
+    task = glue_task(recipe.finetune.task)
     return model_problems(recipe.finetune, task) + data_problems(recipe.finetune, task)
 
 
