@@ -11,7 +11,7 @@ from typing import Any
 from launch_helpers import free_port
 
 from zerolab.cli import main
-from zerolab.finetune.records import read_records
+from zerolab.finetune.records import scan_records
 
 
 def fine_tune(model: Path, setup: str, run_dir: Path, *overrides: str) -> list[dict[str, Any]]:
@@ -30,4 +30,7 @@ def fine_tune(model: Path, setup: str, run_dir: Path, *overrides: str) -> list[d
     status = json.loads((run_dir / "status.json").read_text())
     log_tail = (run_dir / "train.log").read_text(errors="replace")[-3000:]
     assert code == 0 and status["state"] == "completed", (status.get("cause"), log_tail)
-    return read_records(run_dir)
+    problems: list[str] = []
+    records = scan_records(run_dir, problems)
+    assert not problems, problems
+    return records

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import sys
+from dataclasses import dataclass
 
 from zerolab.engine.doctor import collect
 from zerolab.engine.nvml import Gpus
@@ -13,6 +14,7 @@ from zerolab.errors import UserError
 from zerolab.estimate import CannotEstimate, estimate
 from zerolab.estimate.buffers import CUDA_CONTEXT_GIB
 from zerolab.estimate.fit import DOES_NOT_FIT, TIGHT, fit_status
+from zerolab.estimate.memory import MemoryEstimate
 from zerolab.recipe.schema import Recipe
 
 MIB_PER_GIB = 1024
@@ -40,30 +42,45 @@ def visible_gpu_memory() -> tuple[list[float], str]:
     return [float(device["memory_GiB"]) for device in devices], "the engine's torch"
 
 
+@dataclass(frozen=True)
+class Fit:
+    """The estimate of a recipe against the smallest GPU its ranks get on this node."""
+
+    estimate: MemoryEstimate
+    gpu_gib: float
+    status: str
+
+
+def fit_on(recipe: Recipe, gpus_gib: list[float]) -> Fit | None:
+    """How the recipe fits GPUs of `gpus_gib` (the first procs_per_node of them); None on CPU or
+    with no GPU to compare. CannotEstimate when the estimator does not model the recipe."""
+    gpus_gib = gpus_gib[: recipe.hardware.procs_per_node]
+    if recipe.hardware.device == "cpu" or not gpus_gib:
+        return None
+    est = estimate(recipe)
+    smallest = min(gpus_gib)
+    return Fit(est, smallest, fit_status(est.gpu_peak_gib, smallest))
+
+
 def memory_warning(recipe: Recipe, gpus_gib: list[float], source: str) -> str | None:
     """The warning for launching `recipe` on GPUs of `gpus_gib`, or None when it fits (or there is
     nothing to compare, or the estimator does not model the recipe)."""
-
-    if recipe.hardware.device == "cpu":
-        return None
-    gpus_gib = gpus_gib[: recipe.hardware.procs_per_node]
-    if not gpus_gib:
-        return None
     try:
-        est = estimate(recipe)
+        fit = fit_on(recipe, gpus_gib)
     except CannotEstimate as error:
         return f"no memory estimate before launch: {error}"
-    smallest = min(gpus_gib)
-    status = fit_status(est.gpu_peak_gib, smallest)
+    if fit is None:
+        return None
+    est, smallest = fit.estimate, fit.gpu_gib
     what = (
         f"the estimate for {recipe.name} is {est.gpu_peak_gib:.1f} GiB allocated per GPU at its peak "
         f"({est.peak_stage.peak_phase}), plus about {CUDA_CONTEXT_GIB} GiB of CUDA context, and the "
         f"GPU has {smallest:.1f} GiB ({source})"
     )
     fix = f"`zerolab estimate RECIPE --gpu-memory {smallest:g}` shows setups and micro batches that fit"
-    if status == DOES_NOT_FIT:
+    if fit.status == DOES_NOT_FIT:
         return f"{what}: it will likely run out of memory; {fix}"
-    if status == TIGHT:
+    if fit.status == TIGHT:
         return f"{what}: it fits only if the allocator wastes almost nothing; {fix}"
     return None
 
@@ -72,16 +89,15 @@ def finetune_fit_problem(recipe: Recipe, gpus_gib: list[float], source: str) -> 
     """A fine-tuning that does not fit the GPUs of `gpus_gib` by the estimate: the refusal's text
     (the keys that shrink it, and the estimate that shows what fits), else None. Fine-tuning asks for
     it to be an error; pretraining only warns (memory_warning)."""
-    gpus_gib = gpus_gib[: recipe.hardware.procs_per_node]
-    if recipe.finetune is None or recipe.hardware.device == "cpu" or not gpus_gib:
+    if recipe.finetune is None:
         return None
     try:
-        est = estimate(recipe)
+        fit = fit_on(recipe, gpus_gib)
     except CannotEstimate:
         return None
-    smallest = min(gpus_gib)
-    if fit_status(est.gpu_peak_gib, smallest) != DOES_NOT_FIT:
+    if fit is None or fit.status != DOES_NOT_FIT:
         return None
+    est, smallest = fit.estimate, fit.gpu_gib
     return (
         f"cannot launch {recipe.name}: zerolab estimate puts it at {est.gpu_peak_gib:.1f} GiB allocated "
         f"per GPU at its peak ({est.peak_stage.peak_phase}), and the GPU has {smallest:.1f} GiB ({source}). "

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from zerolab.errors import UserError
 from zerolab.finetune.glue import glue_task
 from zerolab.recipe.schema import Recipe
 
@@ -29,12 +28,7 @@ class Stage:
 
 def finetune_labels(recipe: Recipe) -> int | None:
     """A fine-tuning's label count (its GLUE task's), else None."""
-    if recipe.finetune is None:
-        return None
-    try:
-        return glue_task(recipe.finetune.task).num_labels
-    except UserError:
-        return None
+    return glue_task(recipe.finetune.task).num_labels if recipe.finetune else None
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ from transformers import (
 from zerolab.errors import UserError
 from zerolab.finetune.glue import GlueTask, glue_task
 from zerolab.finetune.metrics import glue_metrics
-from zerolab.finetune.records import RECORDS_FILE
+from zerolab.finetune.records import Records
 from zerolab.finetune.request import EXPORTED_MODEL_DIR, FinetuneRequest, read_request
 from zerolab.finetune.split_files import read_split
 from zerolab.rundir import DS_CONFIG_FILE, TENSORBOARD_DIR, WANDB_DIR
@@ -76,19 +76,6 @@ def parameter_groups(model: Any, weight_decay: float) -> list[dict[str, Any]]:
         {"params": [p for name, p in named if name in decayed], "weight_decay": weight_decay},
         {"params": [p for name, p in named if name not in decayed], "weight_decay": 0.0},
     ]
-
-
-class Records:
-    """OUT/finetune.jsonl, written by rank 0 only."""
-
-    def __init__(self, out: Path, rank: int) -> None:
-        self.file = open(out / RECORDS_FILE, "a", encoding="utf-8") if rank == 0 else None  # noqa: SIM115
-
-    def write(self, record: dict[str, Any]) -> None:
-        """Append `record` as one line (rank 0)."""
-        if self.file is not None:
-            self.file.write(json.dumps(record) + "\n")
-            self.file.flush()
 
 
 def evaluate(engine: Any, task: GlueTask, data: dict[str, Any], micro: int) -> dict[str, float]:

@@ -1,7 +1,8 @@
 """What a fine-tuning run records: OUT/finetune.jsonl, one JSON object per line, written by rank 0
-of the loop (zerolab.finetune.loop) and read here. A `train` record per optimizer step (step, steps,
-epoch, loss: the global batch's mean, lr, step_ms, samples_per_s, tokens_per_s), an `eval` record
-per validation split after each epoch (split, step, epoch, loss and the task's metrics)."""
+of the loop (zerolab.finetune.loop, through Records) and read by summaries (scan_records). A
+`train` record per optimizer step (step, steps, epoch, loss: the global batch's mean, lr, step_ms,
+samples_per_s, tokens_per_s), an `eval` record per validation split after each epoch (split, step,
+epoch, loss and the task's metrics)."""
 
 from __future__ import annotations
 
@@ -12,11 +13,17 @@ from typing import Any
 RECORDS_FILE = "finetune.jsonl"
 
 
-def read_records(folder: Path, kind: str | None = None) -> list[dict[str, Any]]:
-    """The records in `folder`/finetune.jsonl, in order; only those of `kind` when given."""
-    lines = (folder / RECORDS_FILE).read_text(encoding="utf-8").splitlines()
-    records = [json.loads(line) for line in lines if line.strip()]
-    return [record for record in records if kind is None or record["kind"] == kind]
+class Records:
+    """OUT/finetune.jsonl as a run writes it: by rank 0 only, a line at a time, flushed."""
+
+    def __init__(self, out: Path, rank: int) -> None:
+        self.file = open(out / RECORDS_FILE, "a", encoding="utf-8") if rank == 0 else None  # noqa: SIM115
+
+    def write(self, record: dict[str, Any]) -> None:
+        """Append `record` as one line (rank 0)."""
+        if self.file is not None:
+            self.file.write(json.dumps(record) + "\n")
+            self.file.flush()
 
 
 def scan_records(folder: Path, problems: list[str]) -> list[dict[str, Any]]:

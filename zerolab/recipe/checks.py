@@ -701,7 +701,7 @@ NOT_READ_BY_FINETUNING: dict[str, tuple[str, ...]] = {
     "parallel": ("tensor", "pipeline"),
     "model": ("make_vocab_size_divisible_by", "init_from", "import_command"),
     "data": tuple(DataSection.model_fields),
-    "train": ("iters", "tokens", "eval_interval", "eval_iters", "save_interval", "save_interval_epochs"),
+    "train": ("eval_interval", "eval_iters", "save_interval", "save_interval_epochs"),
     "activation_checkpointing": (
         "method",
         "num_layers",
@@ -713,7 +713,7 @@ NOT_READ_BY_FINETUNING: dict[str, tuple[str, ...]] = {
     "extra": ("megatron_args",),
 }
 """The keys a fine-tuning does not read (the loop is not Megatron): a value other than the
-default is refused rather than silently ignored. (train.iters and train.tokens: the length check.)"""
+default is refused rather than silently ignored (train.iters and train.tokens: the length check)."""
 
 
 @check
@@ -724,7 +724,7 @@ def _finetune_reads_not(recipe: Recipe) -> Problem | None:
         f"{section}.{name}"
         for section, names in NOT_READ_BY_FINETUNING.items()
         for name in names
-        if name not in ("iters", "tokens") and _differs_from_default(getattr(recipe, section), name)
+        if _differs_from_default(getattr(recipe, section), name)
     ]
     if recipe.activation_checkpointing.granularity == "selective":
         unread.append("activation_checkpointing.granularity")

@@ -10,7 +10,7 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
 from zerolab.errors import UserError
 from zerolab.locations import CONFIGS_DIR, RECIPES_DIR, display_path
@@ -18,7 +18,7 @@ from zerolab.recipe.checks import check_recipe
 from zerolab.recipe.finetuning import adopt_model
 from zerolab.recipe.naming import run_name
 from zerolab.recipe.provenance import KeyPath, Sources, source_of
-from zerolab.recipe.schema import MODEL_SHAPE_KEYS, SECTIONS, Recipe, section_class
+from zerolab.recipe.schema import MODEL_SHAPE_KEYS, SECTIONS, Recipe, section_at
 from zerolab.recipe.yaml_io import parse_yaml, read_yaml_mapping
 
 _OVERRIDE_KEY = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
@@ -265,23 +265,17 @@ def _describe_error(item: dict[str, Any], sources: Sources) -> str:
 
 def _literal_values(loc: KeyPath) -> list[str]:
     """The values a Literal field at `loc` takes (for a did-you-mean)."""
-    model: type[BaseModel] | None = Recipe
-    for part in loc[:-1]:
-        info = model.model_fields.get(part) if model else None
-        model = section_class(info.annotation) if info else None
-    info = model.model_fields.get(loc[-1]) if model else None
+    section = section_at(loc[:-1])
+    info = section.model_fields.get(loc[-1]) if section else None
     return [str(value) for value in typing.get_args(info.annotation)] if info else []
 
 
 def _suggest(loc: KeyPath) -> str:
     """'did you mean `train.micro_batch_size`?' or the list of valid keys at that level."""
     parent = loc[:-1]
-    model: type[BaseModel] = Recipe
-    for part in parent:
-        section = section_class(model.model_fields[part].annotation)
-        if section is None:
-            return "this key takes no sub-keys"
-        model = section
+    model = section_at(parent)
+    if model is None:
+        return "this key takes no sub-keys"
     names = list(model.model_fields)
     wrong = loc[-1]
     close = sorted(name for name in names if name.startswith(wrong))[:3]

@@ -18,7 +18,7 @@ from zerolab.finetune.split_files import TRAIN_SPLIT, split_file, task_splits
 from zerolab.hf_folder import cached_hub_folder, looks_like_path, missing_files, read_config, shape
 from zerolab.locations import CONFIGS_DIR, display_path
 from zerolab.recipe.provenance import Sources, source_of
-from zerolab.recipe.schema import FinetuneSection, Recipe
+from zerolab.recipe.schema import MODEL_SHAPE_KEYS, FinetuneSection, Recipe
 from zerolab.recipe.yaml_io import read_yaml_mapping
 
 CLASSIFIER = "GPT2ForSequenceClassification"
@@ -64,7 +64,7 @@ def model_shape(source: ModelSource) -> dict[str, Any] | None:
             model = read_yaml_mapping(recipe_file).get("model", {})
         except UserError:
             return None
-        return {key: model[key] for key in shape({}) if key in model} or None
+        return {key: model[key] for key in MODEL_SHAPE_KEYS if key in model} or None
     folder = source.folder()
     if folder is None:
         return None

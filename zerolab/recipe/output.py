@@ -153,15 +153,16 @@ def warn_missing_inputs(recipe: Recipe, *, scheduler_places_nodes: bool = False)
         print(f"zerolab: warning: {problem}", file=sys.stderr)
 
 
+UNKNOWN_LENGTH = "unknown until the data is prepared"
+
+
 def _iters_or_reason(recipe: Recipe) -> str:
     try:
         return str(train_iters(recipe))
     except UserError:
-        return "unknown until the data is prepared"
+        return UNKNOWN_LENGTH
 
 
 def _length_text(recipe: Recipe) -> str:
-    try:
-        return f"{train_iters(recipe)} iterations"
-    except UserError:
-        return "iterations unknown until the data is prepared"
+    iters = _iters_or_reason(recipe)
+    return f"iterations {iters}" if iters == UNKNOWN_LENGTH else f"{iters} iterations"

@@ -869,3 +869,16 @@ def section_class(annotation: Any) -> type[BaseModel] | None:
         if isinstance(candidate, type) and issubclass(candidate, BaseModel):
             return candidate
     return None
+
+
+def section_at(path: tuple[str, ...]) -> type[BaseModel] | None:
+    """The section model at a key path (`()`: Recipe; `("finetune",)`: FinetuneSection), or None
+    where a part of it is not a section."""
+    model: type[BaseModel] = Recipe
+    for part in path:
+        info = model.model_fields.get(part)
+        section = section_class(info.annotation) if info else None
+        if section is None:
+            return None
+        model = section
+    return model
