@@ -27,7 +27,7 @@ lint: dev  ## ruff, the import layers (import-linter: pyproject.toml), shellchec
 test: lint  ## set up .venv, lint, and run every test (engine tests skip, with the reason, without the engine)
 	$(BIN)/pytest
 
-test-fast: dev  ## the fast tier: every test that does not need the engine (1061 tests, about 80 s on 2 cores)
+test-fast: dev  ## the fast tier: every test that does not need the engine (1094 tests, about 80 s on 2 cores)
 	$(BIN)/pytest -m "not real_engine"
 
 cluster-setup:  ## as root on Debian or Ubuntu: the packages the two-node cluster tests start (slurm-wlm, munge, openssh-server, pdsh; the tests run their own daemons, in namespaces)
@@ -47,9 +47,9 @@ setup: dev  ## the engine: a venv in ~/.cache/zerolab with the pins of zerolab/e
 demo: setup  ## set up, then the CPU demo: one sweep over five ZeRO setups of a tiny GPT-2 (2 ranks), runs and summary in logs/sweeps/demo/
 	$(BIN)/zerolab demo
 
-gpu-kit: setup  ## on a machine with network access: DIR=folder [MACHINE=pip-freeze-of-the-GPU-machine.txt] [PYTHON_VERSION=3.12]: what an offline GPU machine needs for gpu-check
-	@test -n "$(DIR)" || { echo "usage: make gpu-kit DIR=folder [MACHINE=freeze.txt] [PYTHON_VERSION=3.12]" >&2; exit 2; }
-	$(BIN)/python -m zerolab.gpucheck.kit "$(DIR)" $(if $(MACHINE),--machine "$(MACHINE)") $(if $(PYTHON_VERSION),--python-version $(PYTHON_VERSION))
+gpu-kit: setup  ## on a machine with network access: DIR=folder [MACHINE=pip-freeze-of-the-GPU-machine.txt] [PYTHON_VERSION=3.12] [ARGS=--apex]: what an offline GPU machine needs for gpu-check
+	@test -n "$(DIR)" || { echo "usage: make gpu-kit DIR=folder [MACHINE=freeze.txt] [PYTHON_VERSION=3.12] [ARGS=--apex]" >&2; exit 2; }
+	$(BIN)/python -m zerolab.gpucheck.kit "$(DIR)" $(if $(MACHINE),--machine "$(MACHINE)") $(if $(PYTHON_VERSION),--python-version $(PYTHON_VERSION)) $(ARGS)
 
-gpu-check:  ## on a GPU machine, with its own CUDA torch (PYTHON=python3): [KIT=folder] [RESULTS=folder] [ARGS=--dry-run|--only STEP]: build, seed study, peer benchmark, benchmarks/gpu.md
+gpu-check:  ## on a GPU machine, with its own CUDA torch (PYTHON=python3): [KIT=folder] [RESULTS=folder] [ARGS=--dry-run|--only STEP|--budget S|--rehearse]: nothing compiled; the speed ladder, the peer, the seed setups, benchmarks/gpu.md, in 9 minutes (docs/speed.md)
 	$(PYTHON) -m zerolab.gpucheck $(if $(KIT),--kit "$(KIT)") $(if $(RESULTS),--results "$(RESULTS)") $(ARGS)

@@ -52,6 +52,8 @@ def run_with_standins(
         "ZEROLAB_PROFILE_DIR",
         "ZEROLAB_PROFILE_STEPS",
         "ZEROLAB_FORWARD_PROBE",
+        "ZEROLAB_SPEED",
+        "ZEROLAB_LADDER",
     ):
         if name not in env_vars:
             env.pop(name, None)

@@ -62,7 +62,7 @@ def test_targets_are_judged_as_the_issue_states_them():
     cases = [
         case(module, "gpt2-124m", 0, 450_000, 470_000, 39.0),  # 0.96x: met
         case(module, "gpt2-124m", 2, 380_000, 470_000, 33.0),  # 0.84x ZeRO-0: missed
-        case(module, "gpt2-1.5b", 0, 33_000, 38_622, 35.0),  # 0.85x and MFU 35%: both missed
+        case(module, "gpt2-1.5b", 0, 33_000, 38_622, 34.0),  # 0.85x and MFU 34%: both missed
         case(module, "gpt2-1.5b", 2, 32_000, 38_622, 34.0),  # 0.97x ZeRO-0: met
     ]
     lines = module.judge(cases, on_gpu=True)
@@ -70,10 +70,11 @@ def test_targets_are_judged_as_the_issue_states_them():
         "met: zerolab >= 0.9x the peer's tokens/s, gpt2-124m micro 16, ZeRO-0 (0.96x)",
         "MISSED: ZeRO-2 within 10% of ZeRO-0, gpt2-124m micro 16, ZeRO-2 (0.84x ZeRO-0)",
         "MISSED: zerolab >= 0.9x the peer's tokens/s, gpt2-1.5b micro 4, ZeRO-0 (0.85x)",
-        "MISSED: MFU >= 40%, gpt2-1.5b micro 4, ZeRO-0 (35.0%)",
+        "MISSED: MFU >= 35%, gpt2-1.5b micro 4, ZeRO-0 (34.0%)",
         "met: ZeRO-2 within 10% of ZeRO-0, gpt2-1.5b micro 4, ZeRO-2 (0.97x ZeRO-0)",
     ]
     assert [len(c.missed) for c in cases] == [0, 1, 2, 0]  # the cases a missed run profiles
+    assert module.judge(cases, on_gpu=True) == lines and [len(c.missed) for c in cases] == [0, 1, 2, 0]
     assert module.judge(cases[:1], on_gpu=False) == [
         "none judged: the targets are for one GPU; this run is on CPU"
     ]

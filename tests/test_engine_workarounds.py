@@ -18,6 +18,7 @@ from engine_patch_helpers import STANDIN_FILES, one_rank_env, run_on_engine, run
 
 from zerolab.engine import fused_kernels
 from zerolab.engine.megatron_entry import LAUNCH_PATCHES
+from zerolab.engine.speed_switches import SWITCH_NAMES
 from zerolab.engine.workarounds import WORKAROUNDS, buildable_gencode, stale_build_lock
 from zerolab.locations import REPO_ROOT
 
@@ -34,16 +35,20 @@ def test_every_workaround_is_named_and_explained_in_one_line():
         "partitioned_checkpoint_arguments",
         "contiguous_checkpoints_in_eval",
         "recompute_chunks_of_layers",
+        "fused_kernels_only_when_called",
         "fused_kernels_buildable_archs",
         "fused_kernels_stale_lock",
-        "helpers_suffix_from_python",
+        "helpers_not_built_at_launch",
         "python_sample_index",
         "shm_buffers_unlinked",
         "zero3_gathers_complete",
         "zero3_weights_only_load",
     ]
     assert [(p.name, p.kind) for p in LAUNCH_PATCHES[len(WORKAROUNDS) :]] == [
+        ("apex_torch_standins", "workaround"),
         ("sdpa_attention", "patch"),
+        *((name, "switch") for name in SWITCH_NAMES),
+        ("speed_ladder", "patch"),
         ("profile_training_steps", "patch"),
         ("forward_probe", "patch"),
     ]
@@ -369,3 +374,39 @@ def test_every_workaround_and_patch_is_named_in_the_launching_page():
     # train.log prints each one's name: docs/launching.md says what each one is for
     page = " ".join((REPO_ROOT / "docs" / "launching.md").read_text().split())
     assert [p.name for p in LAUNCH_PATCHES if f"`{p.name}`" not in page] == []
+
+
+def test_the_fused_softmax_kernels_are_built_only_where_they_are_called(tmp_path):
+    files = {
+        **STANDIN_FILES,
+        "megatron/fused_kernels/__init__.py": (
+            "cpp_extension = None\n\n\ndef load(args):\n    raise RuntimeError('nvcc ran')\n"
+        ),
+    }
+    out = run_with_standins(
+        tmp_path,
+        """
+        from types import SimpleNamespace
+        from megatron import fused_kernels
+        print(fused_kernels.load(SimpleNamespace(masked_softmax_fusion=False)))
+        try:
+            fused_kernels.load(SimpleNamespace(masked_softmax_fusion=True))
+        except RuntimeError as error:
+            print(error)
+        """,
+        files,
+    )
+    assert "--no-masked-softmax-fusion: Megatron's fused softmax kernels are never called" in out
+    assert out.splitlines()[-2:] == ["None", "nvcc ran"]
+
+
+def test_a_launch_compiles_no_dataset_helpers(tmp_path):
+    files = {
+        **STANDIN_FILES,
+        "megatron/data/__init__.py": "",
+        "megatron/data/dataset_utils.py": "def compile_helper():\n    raise RuntimeError('make ran')\n",
+    }
+    out = run_with_standins(
+        tmp_path, "from megatron.data.dataset_utils import compile_helper\ncompile_helper()\n", files
+    )
+    assert "Megatron's dataset helpers are built by `make setup`, not at launch" in out

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from dataclasses import replace
@@ -22,8 +23,8 @@ from zerolab.gpucheck.check import (
     FINETUNE_MODEL,
     FINETUNE_RECIPE,
     MIN_ITERS,
+    PLANNED,
     SEED_RECIPE,
-    STEP_NAMES,
     SWEEP_NAME,
     torchrun_script,
 )
@@ -50,7 +51,7 @@ def gathered(engine, tmp_path_factory) -> tuple[kits.Kit, object]:
     pins = replace(load_pins(), apex_repo=str(apex), apex_commit=git("rev-parse", "HEAD", cwd=apex))
     machine = {"numpy": "1.26.0", "rich": "13.0.0", "pyyaml": "6.0.1"}
     gathered = kits.gather(
-        root / "kit", engine_python=engine[1], python_version=PYTHON, machine=machine, pins=pins
+        root / "kit", engine_python=engine[1], python_version=PYTHON, machine=machine, apex=True, pins=pins
     )
     return gathered, pins
 
@@ -78,26 +79,53 @@ def test_the_dry_run_prints_every_step_over_the_kit_and_runs_nothing(gathered, t
     assert main(["--kit", str(kit.root), "--dry-run", "--results", str(tmp_path / "results")]) == 0
     out = capsys.readouterr().out
     numbered = [line.split(" ", 1)[1].split(":")[0] for line in out.splitlines() if line[:1].isdigit()]
-    assert numbered == list(STEP_NAMES)
+    assert numbered == list(PLANNED)  # the named steps beyond the plan are listed only when asked for
     assert f"--no-index --no-deps {kit.wheels[0]}" in out
     # the marker goes in before any install, so a failed one leaves an environment the check may reuse
     assert out.index("zerolab-gpu-check.pth") < out.index("pip install")
     assert "- write " + str(tmp_path / "home" / "venv" / "bin" / "torchrun") in out
     assert f"ZEROLAB_ENGINE_SRC={kit.engine_git} ZEROLAB_APEX_SRC={kit.apex_git}" in out
-    # the engine install asks for no pin the kit does not carry (the machine is offline)
+    # the engine install asks for no pin the kit does not carry (the machine is offline), builds nothing
     install = next(line for line in out.splitlines() if "engine install" in line and "$" in line)
     left_out = [name for name in kits.NOT_NEEDED if name in load_pins().python]
     assert left_out and all(f"--without {name}" in install for name in left_out)
-    assert "sweep gpt2_dp zero=z0,z1,z2,z3,z3_offload hardware.procs_per_node=1 train.iters=30" in out
-    assert (
-        f"--name {SWEEP_NAME}" in out and "gpu_vs_peer.py --iters 30 --work logs/gpu-check/gpu_vs_peer" in out
-    )
+    assert install.endswith("--no-build")
+    assert "zerolab ladder gpt2_z2 hardware.procs_per_node=1 --measured 2 --rounds 2" in out
+    assert "gpu_vs_peer.py --zero 0 --iters 12" in out
+    seeds = "sweep gpt2_dp zero=z0,z1,z2,z3 model=gpt2-124m train.micro_batch_size=16"
+    seeds += " hardware.procs_per_node=1"
+    assert f"{seeds} train.iters={MIN_ITERS}" in out
+    assert f"--name {SWEEP_NAME}" in out and "train.eval_iters=1" in out
     assert f"--results {tmp_path / 'results'}" in out
+    assert not (tmp_path / "home").exists() and not (tmp_path / "results").exists()
+
+
+def test_the_named_steps_run_what_they_name(gathered, tmp_path, monkeypatch, capsys):
+    kit, pins = gathered
+    monkeypatch.setattr(kits, "load_pins", lambda: pins)
+    monkeypatch.setenv("ZEROLAB_HOME", str(tmp_path / "home"))
+    only = "seeds_offload,seeds_1_5b,finetune"
+    assert main(["--kit", str(kit.root), "--dry-run", "--only", only, "--cuda-builds"]) == 0
+    out = capsys.readouterr().out
+    assert "sweep gpt2_dp zero=z3_offload model=gpt2-124m" in out and f"--name {SWEEP_NAME}-offload" in out
+    assert "sweep gpt2_dp zero=z0,z1,z2,z3,z3_offload hardware.procs_per_node=1" in out
     # the fine-tuning recipes on a random-weight GPT-2 XL (the machine has no network for OpenAI's)
     assert f"zerolab.gpucheck.finetune_model {FINETUNE_MODEL}" in out
     assert f"sweep {FINETUNE_RECIPE} zero=z0,z1,z2,z3,z3_offload hardware.procs_per_node=1" in out
-    assert f"finetune.model={FINETUNE_MODEL} finetune.task=wnli" in out
-    assert not (tmp_path / "home").exists() and not (tmp_path / "results").exists()
+
+
+def test_a_kit_without_apex_is_read_and_passes_no_apex_source(gathered, tmp_path, monkeypatch, capsys):
+    kit, pins = gathered
+    monkeypatch.setattr(kits, "load_pins", lambda: pins)
+    monkeypatch.setenv("ZEROLAB_HOME", str(tmp_path / "home"))
+    bare = tmp_path / "kit"
+    shutil.copytree(kit.root, bare, ignore=shutil.ignore_patterns(kits.APEX_GIT))
+    manifest = {key: value for key, value in kit.manifest.items() if key != "apex"}
+    (bare / kits.MANIFEST).write_text(json.dumps(manifest))
+    assert kits.read_kit(bare, pins).apex_git is None
+    assert main(["--kit", str(bare), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert f"ZEROLAB_ENGINE_SRC={bare / kits.ENGINE_GIT} MAX_JOBS" in out and "ZEROLAB_APEX_SRC" not in out
 
 
 def test_a_kit_for_another_python_is_refused_with_the_command_that_makes_the_right_one(
@@ -119,6 +147,7 @@ def test_a_kit_for_another_python_is_refused_with_the_command_that_makes_the_rig
     [
         (["--only", "seeds,warmup"], "no step warmup"),
         (["--iters", "12"], "--iters 12: at least 20"),
+        (["--budget", "0"], "--budget 0: the check's wall time in seconds, more than 0"),
         (["--kit", "/nonexistent/kit"], "/nonexistent/kit/kit.json: not found"),
     ],
 )
@@ -231,3 +260,14 @@ def test_the_checks_fine_tuning_model_has_the_recipes_shape(engine, tmp_path):
     config = json.loads((out / "config.json").read_text())
     assert (config["n_layer"], config["n_embd"], config["n_head"], config["n_positions"]) == (2, 64, 4, 128)
     assert (out / "model.safetensors").is_file() and (out / "tokenizer.json").is_file()
+
+
+def test_the_working_tree_a_lent_machine_carries_leaves_ignored_files_out(tmp_path):
+    git("init", "-q", cwd=tmp_path)
+    (tmp_path / ".gitignore").write_text("/kit/\n")
+    (tmp_path / "tracked").write_bytes(b"x" * 2**20)
+    git("add", "tracked", ".gitignore", cwd=tmp_path)
+    (tmp_path / "untracked").write_bytes(b"y" * 2**20)
+    (tmp_path / "kit").mkdir()
+    (tmp_path / "kit" / "wheel.whl").write_bytes(b"z" * 2**22)
+    assert round(kits.working_tree_mib(tmp_path), 3) == 2.0  # the kit is carried by name, not as tree

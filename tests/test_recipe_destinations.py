@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from zerolab.engine.speed_switches import SWITCH_NAMES
 from zerolab.recipe import load_recipe, render
 from zerolab.recipe.destinations import Env, Megatron, destinations
 from zerolab.recipe.schema import Recipe
@@ -29,7 +30,7 @@ PLUMBING = {
     "--log-timers-to-tensorboard", "--log-validation-ppl-to-tensorboard", "--wandb-save-dir",
     # the imported weights' layout and the weights-only load, beside model.init_from's --load
     "--load-tag", "--finetune",
-    # the engine's CUDA-only fusions, off on CPU (docs/launching.md's workarounds)
+    # the engine's compiled fusions, off where nothing calls them (render.fusion_args)
     "--no-gradient-accumulation-fusion", "--no-masked-softmax-fusion",
 }  # fmt: skip
 """Flags render writes that no recipe key declares."""
@@ -42,6 +43,7 @@ ON_CPU = ("cpu/tiny_z1", [])
 ENGINE_ATTENTION = ("gpt2_z1", ["model.attention=megatron"])
 PREPARED = ["data.path=tests/fixtures/recipe-data/dolly151_text_document", "data.split=100,0,0"]
 SPLIT_DATASETS = ["data.path=null", "data.train_path=d/x_train_text_document"]
+NO_SWITCH = ("gpt2_z1", [f"speed.{name}=false" for name in SWITCH_NAMES])
 
 RULES: dict[tuple[str, str], tuple[tuple[str, list[str]], tuple[str, list[str]] | None]] = {
     ("model.init_from", "--load"): (("gpt2_z1", ["model.init_from=weights/gpt2"]), ON_GPU),
@@ -122,6 +124,10 @@ RULES: dict[tuple[str, str], tuple[tuple[str, list[str]], tuple[str, list[str]] 
     ("logging.wandb_project", "--wandb-project"): (("gpt2_z1", WANDB), ON_GPU),
     ("logging.wandb_name", "--wandb-exp-name"): (("gpt2_z1", WANDB), ON_GPU),
     ("logging.wandb_mode", "WANDB_MODE"): (("gpt2_z1", WANDB), ON_GPU),
+    **{
+        (f"speed.{name}", "ZEROLAB_SPEED"): (("gpt2_z1", [f"speed.{name}=true"]), NO_SWITCH)
+        for name in SWITCH_NAMES
+    },
 }
 """(field, flag or variable) -> (a recipe and overrides where the rule applies, one where it does not
 or None when it always applies)."""

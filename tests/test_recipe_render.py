@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from zerolab.cli import main
+from zerolab.engine.speed_switches import SWITCHES
 from zerolab.errors import UserError
 from zerolab.recipe import check_inputs, load_recipe, render, run_facts
 
@@ -136,9 +137,13 @@ def test_one_set_of_numbers(name):
     assert launch.world_size == launch.nodes * launch.procs_per_node
 
 
+DEFAULT_SWITCHES = ",".join(switch.name for switch in SWITCHES if switch.equal)
+
+
 def test_cpu_render_has_the_cpu_workarounds():
     launch = render(load_recipe("cpu/tiny_z2"))
-    assert launch.env == {"DS_ACCELERATOR": "cpu", "LOCAL_SIZE": "2", "OMP_NUM_THREADS": "1"}
+    cpu = {"DS_ACCELERATOR": "cpu", "LOCAL_SIZE": "2", "OMP_NUM_THREADS": "1"}
+    assert launch.env == cpu | {"ZEROLAB_SPEED": DEFAULT_SWITCHES}
     assert option(launch.argv, "--distributed-backend") == "gloo"
     assert "--no-gradient-accumulation-fusion" in launch.argv
     assert "--no-masked-softmax-fusion" in launch.argv  # its CUDA kernel, chosen in bf16
@@ -149,26 +154,29 @@ def test_cpu_render_has_the_cpu_workarounds():
 
 def test_gpu_render_uses_nccl_and_no_cpu_environment():
     launch = render(load_recipe("gpt2_z2"))
-    assert launch.env == {"ZEROLAB_ATTENTION": "sdpa"}  # the recipe's attention, nothing of the CPU's
+    # the recipe's attention and speed switches, nothing of the CPU's
+    assert launch.env == {"ZEROLAB_ATTENTION": "sdpa", "ZEROLAB_SPEED": DEFAULT_SWITCHES}
     assert option(launch.argv, "--distributed-backend") == "nccl"
-    assert "--no-gradient-accumulation-fusion" not in launch.argv
     assert "--bf16" in launch.argv and launch.ds_config["bf16"] == {"enabled": True}
 
 
 UNFUSING_FLAGS = {
-    "--no-masked-softmax-fusion",
-    "--no-bias-gelu-fusion",
+    "--no-bias-gelu-fusion",  # the erf GeLU: another function than GPT-2's
     "--no-bias-dropout-fusion",
-    "--no-gradient-accumulation-fusion",
     "--no-persist-layer-norm",
 }
+BUILD_FREE = ["--no-gradient-accumulation-fusion", "--no-masked-softmax-fusion"]
+"""What a GPU recipe with sdpa attention turns off so that no launch builds anything: apex's
+gradient-accumulation kernel (its call is commented out at the pinned commit) and Megatron's fused
+softmax kernels (only the engine's own attention calls them)."""
 
 
 @pytest.mark.parametrize("name", [name for name in PRETRAINING if "cpu" not in name.split("/")[:-1]])
 def test_gpu_recipes_keep_the_fast_defaults(name):
     recipe = load_recipe(name)
     launch = render(recipe)
-    assert not UNFUSING_FLAGS & set(launch.argv)  # the engine fuses these on CUDA by default
+    assert not UNFUSING_FLAGS & set(launch.argv)  # the engine's defaults, the speed switches' to change
+    assert [flag for flag in launch.argv if flag in BUILD_FREE] == BUILD_FREE
     assert recipe.model.attention == "sdpa" and launch.env["ZEROLAB_ATTENTION"] == "sdpa"
     assert recipe.activation_checkpointing.granularity == "none"
     assert not any(token.startswith(("--recompute", "--checkpoint-activations")) for token in launch.argv)
@@ -186,6 +194,8 @@ def test_attention_renders_its_flag_or_environment(attention, flags, env):
     launch = render(load_recipe("gpt2_z1", [f"model.attention={attention}"]))
     assert [token for token in launch.argv if token.startswith("--use-flash-attn")] == flags
     assert {k: v for k, v in launch.env.items() if k == "ZEROLAB_ATTENTION"} == env
+    # on CUDA only the engine's own attention calls (and so builds) Megatron's fused softmax kernels
+    assert ("--no-masked-softmax-fusion" in launch.argv) is (attention != "megatron")
 
 
 def test_cpu_recipes_keep_the_engines_attention():

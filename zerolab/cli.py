@@ -16,6 +16,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "zerolab.commands.recipe",
     "zerolab.commands.launch",
     "zerolab.commands.sweep",
+    "zerolab.commands.ladder",
     "zerolab.commands.engine",
     "zerolab.commands.prep",
     "zerolab.commands.demo",

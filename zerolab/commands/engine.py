@@ -21,11 +21,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "Create (or verify) the engine's virtual environment at ZEROLAB_HOME/venv with every pin "
             "of zerolab/engine/pins.toml and zerolab itself, and check out Megatron-DeepSpeed at the "
             "pinned commit: cloned from upstream, or from ZEROLAB_ENGINE_SRC (a local git directory "
-            "or checkout). Then compile what runs would: Megatron's dataset helpers (smoke-checked) "
-            "and, when the engine's torch is a CUDA build that sees a GPU (or TORCH_CUDA_ARCH_LIST is "
-            "set), apex's extensions from pins.toml's commit (or ZEROLAB_APEX_SRC) where missing and "
-            "Megatron's fused kernels for those GPUs; on CPU, DeepSpeed's CPU ops. Fast when "
-            "everything is already in place."
+            "or checkout). Then compile what runs would: Megatron's dataset helpers (smoke-checked); "
+            "on CPU, DeepSpeed's CPU ops. On CUDA nothing else is compiled unless --cuda-builds asks: "
+            "launches use zerolab's torch stand-ins for apex, and no recipe calls Megatron's fused "
+            "softmax kernels by default. Fast when everything is already in place."
         ),
     )
     install.add_argument(
@@ -35,6 +34,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="PIN",
         help="leave this pin of pins.toml uninstalled (repeatable; the GPU check leaves out what its "
         "offline kit does not carry)",
+    )
+    install.add_argument(
+        "--cuda-builds",
+        action="store_true",
+        help="on CUDA, also build apex's extensions (pins.toml's commit, or ZEROLAB_APEX_SRC) where "
+        "missing and Megatron's fused softmax kernels for the GPUs here (minutes of nvcc; the GPU image "
+        "has them)",
+    )
+    install.add_argument(
+        "--no-build",
+        action="store_true",
+        help="compile nothing (a machine with no time to build: Megatron's dataset helpers are then "
+        "stood in for by the engine's Python build_sample_idx)",
     )
     install.set_defaults(run=run_install)
 
@@ -52,7 +64,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run_install(args: argparse.Namespace) -> int:
     """Install the engine."""
 
-    install(without=tuple(args.without))
+    install(without=tuple(args.without), prebuild=not args.no_build, cuda_builds=args.cuda_builds)
     return 0
 
 

@@ -158,10 +158,12 @@ def install(
     *,
     without: tuple[str, ...] = (),
     prebuild: bool = True,
+    cuda_builds: bool = False,
     console: Console | None = None,
 ) -> InstallRecord:
     """Set up (or verify) the engine; returns what is installed. Safe to run again. `without`
-    names pins left uninstalled (an offline machine whose kit does not carry them)."""
+    names pins left uninstalled (an offline machine whose kit does not carry them); without
+    `prebuild` nothing is compiled; `cuda_builds` also builds apex and the fused kernels on CUDA."""
     pins = pins or load_pins()
     unknown = sorted(set(without) - set(pins.python))
     if unknown:
@@ -232,7 +234,12 @@ def install(
         say=console.print,
     )
 
-    built = prebuild_all(python, pins, console) if prebuild else {}
+    built = prebuild_all(python, pins, console, cuda_builds=cuda_builds) if prebuild else {}
+    if not prebuild:
+        console.print(
+            f"[bold]5/{STEPS}[/] nothing compiled (--no-build): the dataset helpers' sample index is "
+            f"built by the engine's Python ({data_helpers.SMOKE_WORKAROUND}), apex stood in for by torch"
+        )
 
     write_record(
         {
@@ -247,11 +254,13 @@ def install(
     return wanted
 
 
-def prebuild_all(python: Path, pins: Pins, console: Console) -> dict:
+def prebuild_all(python: Path, pins: Pins, console: Console, *, cuda_builds: bool = False) -> dict:
     """Compile what the first run would otherwise compile, so runs start (and time) cleanly,
-    as zerolab.engine.cuda's plan says: the dataset helpers always, apex and the fused kernels
-    on CUDA, DeepSpeed's CPU ops on CPU. Returns what install.json records of it: the plan and
-    the helpers' smoke check (with the workaround runs use when it fails)."""
+    as zerolab.engine.cuda's plan says: the dataset helpers always, DeepSpeed's CPU ops on CPU,
+    and on CUDA when `cuda_builds` asks apex and the fused kernels (otherwise launches use
+    zerolab's torch stand-ins for apex and call no fused softmax kernel). Returns what
+    install.json records of it: the plan and the helpers' smoke check (with the workaround runs
+    use when it fails)."""
 
     toolkit = cuda.toolkit_home(python, os.environ)
     if toolkit is not None:
@@ -284,14 +293,21 @@ def prebuild_all(python: Path, pins: Pins, console: Console) -> dict:
         ("Megatron's dataset helpers", True, lambda: {"data_helpers": _dataset_helpers(python, console)}),
         (
             "apex's extensions",
-            plan.needed,
+            plan.needed and cuda_builds,
             lambda: _run(apex, env | {cuda.ARCH_LIST_VARIABLE: plan.arch_list}),
         ),
-        ("Megatron's fused kernels", plan.needed, lambda: _run(kernels, env)),
+        ("Megatron's fused kernels", plan.needed and cuda_builds, lambda: _run(kernels, env)),
         (CPU_STEP, not plan.needed, lambda: _cpu_ops(python, probe, env, console)),
     ]
     for number, (step, needed, build) in enumerate(steps, start=6):
-        skipped = "not needed: the CUDA builds are" if step == CPU_STEP else f"skipped: {plan.reason}"
+        if step == CPU_STEP:
+            skipped = "not needed: the engine trains on CUDA"
+        elif plan.needed:
+            skipped = "not built (--cuda-builds builds it): zerolab's torch stand-ins replace apex at launch"
+            if "kernels" in step:
+                skipped = "not built (--cuda-builds builds it): only model.attention=megatron calls them"
+        else:
+            skipped = f"skipped: {plan.reason}"
         console.print(f"[bold]{number}/{STEPS}[/] {step}" + ("" if needed else f": {skipped}"))
         if needed:
             recorded |= build() or {}

@@ -1,13 +1,13 @@
 """`python -m zerolab.engine.megatron_entry PRETRAIN_SCRIPT ARGS...`: what every rank runs.
 
 Applies zerolab's workarounds (zerolab.engine.workarounds) and the opt-in patches its environment
-asks for (sdpa_attention, step_profile, forward_probe), prints each one applied (rank 0), then
-runs PRETRAIN_SCRIPT as `__main__` with sys.argv = [PRETRAIN_SCRIPT, *ARGS], exactly as
-`python PRETRAIN_SCRIPT ARGS...` would. Its output is written a whole line at a time, so that the
-ranks sharing one train.log never split each other's lines. The DeepSpeed launcher puts
-`--local_rank=N` before PRETRAIN_SCRIPT; the script gets it first, as from
-`python PRETRAIN_SCRIPT --local_rank=N ARGS...` (Megatron's parser reads an option anywhere).
-Standard library only: it runs inside the engine's environment.
+asks for (sdpa_attention, the speed switches and ladder, step_profile, forward_probe), prints each
+one applied (rank 0), then runs PRETRAIN_SCRIPT as `__main__` with sys.argv = [PRETRAIN_SCRIPT,
+*ARGS], exactly as `python PRETRAIN_SCRIPT ARGS...` would. Its output is written a whole line at a
+time, so that the ranks sharing one train.log never split each other's lines. The DeepSpeed
+launcher puts `--local_rank=N` before PRETRAIN_SCRIPT; the script gets it first, as from `python
+PRETRAIN_SCRIPT --local_rank=N ARGS...` (Megatron's parser reads an option anywhere). Standard
+library only: it runs inside the engine's environment.
 """
 
 from __future__ import annotations
@@ -19,9 +19,12 @@ import runpy
 import sys
 from pathlib import Path
 
+from zerolab.engine.apex_standin import APEX_TORCH_STANDINS
 from zerolab.engine.forward_probe import FORWARD_PROBE
 from zerolab.engine.import_hooks import LaunchPatch, apply_wanted
 from zerolab.engine.sdpa_attention import SDPA_ATTENTION
+from zerolab.engine.speed_ladder import SPEED_LADDER
+from zerolab.engine.speed_switches import SPEED_SWITCHES
 from zerolab.engine.step_profile import PROFILE_TRAINING_STEPS
 from zerolab.engine.workarounds import WORKAROUNDS
 
@@ -30,7 +33,10 @@ FLASH_V2 = "--use-flash-attn-v2"
 
 LAUNCH_PATCHES: tuple[LaunchPatch, ...] = (
     *WORKAROUNDS,
+    APEX_TORCH_STANDINS,
     SDPA_ATTENTION,
+    *SPEED_SWITCHES,
+    SPEED_LADDER,
     PROFILE_TRAINING_STEPS,
     FORWARD_PROBE,
 )

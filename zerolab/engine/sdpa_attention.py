@@ -9,6 +9,7 @@ import types
 from typing import Any
 
 from zerolab.engine.import_hooks import launch_patch, patch_after_import
+from zerolab.engine.speed_switches import is_on
 from zerolab.engine.workarounds import TRANSFORMER
 
 ATTENTION_ENV = "ZEROLAB_ATTENTION"
@@ -61,7 +62,7 @@ def _sdpa_core_attention(module: types.ModuleType) -> None:
                 query, key, value, dropout_p=dropout, is_causal=True, scale=scale
             )
 
-        if self.sequence_parallel:
+        if self.sequence_parallel or (dropout == 0.0 and is_on("host_trims")):
             context = attend()
         else:  # the engine's attention dropout draws from its model-parallel RNG state
             with module.tensor_parallel.get_cuda_rng_tracker().fork():

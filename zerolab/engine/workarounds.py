@@ -17,9 +17,7 @@ import importlib.machinery
 import importlib.util
 import os
 import re
-import subprocess
 import sys
-import sysconfig
 import time
 import types
 from collections.abc import Callable, Sequence
@@ -27,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from zerolab.engine.cuda import nvcc_targets, nvcc_version
-from zerolab.engine.data_helpers import make_command, smoke_check
+from zerolab.engine.data_helpers import smoke_check
 from zerolab.engine.import_hooks import (
     LaunchPatch,
     StubFinder,
@@ -292,6 +290,33 @@ def recompute_chunks_of_layers() -> None:
 
 
 FUSED_KERNELS = "megatron.fused_kernels"
+
+
+def _load_only_when_called(module: types.ModuleType) -> None:
+    load = module.load
+
+    def load_when_called(args: Any) -> Any:
+        if args.masked_softmax_fusion:
+            return load(args)
+        if os.environ.get("RANK", "0") == "0":
+            print(
+                "zerolab: workaround fused_kernels_only_when_called: --no-masked-softmax-fusion: Megatron's "
+                "fused softmax kernels are never called, so neither built nor loaded",
+                flush=True,
+            )
+        return None
+
+    load_when_called.__wrapped__ = load  # type: ignore[attr-defined]
+    module.load = load_when_called  # type: ignore[attr-defined]
+
+
+# On CUDA Megatron builds and loads its fused softmax kernels at every launch (nvcc, minutes on a
+# bare machine); only FusedScaleMaskSoftmax calls them, and only with --masked-softmax-fusion.
+def fused_kernels_only_when_called() -> None:
+    """Build and load Megatron's fused softmax kernels only where they are called (masked-softmax fusion)."""
+    patch_after_import(FUSED_KERNELS, _load_only_when_called)
+
+
 _GENCODE_TARGET = re.compile(r"(?:compute|sm)_\d+[a-z]?")
 
 
@@ -407,25 +432,27 @@ def fused_kernels_stale_lock() -> None:
 DATASET_UTILS = "megatron.data.dataset_utils"
 
 
-def _make_with_this_pythons_suffix(module: types.ModuleType) -> None:
+def _compile_nothing(module: types.ModuleType) -> None:
     original = module.compile_helper
 
     def compile_helper() -> None:
-        """Megatron's compile_helper, giving its Makefile this Python's extension suffix."""
-
-        data_dir = Path(module.__file__).parent
-        suffix = sysconfig.get_config_var("EXT_SUFFIX")
-        if subprocess.run(make_command(data_dir, suffix, always=False), check=False).returncode != 0:
-            print("Making C++ dataset helpers module failed, exiting.", flush=True)
-            sys.exit(1)
+        """Megatron's compile_helper, compiling nothing: `make setup` built the helpers."""
+        print(
+            "zerolab: workaround helpers_not_built_at_launch: Megatron's dataset helpers are built by "
+            "`make setup`, not at launch",
+            flush=True,
+        )
 
     compile_helper.__wrapped__ = original  # type: ignore[attr-defined]
     module.compile_helper = compile_helper  # type: ignore[attr-defined]
 
 
-def helpers_suffix_from_python() -> None:
-    """Give the helpers' Makefile this Python's extension suffix (it asks python3-config: none in a venv)."""
-    patch_after_import(DATASET_UTILS, _make_with_this_pythons_suffix)
+# Megatron compiles its dataset helpers (make, g++) in rank 0 at every launch. zerolab builds them
+# at set-up with this Python's extension suffix (`make setup`, the image) and smoke-checks them;
+# where they are missing or fail the check, python_sample_index stands in.
+def helpers_not_built_at_launch() -> None:
+    """A launch compiles nothing: Megatron's dataset helpers are built at set-up (or stood in for)."""
+    patch_after_import(DATASET_UTILS, _compile_nothing)
 
 
 HELPERS = "megatron.data.helpers"
@@ -620,9 +647,10 @@ WORKAROUNDS: tuple[LaunchPatch, ...] = tuple(
         partitioned_checkpoint_arguments,
         contiguous_checkpoints_in_eval,
         recompute_chunks_of_layers,
+        fused_kernels_only_when_called,
         fused_kernels_buildable_archs,
         fused_kernels_stale_lock,
-        helpers_suffix_from_python,
+        helpers_not_built_at_launch,
         python_sample_index,
         shm_buffers_unlinked,
         zero3_gathers_complete,

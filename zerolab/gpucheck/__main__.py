@@ -11,7 +11,9 @@ from pathlib import Path
 from zerolab.engine.paths import zerolab_home
 from zerolab.errors import UserError
 from zerolab.gpucheck.check import (
+    DEFAULT_BUDGET_S,
     MIN_ITERS,
+    PLANNED,
     STEP_NAMES,
     Options,
     check_home,
@@ -20,16 +22,44 @@ from zerolab.gpucheck.check import (
     run,
 )
 from zerolab.gpucheck.kit import read_kit
+from zerolab.gpucheck.report import write_report
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="make gpu-check", description=__doc__.split("\n\n")[0])
     parser.add_argument("--kit", type=Path, help="the kit `make gpu-kit` gathered (offline machines)")
     parser.add_argument("--results", type=Path, help="also copy gpu.md, the plots and the runs' tarball here")
-    parser.add_argument("--iters", type=int, default=30, help="training iterations per run (default 30)")
+    parser.add_argument(
+        "--iters", type=int, default=MIN_ITERS, help=f"iterations per seed run (default {MIN_ITERS})"
+    )
     parser.add_argument("--data", help="a prepared dataset prefix (default: the bundled dolly sample)")
     parser.add_argument(
-        "--only", help=f"run these steps (comma-separated, again if done before): {', '.join(STEP_NAMES)}"
+        "--only",
+        help=f"run these steps (comma-separated, again if done before): {', '.join(STEP_NAMES)}; "
+        f"default: {', '.join(PLANNED)}",
+    )
+    parser.add_argument(
+        "--budget",
+        type=float,
+        default=DEFAULT_BUDGET_S,
+        metavar="SECONDS",
+        help=f"the check's wall time (default {DEFAULT_BUDGET_S}): a step that no longer fits is not started",
+    )
+    parser.add_argument(
+        "--rehearse",
+        action="store_true",
+        help="run the plan on this machine's CPU with the tiny GPT-2 and this machine's engine set-up "
+        "(logs/gpu-check-rehearsal), each step's time recorded",
+    )
+    parser.add_argument(
+        "--work",
+        type=Path,
+        help="the check's folder (default logs/gpu-check, a rehearsal's logs/gpu-check-rehearsal)",
+    )
+    parser.add_argument(
+        "--cuda-builds",
+        action="store_true",
+        help="also build apex and the fused kernels (a kit made with --apex)",
     )
     parser.add_argument("--dry-run", action="store_true", help="print each step's commands; run nothing")
     return parser.parse_args(argv)
@@ -50,8 +80,11 @@ def main(argv: list[str] | None = None) -> int:
                 f"--iters {args.iters}: at least {MIN_ITERS}, for a steady state after the seed recipes' "
                 "learning-rate warm-up"
             )
+        if args.budget <= 0:
+            raise UserError(f"--budget {args.budget:g}: the check's wall time in seconds, more than 0")
         kit = read_kit(args.kit.resolve()) if args.kit else None
-        check_home(zerolab_home())
+        if not args.rehearse:
+            check_home(zerolab_home())
     except UserError as error:
         print(f"zerolab: error: {error}", file=sys.stderr)
         return 2
@@ -63,13 +96,22 @@ def main(argv: list[str] | None = None) -> int:
         data=args.data,
         results=args.results.resolve() if args.results else None,
         home=zerolab_home(),
+        budget_s=args.budget,
+        rehearse=args.rehearse,
+        cuda_builds=args.cuda_builds,
+        work_dir=args.work,
     )
-    problems = machine_problems()
+    problems = [] if args.rehearse else machine_problems()
     for problem in problems:
         print(f"{'note' if args.dry_run else 'zerolab: error'}: {problem}", file=sys.stderr)
     if problems and not args.dry_run:
         return 2
-    return run(options, only=only, dry_run=args.dry_run)
+    return run(
+        options,
+        only=only,
+        dry_run=args.dry_run,
+        after_step=lambda: write_report(options.work, options.results),
+    )
 
 
 if __name__ == "__main__":

@@ -1,13 +1,16 @@
-"""The GPU check's steps, in order, each one command (or a few) with its log: a virtual environment
-over the machine's own Python and CUDA torch, filled from the kit; `zerolab engine install`
-(apex, the fused kernels and the data helpers built for the GPU here); `zerolab doctor`; the
-bundled dolly sample prepared; the five seed recipes on one GPU (one sweep over the zero block,
-which is all they differ in); benchmarks/gpu_vs_peer.py; the five GPT-2 XL fine-tuning recipes
-(a random-weight GPT-2 XL on the shipped WNLI sample); then the report (zerolab.gpucheck.report).
+"""The GPU check's steps, in order, each one command (or a few) with its log and a time budget:
+a virtual environment over the machine's own Python and CUDA torch, filled from the kit, and the
+engine checked out, nothing compiled; the bundled dolly sample prepared; the speed ladder on GPT-2
+1.5B ZeRO-2 (`zerolab ladder`); ZeRO-0 at GPT-2 1.5B micro 4 and 124M micro 16 against the
+plain-PyTorch peer (benchmarks/gpu_vs_peer.py); the seed setups at 124M; then the report
+(zerolab.gpucheck.report). Named steps beyond the budgeted plan (the seeds with optimizer offload,
+the five seed recipes at 1.5B, the fine-tuning recipes) run when `--only` names them.
 
 A step that completed is recorded in logs/gpu-check/steps/ and skipped when the check runs again,
-so that a check cut short by a time limit goes on where it stopped. Standard library only: the
-machine's Python runs the first step before zerolab's dependencies are installed.
+so that a check cut short by a time limit goes on where it stopped. `--budget` refuses to start a
+step whose budget no longer fits and stops a step at the budget's end. `--rehearse` runs the same
+plan on this machine's CPU with the tiny model, each step's time recorded. Standard library only:
+the machine's Python runs the first step before zerolab's dependencies are installed.
 """
 
 from __future__ import annotations
@@ -15,11 +18,13 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import signal
 import site
 import subprocess
 import sys
 import sysconfig
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,20 +36,25 @@ from zerolab.locations import LOGS_DIR, REPO_ROOT, SAMPLES_DIR
 
 WORK = LOGS_DIR / "gpu-check"
 """Where the check keeps its state, logs, data and runs (relative to the repository root)."""
+REHEARSAL_WORK = LOGS_DIR / "gpu-check-rehearsal"
+"""The same for a rehearsal on CPU, so that it never counts as a step of the real check."""
 SWEEP_NAME = "gpu-check"
 SEED_RECIPE = "gpt2_dp"
-SEED_SETUPS = "zero=z0,z1,z2,z3,z3_offload"
-"""recipes/gpt2_{dp,z1,z2,z3,z3_offload}.yaml differ only in their zero block: one sweep of
-gpt2_dp over it launches exactly the five seed recipes."""
+SEED_SETUPS = "zero=z0,z1,z2,z3"
+OFFLOAD_SETUP = "zero=z3_offload"
+"""recipes/gpt2_{dp,z1,z2,z3,z3_offload}.yaml differ only in their zero block: a sweep of gpt2_dp
+over it launches the seed recipes. Offload has a step of its own: DeepSpeed's CPU Adam is compiled
+at its first use (about a minute), and the budgeted plan compiles nothing."""
+LADDER_RECIPE = "gpt2_z2"
 SAMPLE = SAMPLES_DIR / "dolly151.jsonl"
 LINKS = "zerolab-gpu-check.pth"
 """The .pth file that marks the check's environment and links zerolab and the machine's packages."""
 MIN_ITERS = 20
-"""The fewest iterations a run of the check may have: past the seed recipes' learning-rate warm-up
-(train.lr_warmup_iters of configs/train/gpt2-seed.yaml, which zerolab refuses to outlast), with
-iterations to spare for a steady state."""
-STEP_NAMES = ("environment", "engine", "doctor", "data", "seeds", "peer", "finetune", "report")
-FINETUNE_SWEEP_NAME = "gpu-check-finetune"
+"""The fewest iterations a seed run of the check may have: past the seed recipes' learning-rate
+warm-up (train.lr_warmup_iters of configs/train/gpt2-seed.yaml, which zerolab refuses to outlast),
+with iterations to spare for a steady state."""
+DEFAULT_BUDGET_S = 540
+"""The whole check's wall time on a started machine: 9 minutes."""
 FINETUNE_RECIPE = "finetune/gpt2_xl_mrpc_dp"
 """recipes/finetune/gpt2_xl_mrpc_{dp,z1,z2,z3,z3_offload}.yaml differ only in their zero block too."""
 FINETUNE_MODEL = WORK / "gpt2-xl-random"
@@ -74,10 +84,12 @@ class Write:
 
 @dataclass
 class Step:
-    """One step: what it does in order, commands and files of the check's own."""
+    """One step: what it does in order, commands and files of the check's own, and the seconds it
+    is given (on a started H100: it is not started with fewer left in the check's budget)."""
 
     name: str
     what: str
+    budget_s: int
     commands: list[Command | Write] = field(default_factory=list)
     fatal: bool = True
 
@@ -92,6 +104,79 @@ class Options:
     data: str | None
     results: Path | None
     home: Path
+    budget_s: float = DEFAULT_BUDGET_S
+    rehearse: bool = False
+    cuda_builds: bool = False
+    work_dir: Path | None = None
+
+    @property
+    def work(self) -> Path:
+        """The check's folder: as given, else WORK, or REHEARSAL_WORK for a rehearsal."""
+        return self.work_dir or (REHEARSAL_WORK if self.rehearse else WORK)
+
+
+def sweep_name(work: Path, kind: str = "") -> str:
+    """The name of the check's sweep of `kind` (the seeds: ""; "offload", "1.5b", "finetune"),
+    under logs/sweeps/: the check's folder's name, then the kind."""
+    return f"{work.name}-{kind}" if kind else work.name
+
+
+@dataclass(frozen=True)
+class Scale:
+    """What the steps train: the GPU plan's models and recipes, or the rehearsal's tiny ones on CPU."""
+
+    ladder: list[str]
+    peer: list[str]
+    seeds: list[str]
+    seeds_1_5b: list[str]
+
+
+GPU_SCALE = Scale(
+    ladder=[LADDER_RECIPE, "hardware.procs_per_node=1", "--measured", "2", "--rounds", "2"],
+    peer=[
+        "--zero",
+        "0",
+        "--iters",
+        "12",
+        "--peer-steps",
+        "4",
+        "--peer-warmup-steps",
+        "1",
+        "--profile",
+        "none",
+    ],
+    seeds=[SEED_RECIPE, "model=gpt2-124m", "train.micro_batch_size=16", "hardware.procs_per_node=1"],
+    seeds_1_5b=[SEED_RECIPE, "hardware.procs_per_node=1"],
+)
+"""The budgeted plan on one GPU: the ladder on GPT-2 1.5B ZeRO-2 (micro 4, global batch 32 x 1024),
+ZeRO-0 against the peer at 1.5B micro 4 and 124M micro 16, the seed setups at 124M micro 16."""
+REHEARSAL_SCALE = Scale(
+    ladder=[
+        "cpu/tiny_z2",
+        "model.attention=sdpa",
+        "hardware.procs_per_node=1",
+        "--measured",
+        "2",
+        "--rounds",
+        "2",
+    ],
+    peer=[
+        "--device",
+        "cpu",
+        "--tiny",
+        "--zero",
+        "0",
+        "--iters",
+        "6",
+        "--peer-steps",
+        "2",
+        "--profile",
+        "none",
+    ],
+    seeds=["cpu/tiny_dp", "hardware.procs_per_node=1", "model.attention=sdpa"],
+    seeds_1_5b=["cpu/tiny_dp", "hardware.procs_per_node=1"],
+)
+"""The same plan on this machine's CPU, with the tiny GPT-2 (one rank, as on the GPU)."""
 
 
 def venv_python(options: Options) -> Path:
@@ -99,9 +184,15 @@ def venv_python(options: Options) -> Path:
     return options.home / "venv" / "bin" / "python"
 
 
+def driver_python(options: Options) -> Path:
+    """The Python that runs zerolab's commands: the check's environment, or in a rehearsal the one
+    running the check (zerolab's own environment, beside this machine's engine set-up)."""
+    return options.python if options.rehearse else venv_python(options)
+
+
 def data_prefix(options: Options) -> str:
     """The dataset the runs read: --data, else the bundled dolly sample prepared by the data step."""
-    return options.data or str(WORK / "data" / "dolly_text_document")
+    return options.data or str(options.work / "data" / "dolly_text_document")
 
 
 def site_packages(python: Path) -> Path:
@@ -141,74 +232,87 @@ def torchrun_script(python: Path) -> str:
     return f'#!/bin/sh\nexec {shlex.quote(str(python))} -m torch.distributed.run "$@"\n'
 
 
-def steps(options: Options) -> list[Step]:
-    """The check's steps for these options."""
+def environment_step(options: Options) -> Step:
+    """The check's environment: a virtual environment over the machine's Python filled from the kit
+    (or the package index), and the engine checked out by `zerolab engine install`, nothing compiled
+    (unless --cuda-builds). A rehearsal uses this machine's engine set-up as it is."""
     python = str(venv_python(options))
-    zerolab = [python, "-m", "zerolab"]
+    zerolab = [str(driver_python(options)), "-m", "zerolab"]
     kit = options.kit
-    links = check_marker(options.home)
-    environment = Step(
-        "environment",
-        f"a virtual environment over {options.python} (for its CUDA torch), "
-        + (f"filled from the kit {kit.root}" if kit else "filled from the package index"),
-        commands=[
-            Command(
-                [str(options.python), "-m", "venv", str(options.home / "venv")], unless=venv_python(options)
-            ),
-            # first: it marks the environment as the check's (check_home) even if an install fails
-            Write(links, path_links(), f"zerolab from {REPO_ROOT}, then {options.python}'s packages"),
-            Write(
-                Path(python).parent / "torchrun",
-                torchrun_script(Path(python)),
-                "torchrun for this environment's Python (the machine's runs the machine's Python)",
-                executable=True,
-            ),
-        ],
+    step = Step("environment", "", budget_s=60)
+    if options.rehearse:
+        step.what = f"this machine's engine set-up ({options.home}), checked: nothing installed or compiled"
+        step.commands.append(Command([*zerolab, "engine", "install", "--no-build"]))
+        return step
+    step.what = f"a virtual environment over {options.python} (for its CUDA torch), " + (
+        f"filled from the kit {kit.root}" if kit else "filled from the package index"
     )
+    step.commands += [
+        Command([str(options.python), "-m", "venv", str(options.home / "venv")], unless=venv_python(options)),
+        # first: it marks the environment as the check's (check_home) even if an install fails
+        Write(
+            check_marker(options.home),
+            path_links(),
+            f"zerolab from {REPO_ROOT}, then {options.python}'s packages",
+        ),
+        Write(
+            Path(python).parent / "torchrun",
+            torchrun_script(Path(python)),
+            "torchrun for this environment's Python (the machine's runs the machine's Python)",
+            executable=True,
+        ),
+    ]
     if kit:
-        wheels = [str(path) for path in kit.wheels]
-        install = [python, "-m", "pip", "install", "--no-index", "--no-deps", *wheels]
-        environment.commands.append(Command(install))
+        step.commands.append(
+            Command([python, "-m", "pip", "install", "--no-index", "--no-deps", *map(str, kit.wheels)])
+        )
     else:
         requirements = str(REPO_ROOT / "docker" / "requirements-zerolab.txt")
-        environment.commands.append(Command([python, "-m", "pip", "install", "-r", requirements]))
-    sources = {}
-    if kit:
-        sources = {"ZEROLAB_ENGINE_SRC": str(kit.engine_git), "ZEROLAB_APEX_SRC": str(kit.apex_git)}
-    jobs = {"MAX_JOBS": str(os.cpu_count() or 4)}
+        step.commands.append(Command([python, "-m", "pip", "install", "-r", requirements]))
+    sources = {"ZEROLAB_ENGINE_SRC": str(kit.engine_git)} if kit else {}
+    if kit and kit.apex_git is not None:
+        sources["ZEROLAB_APEX_SRC"] = str(kit.apex_git)
     left_out = [name for name in NOT_NEEDED if name in load_pins().python] if kit else []
-    without = [arg for name in left_out for arg in ("--without", name)]
+    install = [*zerolab, "engine", "install", *(arg for name in left_out for arg in ("--without", name))]
+    install.append("--cuda-builds" if options.cuda_builds else "--no-build")
+    step.commands.append(Command(install, sources | {"MAX_JOBS": str(os.cpu_count() or 4)}))
+    return step
+
+
+def steps(options: Options) -> list[Step]:
+    """The check's steps for these options: the budgeted plan, then the named steps."""
+    python = str(driver_python(options))
+    zerolab = [python, "-m", "zerolab"]
+    scale = REHEARSAL_SCALE if options.rehearse else GPU_SCALE
     prefix = data_prefix(options)
-    sweep = [
-        *zerolab,
-        "sweep",
-        SEED_RECIPE,
-        SEED_SETUPS,
-        "hardware.procs_per_node=1",
-        f"train.iters={options.iters}",
-        "train.log_interval=1",
-        *([] if options.data else ["data=dolly-sample"]),
-        f"data.path={prefix}",
-        "--name",
-        SWEEP_NAME,
-    ]
+    data_words = [*([] if options.data else ["data=dolly-sample"]), f"data.path={prefix}"]
+    data = Step("data", f"the bundled dolly sample ({SAMPLE.name}) as an indexed dataset", budget_s=15)
+    if not options.data:
+        out = options.work / "data" / "dolly"
+        data.commands.append(Command([*zerolab, "prep", "dolly", "--input", str(SAMPLE), "--out", str(out)]))
+    ladder = [*zerolab, "ladder", *scale.ladder, *data_words, "--run-dir", str(options.work / "ladder")]
+
+    def sweep(words: list[str], setups: str, name: str) -> list[str]:
+        length = [f"train.iters={options.iters}", "train.log_interval=1", "train.eval_iters=1"]
+        return [*zerolab, "sweep", words[0], setups, *words[1:], *length, *data_words, "--name", name]
+
     peer = [
         python,
         str(REPO_ROOT / "benchmarks" / "gpu_vs_peer.py"),
-        *(["--data", options.data] if options.data else []),  # else it prepares the sample itself
-        "--iters",
-        str(options.iters),
+        *scale.peer,
+        "--data",
+        prefix,
         "--work",
-        str(WORK / "gpu_vs_peer"),
+        str(options.work / "gpu_vs_peer"),
         "--out",
-        str(WORK / "gpu_vs_peer.md"),
+        str(options.work / "gpu_vs_peer.md"),
     ]
-    make_model = [python, "-m", "zerolab.gpucheck.finetune_model"]
+    make_model = [python, "-m", "zerolab.gpucheck.finetune_model", str(FINETUNE_MODEL)]
     finetune = [
         *zerolab,
         "sweep",
         FINETUNE_RECIPE,
-        SEED_SETUPS,
+        "zero=z0,z1,z2,z3,z3_offload",
         "hardware.procs_per_node=1",
         f"finetune.model={FINETUNE_MODEL}",
         "finetune.task=wnli",
@@ -216,49 +320,69 @@ def steps(options: Options) -> list[Step]:
         f"train.epochs={FINETUNE_EPOCHS}",
         "train.log_interval=1",
         "--name",
-        FINETUNE_SWEEP_NAME,
+        sweep_name(options.work, "finetune"),
     ]
-    report = [python, "-m", "zerolab.gpucheck.report", "--work", str(WORK)]
+    if options.rehearse:
+        finetune[4:5] = ["finetune/cpu/tiny_wnli_dp"]
+    report = [python, "-m", "zerolab.gpucheck.report", "--work", str(options.work)]
     if options.results:
         report += ["--results", str(options.results)]
-    data = Step("data", f"the bundled dolly sample ({SAMPLE.name}) as an indexed dataset")
-    if not options.data:
-        data.commands.append(
-            Command(
-                [*zerolab, "prep", "dolly", "--input", str(SAMPLE), "--out", str(WORK / "data" / "dolly")]
-            )
-        )
     return [
-        environment,
-        Step(
-            "engine",
-            "zerolab engine install: the pins, the engine, apex, the fused kernels for this GPU",
-            commands=[Command([*zerolab, "engine", "install", *without], sources | jobs)],
-        ),
-        Step("doctor", "zerolab doctor", commands=[Command([*zerolab, "doctor"])], fatal=False),
+        environment_step(options),
         data,
         Step(
-            "seeds",
-            f"the five seed recipes on one GPU, {options.iters} iterations each (one sweep)",
-            commands=[Command(sweep)],
+            "ladder",
+            f"zerolab ladder {' '.join(scale.ladder)}: the speed switches turned between iterations",
+            budget_s=240,
+            commands=[Command(ladder)],
+            fatal=False,
         ),
         Step(
             "peer",
-            "benchmarks/gpu_vs_peer.py: zerolab against plain PyTorch, 124M and 1.5B, ZeRO-0 and 2",
+            "benchmarks/gpu_vs_peer.py: zerolab (ZeRO-0, the default switches) against plain PyTorch",
+            budget_s=170,
             commands=[Command(peer)],
+            fatal=False,
+        ),
+        Step(
+            "seeds",
+            f"the seed setups {SEED_SETUPS} at {' '.join(scale.seeds[1:])}, {options.iters} iterations each",
+            budget_s=150,
+            commands=[Command(sweep(scale.seeds, SEED_SETUPS, sweep_name(options.work)))],
+            fatal=False,
+        ),
+        Step("report", "benchmarks/gpu.md, and the results folder", budget_s=10, commands=[Command(report)]),
+        Step(
+            "seeds_offload",
+            "the seed setup ZeRO-3 + CPU optimizer offload (compiles DeepSpeed's CPU Adam, about a minute)",
+            budget_s=150,
+            commands=[Command(sweep(scale.seeds, OFFLOAD_SETUP, sweep_name(options.work, "offload")))],
+            fatal=False,
+        ),
+        Step(
+            "seeds_1_5b",
+            "the five seed recipes as shipped (GPT-2 1.5B) on one GPU",
+            budget_s=480,
+            commands=[
+                Command(
+                    sweep(scale.seeds_1_5b, "zero=z0,z1,z2,z3,z3_offload", sweep_name(options.work, "1.5b"))
+                )
+            ],
+            fatal=False,
         ),
         Step(
             "finetune",
             "the five GPT-2 XL fine-tuning recipes on one GPU (random weights, the WNLI sample; one sweep)",
-            commands=[
-                Command([*make_model, str(FINETUNE_MODEL)], unless=FINETUNE_MODEL),
-                Command(finetune),
-            ],
-        ),
-        Step(
-            "report", "benchmarks/gpu.md, its plots, and the runs as one tarball", commands=[Command(report)]
+            budget_s=480,
+            commands=[Command(make_model, unless=FINETUNE_MODEL), Command(finetune)],
+            fatal=False,
         ),
     ]
+
+
+PLANNED = ("environment", "data", "ladder", "peer", "seeds", "report")
+"""The steps a check runs unless --only names others: the budgeted plan."""
+STEP_NAMES = (*PLANNED, "seeds_offload", "seeds_1_5b", "finetune")
 
 
 def describe(step: Step, number: int, total: int) -> list[str]:
@@ -274,19 +398,30 @@ def describe(step: Step, number: int, total: int) -> list[str]:
     return lines
 
 
-def state_file(name: str) -> Path:
-    """Where a completed step is recorded."""
-    return REPO_ROOT / WORK / "steps" / f"{name}.json"
+def state_file(work: Path, name: str) -> Path:
+    """Where a completed step of the check in `work` is recorded."""
+    return REPO_ROOT / work / "steps" / f"{name}.json"
 
 
-def run(options: Options, *, only: list[str] | None, dry_run: bool) -> int:
-    """Run (or with `dry_run` print) the steps; a step recorded as completed is skipped unless
-    `only` names it. 0 when every fatal step succeeded."""
+def run(
+    options: Options,
+    *,
+    only: list[str] | None,
+    dry_run: bool,
+    after_step: Callable[[], None] | None = None,
+) -> int:
+    """Run (or with `dry_run` print) the planned steps, or those `only` names; a step recorded as
+    completed is skipped unless `only` names it. A step is not started when its budget no longer
+    fits in what is left of options.budget_s (the report's kept aside), and is stopped when the
+    budget runs out. `after_step` runs after each step (the report, so that a check cut short
+    leaves its results). 0 when every fatal step succeeded."""
     plan = steps(options)
     total = len(plan)
+    report = next(step for step in plan if step.name == "report")
+    started = time.monotonic()
     for number, step in enumerate(plan, start=1):
-        selected = only is None or step.name in only
-        done = state_file(step.name).is_file()
+        selected = step.name in (only or PLANNED)
+        done = state_file(options.work, step.name).is_file()
         if not selected or (done and only is None):
             if not dry_run or done:
                 print(f"{number}/{total} {step.name}: " + ("done before" if done else "not asked for"))
@@ -295,24 +430,38 @@ def run(options: Options, *, only: list[str] | None, dry_run: bool) -> int:
             print(line, flush=True)
         if dry_run:
             continue
-        started = time.monotonic()
-        failed = _execute(step)
-        seconds = time.monotonic() - started
+        reserve = 0 if step is report else report.budget_s
+        left = options.budget_s - (time.monotonic() - started) - reserve
+        if step.budget_s > left:
+            print(
+                f"{number}/{total} {step.name}: not started: it is given {step.budget_s} s and "
+                f"{max(left, 0):.0f} s of the check's --budget {options.budget_s:.0f} are left",
+                flush=True,
+            )
+            continue
+        began = time.monotonic()
+        failed = _execute(step, timeout_s=left)
+        seconds = time.monotonic() - began
         if failed is not None and step.fatal:
             print(f"{number}/{total} {step.name}: FAILED after {seconds:.0f} s: {failed}", flush=True)
             return 1
         outcome = "done" if failed is None else f"done, with a problem: {failed}"
         print(f"{number}/{total} {step.name}: {outcome} in {seconds:.0f} s", flush=True)
-        state_file(step.name).parent.mkdir(parents=True, exist_ok=True)
-        state_file(step.name).write_text(json.dumps({"seconds": round(seconds, 1), "problem": failed}) + "\n")
+        record = {"seconds": round(seconds, 1), "budget_s": step.budget_s, "problem": failed}
+        state_file(options.work, step.name).parent.mkdir(parents=True, exist_ok=True)
+        state_file(options.work, step.name).write_text(json.dumps(record) + "\n")
+        if after_step is not None and step is not report:
+            after_step()
     return 0
 
 
-def _execute(step: Step) -> str | None:
-    """Run a step's commands from the repository root and write its files, in order; what failed,
-    or None."""
+def _execute(step: Step, timeout_s: float) -> str | None:
+    """Run a step's commands from the repository root and write its files, in order, stopping a
+    command (its whole process group) when `timeout_s` has passed; what failed, or None."""
+    deadline = time.monotonic() + timeout_s
     for command in step.commands:
         if isinstance(command, Write):
+            command.path.parent.mkdir(parents=True, exist_ok=True)
             command.path.write_text(command.text)
             if command.executable:
                 command.path.chmod(0o755)
@@ -320,7 +469,18 @@ def _execute(step: Step) -> str | None:
         if command.unless is not None and command.unless.exists():
             print(f"  {command.unless} exists", flush=True)
             continue
-        code = subprocess.call(command.argv, cwd=REPO_ROOT, env={**os.environ, **command.env})
+        env = {**os.environ, **command.env}
+        process = subprocess.Popen(command.argv, cwd=REPO_ROOT, env=env, start_new_session=True)
+        try:
+            code = process.wait(timeout=max(deadline - time.monotonic(), 1))
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGTERM)
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+            return f"`{shlex.join(command.argv[:4])} ...` stopped at the check's budget"
         if code != 0:
             return f"`{shlex.join(command.argv[:4])} ...` exited with {code}"
     return None

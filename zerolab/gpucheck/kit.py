@@ -4,7 +4,8 @@ gathered on a machine with network access (`make gpu-kit DIR=...`) and read on t
 
     kit.json                 what is inside, and for which Python and machine
     Megatron-DeepSpeed.git/  a bare git repository holding only the pinned engine commit
-    apex.git/                the same for apex's pinned commit (built on machines without apex)
+    apex.git/                the same for apex's pinned commit, only when asked (--apex: the check's
+                             --cuda-builds builds it; by default the engine runs on torch stand-ins)
     wheels/                  wheels for the GPU machine's Python: the engine's pins (less torch,
                              the machine's own CUDA build) and zerolab's runtime dependencies,
                              with what they need; DeepSpeed as a wheel built here
@@ -89,8 +90,9 @@ class Kit:
         return self.root / ENGINE_GIT
 
     @property
-    def apex_git(self) -> Path:
-        return self.root / APEX_GIT
+    def apex_git(self) -> Path | None:
+        """apex's repository, when the kit carries it."""
+        return self.root / APEX_GIT if "apex" in self.manifest else None
 
     @property
     def wheels(self) -> list[Path]:
@@ -110,10 +112,10 @@ def read_kit(root: Path, pins: Pins | None = None) -> Kit:
         raise UserError(f"{manifest_path}: not JSON ({error.msg}); {fix}") from None
     pins = pins or load_pins()
     kit = Kit(root, manifest)
-    for what, path, wanted in (
-        ("engine", kit.engine_git, pins.engine_commit),
-        ("apex", kit.apex_git, pins.apex_commit),
-    ):
+    carried = [("engine", kit.engine_git, pins.engine_commit)]
+    if kit.apex_git is not None:
+        carried.append(("apex", kit.apex_git, pins.apex_commit))
+    for what, path, wanted in carried:
         if manifest.get(what, {}).get("commit") != wanted:
             raise UserError(
                 f"{manifest_path}: {what} commit {manifest.get(what, {}).get('commit')}, but pins.toml pins "
@@ -186,10 +188,16 @@ def wheel_requirements(wheel: Path) -> list[str]:
 
 
 def gather(
-    out: Path, *, engine_python: Path, python_version: str, machine: dict[str, str], pins: Pins | None = None
+    out: Path,
+    *,
+    engine_python: Path,
+    python_version: str,
+    machine: dict[str, str],
+    apex: bool = False,
+    pins: Pins | None = None,
 ) -> Kit:
     """Gather a kit for `pins` (default: this checkout's) into `out`, which must not exist: written
-    in a partial folder beside it, moved into place when whole."""
+    in a partial folder beside it, moved into place when whole. `apex`: carry apex's source too."""
     if out.exists():
         raise UserError(f"{out}: exists; remove it or name another folder (make gpu-kit DIR=...)")
     if not engine_python.is_file():
@@ -203,8 +211,12 @@ def gather(
     try:
         print(f"1/4 Megatron-DeepSpeed {pins.engine_commit[:12]} -> {ENGINE_GIT}", flush=True)
         _bare_copy(_engine_source(pins), pins.engine_commit, staging / ENGINE_GIT)
-        print(f"2/4 apex {pins.apex_commit[:12]} -> {APEX_GIT}", flush=True)
-        _bare_copy(os.environ.get("ZEROLAB_APEX_SRC") or pins.apex_repo, pins.apex_commit, staging / APEX_GIT)
+        if apex:
+            print(f"2/4 apex {pins.apex_commit[:12]} -> {APEX_GIT}", flush=True)
+            source = os.environ.get("ZEROLAB_APEX_SRC") or pins.apex_repo
+            _bare_copy(source, pins.apex_commit, staging / APEX_GIT)
+        else:
+            print("2/4 apex: not carried (the engine runs on zerolab's torch stand-ins; --apex carries it)")
         wheels = staging / WHEELS
         print(f"3/4 DeepSpeed {pins.python['deepspeed']} as a wheel (built by {engine_python})", flush=True)
         _run(
@@ -257,7 +269,7 @@ def gather(
             "zerolab_version": __version__,
             "created": time.strftime("%Y-%m-%d %H:%M:%S %z"),
             "engine": {"commit": pins.engine_commit, "repository": ENGINE_GIT},
-            "apex": {"commit": pins.apex_commit, "repository": APEX_GIT},
+            **({"apex": {"commit": pins.apex_commit, "repository": APEX_GIT}} if apex else {}),
             "python": python_version,
             "platforms": list(PLATFORMS),
             "not_needed": NOT_NEEDED,
@@ -305,25 +317,51 @@ def size_mib(path: Path) -> float:
     return sum(item.stat().st_size for item in path.rglob("*") if item.is_file()) / 2**20
 
 
+CARRY_LIMIT_MIB = 64
+"""What a lent GPU machine of this workplace takes along: the working tree and the kit together."""
+
+
+def working_tree_mib(root: Path = REPO_ROOT) -> float | None:
+    """The files git would carry from the checkout at `root` (tracked, and untracked but not
+    ignored), in MiB; None outside a git checkout."""
+    listing = subprocess.run(
+        ["git", "-C", str(root), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        capture_output=True,
+        check=False,
+    )
+    if listing.returncode != 0:
+        return None
+    paths = [root / name for name in listing.stdout.decode().split("\0") if name]
+    return sum(path.stat().st_size for path in paths if path.is_file()) / 2**20
+
+
 def main(argv: list[str] | None = None) -> int:
     """`python -m zerolab.gpucheck.kit DIR [--machine FREEZE] [--python-version 3.12]`."""
     parser = argparse.ArgumentParser(prog="make gpu-kit", description=__doc__.split("\n\n")[0])
     parser.add_argument("out", type=Path, help="the kit's folder (must not exist)")
     parser.add_argument("--machine", type=Path, help="`pip list --format=freeze` of the GPU machine's Python")
     parser.add_argument("--python-version", default="3.12", help="the GPU machine's Python (default 3.12)")
+    parser.add_argument("--apex", action="store_true", help="carry apex's source too (for --cuda-builds)")
     args = parser.parse_args(argv)
 
     try:
         machine = parse_freeze(args.machine.read_text()) if args.machine else {}
         python = engine_python()
-        kit = gather(args.out, engine_python=python, python_version=args.python_version, machine=machine)
+        version = args.python_version
+        kit = gather(args.out, engine_python=python, python_version=version, machine=machine, apex=args.apex)
     except (UserError, OSError) as error:
         print(f"zerolab: error: {error}", file=sys.stderr)
         return 2
     wheels = kit.manifest["wheels"]
+    tree = working_tree_mib()
+    if tree is not None:
+        total = tree + size_mib(kit.root)
+        verdict = "within" if total <= CARRY_LIMIT_MIB else "OVER"
+        print(f"kit + working tree: {total:.1f} MiB, {verdict} the {CARRY_LIMIT_MIB} MiB a lent GPU carries")
     print(
         f"kit: {kit.root}, {size_mib(kit.root):.1f} MiB: {len(wheels)} wheels "
-        f"({sum(wheels.values()) / 2**20:.1f} MiB), the engine and apex at their pinned commits; "
+        f"({sum(wheels.values()) / 2**20:.1f} MiB), the engine{' and apex' if args.apex else ''} at the "
+        "pinned commits; "
         f"{len(kit.manifest['left_out'])} wheels left out as the machine has them"
     )
     return 0

@@ -1,7 +1,9 @@
-"""The GPU check's report: benchmarks/gpu.md from what the check's steps left in logs/gpu-check/
-and logs/sweeps/gpu-check/ (the seed sweep's summary.json and plots, gpu_vs_peer's report), with
-`zerolab estimate` against each run's measured peak; and, in a results folder, a copy of it, the
-plots and the run directories as one tarball (checkpoints left out).
+"""The GPU check's report: gpu.md from what the check's steps left in its folder (logs/gpu-check,
+or logs/gpu-check-rehearsal) and in logs/sweeps/ (the ladder's table, gpu_vs_peer's report, the
+seed sweeps' summary.json), with `zerolab estimate` against each run's measured peak; the real
+check's is benchmarks/gpu.md. In a results folder: a copy of it, the ladder's ladder.json, and the
+run directories and plots as one tarball (checkpoints left out): few files, as a lent machine
+returns at most eight.
 
     python -m zerolab.gpucheck.report --work logs/gpu-check [--results DIR]
 """
@@ -17,18 +19,11 @@ import tarfile
 import time
 from pathlib import Path
 
-from zerolab.gpucheck.check import (
-    FINETUNE_RECIPE,
-    FINETUNE_SWEEP_NAME,
-    STEP_NAMES,
-    SWEEP_NAME,
-    state_file,
-)
+from zerolab.gpucheck.check import FINETUNE_RECIPE, STEP_NAMES, WORK, state_file, sweep_name
 from zerolab.locations import REPO_ROOT, SWEEPS_DIR
 
 GPU_REPORT = REPO_ROOT / "benchmarks" / "gpu.md"
-SWEEP_DIR = REPO_ROOT / SWEEPS_DIR / SWEEP_NAME
-FINETUNE_SWEEP_DIR = REPO_ROOT / SWEEPS_DIR / FINETUNE_SWEEP_NAME
+REPORT_NAME = "gpu.md"
 ESTIMATE_TARGET_PCT = 10.0
 """`zerolab estimate` within this many percent of every measured peak (issue 11's target)."""
 TARBALL = "gpu-check-runs.tar.gz"
@@ -80,67 +75,87 @@ def seed_lines(summary: dict) -> list[str]:
     return [*lines, "", *(judged or ["- the estimate was judged for no run (no measured peak)"])]
 
 
-def step_lines() -> list[str]:
-    """Each step with its time, or that it did not run."""
+def step_lines(work: Path) -> list[str]:
+    """Each step with its time against its budget, or that it did not run."""
     lines = []
     for name in STEP_NAMES:
-        path = state_file(name)
+        path = state_file(work, name)
         if not path.is_file():
             lines.append(f"- {name}: not run" if name != "report" else f"- {name}: this file")
             continue
         state = json.loads(path.read_text())
         problem = f", with a problem: {state['problem']}" if state.get("problem") else ""
-        lines.append(f"- {name}: {state['seconds']:.0f} s{problem}")
+        budget = f" of {state['budget_s']} s given" if state.get("budget_s") else ""
+        lines.append(f"- {name}: {state['seconds']:.0f} s{budget}{problem}")
     return lines
 
 
+def _included(path: Path, missing: str) -> list[str]:
+    """The Markdown file at `path` below this report's headings (its title left out), or `missing`."""
+    if not path.is_file():
+        return [missing]
+    body = path.read_text().splitlines()[1:]
+    return [f"#{line}" if line.startswith("#") else line for line in body]
+
+
+def _sweep(title: str, command: str, directory: Path, missing: str) -> list[str]:
+    lines = ["", f"## {title}", "", command, ""]
+    summary = directory / "summary.json"
+    if summary.is_file():
+        return lines + seed_lines(json.loads(summary.read_text()))
+    return [*lines, f"Not measured: {missing}."]
+
+
 def report_text(work: Path) -> str:
-    """benchmarks/gpu.md's text."""
-    summary_path = SWEEP_DIR / "summary.json"
-    peer = work / "gpu_vs_peer.md"
+    """The report's text for the check in `work`."""
+    sweeps = REPO_ROOT / SWEEPS_DIR
     lines = [
-        "# zerolab on one GPU: the seed study and the peer benchmark",
+        "# zerolab on one GPU: the speed ladder, the plain-PyTorch peer, the seed setups",
         "",
         f"Written by `make gpu-check` on {time.strftime('%Y-%m-%d %H:%M %Z')}. GPU: **{gpu_name()}**.",
         "",
         "## Steps",
         "",
-        *step_lines(),
+        *step_lines(work),
         "",
-        "## The five seed recipes on one GPU",
+        "## The speed ladder",
         "",
-        "`zerolab sweep gpt2_dp zero=z0,z1,z2,z3,z3_offload hardware.procs_per_node=1 ...` (the seed recipes "
-        "differ only in their zero block); steady-state medians by `zerolab summarize`; the estimate is "
-        "`zerolab estimate`'s peak for the run's setup against its max allocated.",
+        *_included(work / "ladder" / "ladder.md", "Not measured: the ladder step did not run."),
         "",
+        "## zerolab against a plain PyTorch GPT-2",
+        "",
+        *_included(work / "gpu_vs_peer.md", "Not measured: the peer step did not run."),
     ]
-    if summary_path.is_file():
-        lines += seed_lines(json.loads(summary_path.read_text()))
-    else:
-        lines.append(
-            f"Not measured: {summary_path.relative_to(REPO_ROOT)} is missing (the seeds step did not run)."
-        )
-    lines += [
-        "",
-        "## The five GPT-2 XL fine-tuning recipes on one GPU",
-        "",
+    lines += _sweep(
+        "The seed setups at GPT-2 124M on one GPU",
+        "`zerolab sweep gpt2_dp zero=z0,z1,z2,z3 model=gpt2-124m train.micro_batch_size=16 "
+        "hardware.procs_per_node=1 ...` (the seed recipes differ only in their zero block); steady-state "
+        "medians by `zerolab summarize`; the estimate is `zerolab estimate`'s peak for the run's setup "
+        "against its max allocated.",
+        sweeps / sweep_name(work),
+        "the seeds step did not run",
+    )
+    lines += _sweep(
+        "ZeRO-3 with the optimizer offloaded, GPT-2 124M",
+        "`zerolab sweep gpt2_dp zero=z3_offload ...` (its own step: DeepSpeed's CPU Adam is compiled "
+        "at its first use).",
+        sweeps / sweep_name(work, "offload"),
+        "the seeds_offload step did not run",
+    )
+    lines += _sweep(
+        "The five seed recipes as shipped (GPT-2 1.5B)",
+        "`zerolab sweep gpt2_dp zero=z0,z1,z2,z3,z3_offload hardware.procs_per_node=1 ...`.",
+        sweeps / sweep_name(work, "1.5b"),
+        "the seeds_1_5b step did not run",
+    )
+    lines += _sweep(
+        "The five GPT-2 XL fine-tuning recipes on one GPU",
         f"`zerolab sweep {FINETUNE_RECIPE} zero=z0,z1,z2,z3,z3_offload hardware.procs_per_node=1 ...`: "
         "a GPT-2 XL with random weights (the machine cannot download OpenAI's; memory and speed do not "
         "depend on the weights) fine-tuned on the shipped WNLI sample, bf16, 128 tokens per example.",
-        "",
-    ]
-    finetune_summary = FINETUNE_SWEEP_DIR / "summary.json"
-    if finetune_summary.is_file():
-        lines += seed_lines(json.loads(finetune_summary.read_text()))
-    else:
-        missing = finetune_summary.relative_to(REPO_ROOT)
-        lines.append(f"Not measured: {missing} is missing (the finetune step did not run).")
-    lines += ["", "## zerolab against a plain PyTorch GPT-2", ""]
-    if peer.is_file():
-        body = peer.read_text().splitlines()
-        lines += [line.replace("# ", "### ", 1) if line.startswith("# ") else line for line in body[1:]]
-    else:
-        lines.append("Not measured: the peer step did not run.")
+        sweeps / sweep_name(work, "finetune"),
+        "the finetune step did not run",
+    )
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -148,37 +163,58 @@ def _outside_tarball(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
     return None if any(part in info.name for part in LEFT_OUT_OF_TARBALL) else info
 
 
+def _archived_as(directory: Path) -> str:
+    """A folder's name in the tarball: its path in the checkout (logs/...), or its own name."""
+    return str(directory.relative_to(REPO_ROOT)) if directory.is_relative_to(REPO_ROOT) else directory.name
+
+
 def write_results(work: Path, results: Path, report: Path) -> list[Path]:
-    """Copy the report and the sweep's plots into `results`; tar the runs; returns what was written."""
+    """Copy the report and the ladder's JSON into `results`; tar the runs and plots; returns what
+    was written."""
     results.mkdir(parents=True, exist_ok=True)
-    written = [Path(shutil.copy2(report, results / report.name))]
-    written += [
-        Path(shutil.copy2(png, results / f"gpu-{png.name}")) for png in sorted(SWEEP_DIR.glob("*.png"))
-    ]
+    written = [Path(shutil.copy2(report, results / REPORT_NAME))]
+    ladder = work / "ladder" / "ladder.json"
+    if ladder.is_file():
+        written.append(Path(shutil.copy2(ladder, results / ladder.name)))
     tarball = results / TARBALL
-    with tarfile.open(tarball, "w:gz") as archive:
-        for directory in (work, SWEEP_DIR):
+    partial = tarball.with_name(f".{TARBALL}.partial")
+    sweeps = REPO_ROOT / SWEEPS_DIR
+    with tarfile.open(partial, "w:gz") as archive:
+        for directory in (work, *sorted(sweeps.glob(f"{work.name}*"))):
             if directory.is_dir():
-                archive.add(directory, arcname=str(directory.relative_to(REPO_ROOT)), filter=_outside_tarball)
+                archive.add(directory, arcname=_archived_as(directory), filter=_outside_tarball)
+    partial.replace(tarball)
     return [*written, tarball]
 
 
+def write_report(work: Path, results: Path | None) -> list[Path]:
+    """Write the report of the check in `work` (the real check's also as benchmarks/gpu.md) and,
+    with `results`, the results folder; returns what was written."""
+    work = (REPO_ROOT / work).resolve()
+    report = work / REPORT_NAME
+    report.parent.mkdir(parents=True, exist_ok=True)
+    report.write_text(report_text(work))
+    written = [report]
+    if work == (REPO_ROOT / WORK).resolve():
+        shutil.copy2(report, GPU_REPORT)
+        written.append(GPU_REPORT)
+    if results is not None:
+        written += write_results(work, results, report)
+    return written
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Write benchmarks/gpu.md (and the results folder's copies)."""
+    """Write the report (and the results folder's copies)."""
     parser = argparse.ArgumentParser(
         prog="python -m zerolab.gpucheck.report", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("--work", type=Path, required=True, help="the check's folder (logs/gpu-check)")
     parser.add_argument(
-        "--results", type=Path, help="where to copy the report, the plots and the runs' tarball"
+        "--results", type=Path, help="where to copy the report, ladder.json and the runs' tarball"
     )
     args = parser.parse_args(argv)
-    work = (REPO_ROOT / args.work).resolve()
-    GPU_REPORT.write_text(report_text(work))
-    print(f"wrote {GPU_REPORT}")
-    if args.results:
-        for path in write_results(work, args.results, GPU_REPORT):
-            print(f"wrote {path}")
+    for path in write_report(args.work, args.results):
+        print(f"wrote {path}")
     return 0
 
 

@@ -12,7 +12,7 @@ from zerolab.recipe.inputs import vocabulary_size
 from zerolab.recipe.length import train_iters
 from zerolab.recipe.provenance import Sources, source_of
 from zerolab.recipe.render import attention_args, ds_config, render, stage_bound
-from zerolab.recipe.schema import DataSection, ExtraSection, Recipe
+from zerolab.recipe.schema import DataSection, ExtraSection, Recipe, SpeedSection
 
 
 @dataclass(frozen=True)
@@ -711,6 +711,7 @@ NOT_READ_BY_FINETUNING: dict[str, tuple[str, ...]] = {
         "cpu_checkpointing",
     ),
     "extra": ("megatron_args",),
+    "speed": tuple(SpeedSection.model_fields),
 }
 """The keys a fine-tuning does not read (the loop is not Megatron): a value other than the
 default is refused rather than silently ignored (train.iters and train.tokens: the length check)."""

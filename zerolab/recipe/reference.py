@@ -60,10 +60,13 @@ is the ds_config stage; `--micro-batch-size`/`--global-batch-size` and
 from `train`; `steps_per_print` is `train.log_interval` and `log_level` is `info`, so
 DeepSpeed's throughput and memory lines reach the log. With pipeline size 1 the render
 adds `--no-pipeline-parallel`; optimizer offload adds `--cpu-optimizer`, weight offload
-`--remote-device cpu`; on CPU it sets `DS_ACCELERATOR=cpu`, `--distributed-backend gloo`,
-`--no-gradient-accumulation-fusion`, `--no-masked-softmax-fusion` (the engine would pick its
-CUDA softmax kernel in bf16) and, under torchrun, `LOCAL_SIZE`; on CUDA it disables none of the
-engine's fused kernels (masked softmax, bias-GeLU, bias-dropout, gradient-accumulation fusion).
+`--remote-device cpu`; on CPU it sets `DS_ACCELERATOR=cpu`, `--distributed-backend gloo` and,
+under torchrun, `LOCAL_SIZE`. It renders `--no-gradient-accumulation-fusion` everywhere (at the
+pinned commit the fusion's kernel call is commented out, and only its apex import is left) and
+`--no-masked-softmax-fusion` on CPU, where the engine would pick its CUDA softmax kernel in bf16,
+and wherever attention is sdpa or flash, which never call it: then no launch builds the fused
+kernels.
+The recipe's `speed` switches go to `ZEROLAB_SPEED` (docs/speed.md).
 `model.attention` `sdpa` sets `ZEROLAB_ATTENTION=sdpa` (zerolab's `sdpa_attention` patch,
 printed at the top of `train.log`; `zerolab launch` drops a value inherited from the shell),
 `flash` adds `--use-flash-attn-v2`. ZeRO keys go into the ds_config only at the stages that read

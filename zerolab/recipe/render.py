@@ -25,6 +25,7 @@ from zerolab.engine.paths import (
     torch_extensions_dir,
 )
 from zerolab.engine.sdpa_attention import ATTENTION_ENV, SDPA
+from zerolab.engine.speed_switches import SPEED_ENV
 from zerolab.finetune.glue import glue_task
 from zerolab.finetune.request import REQUEST_FILE, FinetuneRequest, write_request
 from zerolab.finetune.split_files import TRAIN_SPLIT, split_file
@@ -220,7 +221,7 @@ class Launch:
     def process_env(self, inherited: dict[str, str]) -> dict[str, str]:
         """The launcher's whole environment: `inherited` (less what the recipe decides), the
         runtime additions and the rendered environment."""
-        kept = {name: value for name, value in inherited.items() if name != ATTENTION_ENV}
+        kept = {name: value for name, value in inherited.items() if name not in (ATTENTION_ENV, SPEED_ENV)}
         return kept | self.runtime_env(inherited) | self.env
 
 
@@ -301,7 +302,7 @@ def remote_env_file(recipe: Recipe, placement: Placement, run_dir: str) -> dict[
 
 def launch_env(recipe: Recipe) -> dict[str, str]:
     """Environment for every rank: the CPU accelerator and its rank-count workaround, threads,
-    W&B's mode and the attention patch."""
+    W&B's mode, the attention patch and the speed switches."""
     hw = recipe.hardware
     env: dict[str, str] = {}
     if hw.device == "cpu":
@@ -312,7 +313,7 @@ def launch_env(recipe: Recipe) -> dict[str, str]:
         env["OMP_NUM_THREADS"] = str(hw.omp_num_threads)
     if recipe.logging.wandb_project is not None:
         env["WANDB_MODE"] = recipe.logging.wandb_mode
-    return env if recipe.finetune is not None else env | attention_env(recipe)
+    return env if recipe.finetune is not None else env | attention_env(recipe) | speed_env(recipe)
 
 
 def megatron_args(recipe: Recipe, ds_config_path: str) -> list[str]:
@@ -329,8 +330,7 @@ def megatron_args(recipe: Recipe, ds_config_path: str) -> list[str]:
         *section_args(recipe, "data", at=tokenizer_files | split_args(recipe)),
         "--distributed-backend", "gloo" if hw.device == "cpu" else "nccl",
     ]  # fmt: skip
-    if hw.device == "cpu":  # CUDA kernels the engine would otherwise pick (softmax: in bf16/fp16)
-        args += ["--no-gradient-accumulation-fusion", "--no-masked-softmax-fusion"]
+    args += fusion_args(recipe)
     args += attention_args(recipe)
     args += activation_checkpointing_args(recipe)
     args += section_args(recipe, "precision")
@@ -388,6 +388,17 @@ def _flag(flag: str, value: Any) -> list[str]:
     return [flag, _num(value) if isinstance(value, float) else str(value)]
 
 
+def fusion_args(recipe: Recipe) -> list[str]:
+    """The engine's compiled fusions switched off where nothing needs them, so that no launch builds
+    anything: gradient-accumulation fusion always (apex's fused_weight_gradient_mlp_cuda is only
+    imported: its kernel call is commented out at the pinned commit), the masked-softmax kernels on
+    CPU and wherever attention is not the engine's own (sdpa and flash never call them)."""
+    args = ["--no-gradient-accumulation-fusion"]
+    if recipe.hardware.device == "cpu" or recipe.model.attention != "megatron":
+        args.append("--no-masked-softmax-fusion")
+    return args
+
+
 def attention_args(recipe: Recipe) -> list[str]:
     """model.attention flash: the engine's FlashAttention-2 path. megatron and sdpa add nothing
     (sdpa is zerolab's patch of the engine's CoreAttention, asked for by attention_env)."""
@@ -397,6 +408,12 @@ def attention_args(recipe: Recipe) -> list[str]:
 def attention_env(recipe: Recipe) -> dict[str, str]:
     """model.attention sdpa: ZEROLAB_ATTENTION=sdpa, which applies zerolab's sdpa_attention patch."""
     return {ATTENTION_ENV: SDPA} if recipe.model.attention == "sdpa" else {}
+
+
+def speed_env(recipe: Recipe) -> dict[str, str]:
+    """ZEROLAB_SPEED: the speed switches the recipe turns on, in the schema's order (none: unset)."""
+    on = [name for name, value in recipe.speed.model_dump().items() if value]
+    return {SPEED_ENV: ",".join(on)} if on else {}
 
 
 def activation_checkpointing_args(recipe: Recipe) -> list[str]:

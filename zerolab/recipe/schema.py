@@ -6,9 +6,10 @@ from __future__ import annotations
 import typing
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, create_model
 
 from zerolab.engine.megatron_entry import FLASH_V2
+from zerolab.engine.speed_switches import SPEED_ENV, SWITCHES
 from zerolab.finetune.glue import TASKS
 from zerolab.recipe.destinations import DeepSpeed, Destination, Env, Launcher, Megatron, Zerolab
 
@@ -398,6 +399,26 @@ class ExtraSection(Section):
     )
 
 
+SpeedSection: type[Section] = create_model(  # type: ignore[call-overload]
+    "SpeedSection",
+    __base__=Section,
+    __doc__="zerolab's speed switches: changes of the engine's host-side work, each measured on a GPU "
+    "by the speed ladder (`zerolab ladder`, docs/speed.md). A switch proven on CPU to train to the "
+    "engine's own losses is on by default; one that changes the arithmetic is off by default and says so.",
+    **{
+        switch.name: (
+            bool,
+            field(
+                switch.default,
+                switch.doc,
+                to=(Env(SPEED_ENV, "named when true; pretraining only"),),
+            ),
+        )
+        for switch in SWITCHES
+    },
+)
+
+
 class PrecisionSection(Section):
     """Training number format (configs/precision/); both false is fp32."""
 
@@ -785,6 +806,7 @@ class Recipe(Section):
     hardware: HardwareSection = field(HardwareSection, "devices, nodes and launcher")
     logging: LoggingSection = field(LoggingSection, "TensorBoard and Weights & Biases")
     extra: ExtraSection = field(ExtraSection, "engine settings the schema does not know")
+    speed: SpeedSection = field(SpeedSection, "zerolab's speed switches (host-side work of the engine)")
     finetune: FinetuneSection | None = field(
         None, "fine-tune a Hugging Face GPT-2 on a GLUE task instead of pretraining; null: pretraining"
     )
@@ -858,6 +880,7 @@ SECTIONS: tuple[str, ...] = (
     "hardware",
     "logging",
     "extra",
+    "speed",
     "finetune",
 )
 
