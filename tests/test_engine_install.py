@@ -191,3 +191,27 @@ def test_setup_on_a_cpu_machine_compiles_the_helpers_and_cpu_ops_and_skips_the_c
     built = tmp_path / "torch_extensions"
     assert f"9/9 DeepSpeed's CPU ops\n  deepspeed_shm_comm, cpu_adam already built in {built}" in out
     assert not (tmp_path / "home" / "apex").exists()
+
+
+def test_a_fetch_that_fails_names_the_local_source_variable_and_the_commit(tmp_path, engine_repo, capfd):
+    # no network access to the upstream (a URL that cannot be reached): the error names the way
+    # round, ZEROLAB_ENGINE_SRC, and the commit that local repository must hold
+    bare, first, _ = engine_repo
+    unreachable = f"file://{tmp_path}/offline/Megatron-DeepSpeed.git"
+    with pytest.raises(UserError) as refused:
+        ensure_engine_checkout(tmp_path / "e1", first, unreachable)
+    message = str(refused.value)
+    assert f"fetching Megatron-DeepSpeed {first} from {unreachable} failed" in message
+    assert "no network access to it?" in message
+    assert "`ZEROLAB_ENGINE_SRC=/path/to/Megatron-DeepSpeed.git make demo`" in message
+    assert "a local clone or bare repository of Megatron-DeepSpeed holding commit " + first in message
+    assert not (tmp_path / "e1").exists() and list(tmp_path.glob(".e1-*")) == []
+    # the local repository named by the variable lacks the commit: it says so, and which
+    missing = "1" * 40
+    with pytest.raises(UserError) as refused:
+        ensure_engine_checkout(tmp_path / "e2", missing, str(bare))
+    message = str(refused.value)
+    assert f"ZEROLAB_ENGINE_SRC={bare}: fetching Megatron-DeepSpeed {missing} from it failed" in message
+    assert "it holds no such commit" in message
+    assert f"holding commit {missing}" in message
+    capfd.readouterr()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import textwrap
 from pathlib import Path
@@ -179,3 +180,39 @@ def test_a_zero3_checkpoint_split_across_tensor_parallel_ranks_is_refused(tmp_pa
     said = capsys.readouterr().err
     assert "tensor parallel 2 is not exported" in said and "parallel.tensor=1" in said
     assert not (tmp_path / "hf").exists()
+
+
+@pytest.mark.parametrize(
+    ("setup", "cut"),
+    [
+        ("z0", "mp_rank_00_model_states.pt"),  # whole weights in each rank's model file
+        ("z3", "zero_pp_rank_1_mp_rank_00_optim_states.pt"),  # a piece zero_to_fp32 puts together
+    ],
+)
+def test_a_checkpoint_file_cut_short_is_named_with_the_fix(setup, cut, trained, tmp_path, capsys):
+    run = tmp_path / "copied-run"
+    shutil.copytree(trained(setup).run_dir, run)
+    step = run / "checkpoints" / f"global_step{ITERATIONS}"
+    cut_file = step / cut
+    os.truncate(cut_file, cut_file.stat().st_size // 2)  # a copy that stopped half way
+    assert main(["export", str(run), "--out", str(tmp_path / "hf")]) == 2
+    err = capsys.readouterr().err
+    assert f"{cut_file}: cut short or damaged, not a checkpoint torch can read" in err, err
+    assert "copy the checkpoint again" in err and "--iteration" in err and "Traceback" not in err
+    assert not (tmp_path / "hf").exists()
+
+
+def test_a_pipeline_checkpoint_without_a_layer_file_is_refused_not_exported_short(trained, tmp_path, capsys):
+    run = tmp_path / "copied-run"
+    shutil.copytree(trained("pp2").run_dir, run)
+    step = run / "checkpoints" / f"global_step{ITERATIONS}"
+    (step / "layer_02-model_00-model_states.pt").unlink()  # the first transformer layer's (1: the embedding)
+    for argv in (
+        ["export", str(run), "--out", str(tmp_path / "hf")],
+        ["eval", str(run), "--task", "wikitext", "--data", "sample"],
+    ):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert f"{step}: 12 tensors of the run's 2-layer GPT-2 missing (transformer.h.0." in err, err
+        assert "a file of the checkpoint is missing" in err
+    assert not (tmp_path / "hf").exists() and not (run / "eval.json").exists()

@@ -253,3 +253,76 @@ def test_a_sweep_crosses_models_setups_and_tasks(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "8 cells" in out and "(zero x finetune.task x finetune.model)" in out
     assert out.count(" ok\n") == 8 and "would run 8 cell(s); 0 refused" in out
+
+
+GLUE_SAMPLES = REPO_ROOT / "data_prep" / "samples" / "glue"
+
+
+@pytest.mark.parametrize(
+    ("recipe", "finetuning"),
+    [("cpu/tiny_z1", "finetune/cpu/tiny_wnli_z1"), ("gpt2_z3_offload", "finetune/gpt2_xl_mrpc_z3_offload")],
+)
+def test_a_finetune_override_on_a_pretraining_recipe_is_named_as_what_made_it_fine_tune(
+    recipe, finetuning, capsys
+):
+    err = refused(capsys, "render", recipe, "finetune.task=mrpc", "--json")
+    assert "1 problem(s) found before launch" in err, err
+    assert "- override `finetune.task=mrpc` made this pretraining recipe a fine-tuning one" in err
+    assert "keys: finetune.task='mrpc' (override `finetune.task=mrpc`)" in err
+    assert "fix: to pretrain, drop the override `finetune.task=mrpc`" in err
+    assert f"`zerolab render {finetuning} finetune.task=mrpc`" in err
+    assert "train.iters" in err and "train.min_lr" in err  # the pretraining keys, by name
+
+
+def test_a_finetune_section_added_to_a_pretraining_file_is_named(tmp_path, capsys):
+    recipe = tmp_path / "mine.yaml"
+    recipe.write_text(
+        (REPO_ROOT / "recipes" / "cpu" / "tiny_z1.yaml").read_text() + "finetune:\n  task: wnli\n"
+    )
+    err = refused(capsys, "render", str(recipe), "--json")
+    assert (
+        f"- the `finetune` section of {recipe} (finetune.task) made this pretraining recipe a fine-tuning one"
+        in err
+    )
+    assert f"keys: finetune.task='wnli' ({recipe})" in err
+    assert f"to pretrain, remove the `finetune` section from {recipe}" in err
+    # a fine-tuning recipe's own blocks make it one: a pretraining key there is named as before
+    err = refused(capsys, "render", "finetune/cpu/tiny_wnli_z1", "parallel.tensor=2", "--json")
+    assert "made this pretraining recipe" not in err and "does not read these keys" in err
+
+
+@pytest.mark.parametrize(
+    "override", ["activation_checkpointing=full", "activation_checkpointing.granularity=full"]
+)
+def test_full_activation_checkpointing_is_taken_in_either_spelling(override, capsys):
+    assert main(["render", "finetune/cpu/tiny_wnli_z1", override, "--json"]) == 0
+    capsys.readouterr()
+    assert render(load_recipe("finetune/cpu/tiny_wnli_z1", [override])).request.gradient_checkpointing
+    # what fine-tuning cannot do stays refused
+    err = refused(
+        capsys, "render", "finetune/cpu/tiny_wnli_z1", override, "activation_checkpointing.method=block"
+    )
+    assert "does not read these keys" in err and "activation_checkpointing.method='block'" in err
+
+
+def test_a_model_under_exports_is_a_folder_checked_before_launch(tmp_path, capsys, monkeypatch):
+    # a fresh clone: no exports/ until `make demo` and `zerolab export`; nothing may launch
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("zerolab.launch.launcher.execute", lambda *_, **__: pytest.fail("launched"))
+    run_dir = tmp_path / "run"
+    data = f"finetune.data={GLUE_SAMPLES}"
+    err = refused(capsys, "launch", "finetune/cpu/tiny_wnli_dp", data, "--run-dir", str(run_dir))
+    assert (
+        "finetune.model: exports/tiny-demo not found; make it with "
+        "`make demo && zerolab export logs/sweeps/demo/zero-z0 --out exports/tiny-demo`"
+    ) in err
+    err = refused(capsys, "launch", "finetune/cpu/tiny_wnli_dp", data, "finetune.model=exports/some-model")
+    assert "finetune.model: exports/some-model not found" in err
+    assert "`zerolab export RUN_DIR --out exports/some-model`" in err
+    (tmp_path / "models").mkdir()  # a folder of the user's own, there: a path inside it is local
+    err = refused(capsys, "launch", "finetune/cpu/tiny_wnli_dp", data, "finetune.model=models/mine")
+    assert "finetune.model: models/mine not found" in err
+    assert not run_dir.exists() and not (tmp_path / "logs").exists()
+    # an owner/name that is no local path is a hub name: transformers downloads it at launch
+    assert main(["render", "finetune/cpu/tiny_wnli_dp", data, "finetune.model=openai-community/gpt2"]) == 0
+    assert "finetune.model" not in capsys.readouterr().err

@@ -8,6 +8,7 @@ fix; render warns and prints the engine's fine-tuning load)."""
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 import pytest
@@ -33,7 +34,7 @@ def _hf_folder(folder: Path, config: dict | None = None, *, tokenizer: bool = Tr
     """A Hugging Face GPT-2 directory as far as zerolab reads it before the engine starts."""
     folder.mkdir()
     (folder / "config.json").write_text(json.dumps(GPT2_CONFIG if config is None else config))
-    (folder / "model.safetensors").write_bytes(b"")
+    (folder / "model.safetensors").write_bytes(b"\x02\0\0\0\0\0\0\0{}")  # safetensors of no tensors
     if tokenizer:
         for name in ("vocab.json", "merges.txt"):
             (folder / name).write_bytes((ASSETS / name).read_bytes())
@@ -83,7 +84,10 @@ def test_a_hub_name_that_cannot_be_fetched_says_so(tmp_path, capsys, monkeypatch
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
     assert main(["import", "openai-community/gpt2", "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
-    assert "MODEL openai-community/gpt2: not a directory, and the Hugging Face hub did not give it" in err
+    assert (
+        "MODEL openai-community/gpt2: no such directory here, and HF_HUB_OFFLINE is set, nor has this "
+        "machine a copy in its Hugging Face cache" in err
+    )
     assert not (tmp_path / "out").exists()
 
 
@@ -173,9 +177,34 @@ def test_a_folder_that_is_not_an_import_is_named_with_the_command_that_makes_one
     ]
     assert main(["launch", *words, "--run-dir", str(tmp_path / "run")]) == 2
     err = capsys.readouterr().err
+    # the folder exists, and the import writes new folders only: a new one, and the key pointed at it
+    assert "not a folder written by `zerolab import`" in err
     assert (
-        "not a folder written by `zerolab import`" in err and f"zerolab import MODEL --out {tmp_path}" in err
+        "import the weights into a new folder with `zerolab import MODEL --out imports/NAME` and set "
+        "model.init_from=imports/NAME" in err
     )
+
+
+def _init_from_hint(given: Path, dataset: str, capsys) -> str:
+    """What render warns of model.init_from=`given`."""
+    argv = ["render", str(REPO_ROOT / TINY), f"data.path={dataset}", f"model.init_from={given}"]
+    assert main([*argv, "model.make_vocab_size_divisible_by=1"]) == 0
+    return "\n".join(line for line in capsys.readouterr().err.splitlines() if "model.init_from" in line)
+
+
+def test_init_from_a_hugging_face_folder_or_its_file_suggests_an_import_that_works(
+    hf_model, dataset, tmp_path, capsys, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)
+    for given in (hf_model, hf_model / "model.safetensors"):
+        said = _init_from_hint(given, dataset, capsys)
+        if given.is_file():
+            assert said.count(str(given)) == 1, said  # named once, not as a folder to write into
+        command = f"zerolab import {hf_model} --out imports/tiny-gpt2"
+        assert f"{hf_model} is a Hugging Face model folder: import it with `{command}`" in said, said
+        assert "and set model.init_from=imports/tiny-gpt2" in said, said
+    assert main(shlex.split(command)[1:]) == 0  # the command given works as given
+    assert _init_from_hint(Path("imports/tiny-gpt2"), dataset, capsys) == ""
 
 
 def test_a_continued_recipe_without_its_weights_names_the_command_that_writes_them(tmp_path, capsys, dataset):

@@ -6,10 +6,12 @@ set up (`make setup`). Each run is a tiny model for few iterations."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -168,7 +170,8 @@ def test_zero3_with_cpu_optimizer_offload(trained):
 def test_a_crashing_rank_fails_the_launch_with_the_cause(engine, dataset, tmp_path):
     broken = tmp_path / "broken"
     shutil.copy(dataset + ".idx", str(broken) + ".idx")
-    Path(str(broken) + ".bin").write_bytes(Path(dataset + ".bin").read_bytes()[:1000])  # truncated
+    # whole by the launch's checks (index and size), but every token beyond GPT-2's vocabulary
+    Path(str(broken) + ".bin").write_bytes(b"\xff" * Path(dataset + ".bin").stat().st_size)
     run_dir = tmp_path / "crash"
     code = main(
         [
@@ -185,7 +188,7 @@ def test_a_crashing_rank_fails_the_launch_with_the_cause(engine, dataset, tmp_pa
     assert code != 0
     state = status(run_dir)
     assert state["state"] == "failed" and state["exit_code"] == code
-    assert "Error" in state["cause"]
+    assert "IndexError" in state["cause"], state["cause"]
 
 
 def rank_processes(launch: psutil.Process) -> dict[int, psutil.Process]:
@@ -234,3 +237,19 @@ def test_a_rank_killed_by_sigsegv_is_reported_as_such(engine, dataset, tmp_path)
     assert "zerolab: the last lines before it:\n" in text and f"  {state['last_lines'][-1]}\n" in text
     row = summary(run_dir, tmp_path)
     assert (row["status"], row["cause_kind"], row["cause"]) == ("failed", "signal", cause)
+
+
+def test_a_run_started_while_another_holds_the_default_port_trains(engine, dataset, tmp_path):
+    # no hardware.master_port given: the one-node launch takes a free port (as torchrun --standalone
+    # does) where it once met the other run's 29500 and was refused
+    run_dir = tmp_path / "second"
+    with socket.socket() as other_run:
+        with contextlib.suppress(OSError):  # something holds it already: just as well
+            other_run.bind(("", 29500))
+            other_run.listen()
+        words = ["cpu/tiny_dp", f"data.path={dataset}", "train.iters=2", "train.lr_warmup_iters=1"]
+        words.append("train.save_interval=null")
+        assert main(["launch", *words, "--run-dir", str(run_dir)]) == 0
+    assert status(run_dir)["state"] == "completed"
+    port = json.loads((run_dir / "run.json").read_text())["master_port"]
+    assert port != 29500 and f"--master-port {port} " in (run_dir / "command.sh").read_text()

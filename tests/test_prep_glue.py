@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
+from launch_helpers import free_port
 from prep_helpers import hub_dataset_copy, prep
 
 from zerolab.errors import UserError
@@ -97,3 +98,51 @@ def test_a_malformed_row_is_named_by_file_and_line(tmp_path, line, expected):
     path.write_text('{"sentence1": "a", "sentence2": "b", "label": 0}\n' + line + "\n")
     with pytest.raises(UserError, match=expected):
         read_split(path, WNLI)
+
+
+@pytest.mark.parametrize("out", ["notes.txt", "notes.txt/glue"])
+def test_an_out_taken_by_a_file_is_refused_before_anything_is_read(tmp_path, monkeypatch, capsys, out):
+    copy = hub_copy(tmp_path, monkeypatch)
+    (tmp_path / "notes.txt").write_text("mine\n")
+    assert prep("glue", "wnli", "--dataset", str(copy), "--out", str(tmp_path / out)) == 2
+    error = capsys.readouterr().err
+    assert f"--out: {tmp_path}/notes.txt is a file, where the folder of the files goes" in error
+    assert (tmp_path / "notes.txt").read_text() == "mine\n"
+
+
+def unreachable_hub(tmp_path, monkeypatch) -> None:
+    """A hub that does not answer, as on a machine without the internet."""
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{free_port()}")  # nothing listens there
+
+
+@pytest.mark.parametrize("folder", ["./glue-copy", "{tmp}/glue-copy", "copies/of/glue"])
+def test_a_dataset_folder_that_does_not_exist_is_named_not_the_hub(tmp_path, monkeypatch, capsys, folder):
+    unreachable_hub(tmp_path, monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    folder = folder.format(tmp=tmp_path)
+    assert prep("glue", "rte", "--dataset", folder, "--out", str(tmp_path / "data")) == 2
+    error = capsys.readouterr().err
+    absolute = tmp_path / folder.removeprefix("./")
+    assert f"--dataset {folder}: no such folder ({absolute} does not exist)" in error
+    assert "its README.md and the folder rte/ of its parquet files" in error
+    assert "did not answer" not in error
+    assert not (tmp_path / "data").exists()
+
+
+def test_a_folder_that_could_be_a_hub_name_is_named_with_what_the_hub_said(tmp_path, monkeypatch, capsys):
+    unreachable_hub(tmp_path, monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    assert prep("glue", "rte", "--dataset", "data/glue", "--out", str(tmp_path / "data")) == 2
+    error = capsys.readouterr().err
+    assert "could not load 'data/glue': there is no folder data/glue here, and the Hugging Face hub" in error
+    assert not (tmp_path / "data").exists()
+
+
+def test_a_file_as_the_dataset_folder_is_named(tmp_path, monkeypatch, capsys):
+    unreachable_hub(tmp_path, monkeypatch)
+    given = SAMPLES / "wnli_train.jsonl"
+    assert prep("glue", "wnli", "--dataset", str(given), "--out", str(tmp_path / "data")) == 2
+    error = capsys.readouterr().err
+    assert f"--dataset {given} is a file; give a dataset folder" in error and "did not answer" not in error

@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
+from launch_helpers import free_port
 from prep_helpers import hub_dataset_copy, prep
 
 from zerolab.data_prep import wikitext
@@ -128,4 +129,30 @@ def test_wikitext_comes_split_so_split_is_no_option(tmp_path, capsys):
 def test_a_missing_file_is_named_and_nothing_is_written(tmp_path, capsys):
     assert prep("wikitext", "--train", str(tmp_path / "wiki.train.raw"), "--out", str(tmp_path / "wt")) == 2
     assert "wiki.train.raw does not exist" in capsys.readouterr().err
+    assert not list(tmp_path.glob("wt_*"))
+
+
+def test_a_split_refused_leaves_the_others_unwritten(tmp_path, capsys):
+    # valid refused (an empty file): train, read first and well, is not written either
+    valid = tmp_path / "wiki.valid.raw"
+    valid.write_text("")
+    out = tmp_path / "out" / "wt"
+    assert prep("wikitext", "--train", str(SAMPLE), "--valid", str(valid), "--out", str(out)) == 2
+    assert f"{valid}: no documents to write" in capsys.readouterr().err
+    # no .bin, .idx or manifest: only train's finished shards, for the rerun to resume from
+    assert [path.name for path in out.parent.iterdir()] == ["wt_train_text_document.partial"]
+    valid.write_bytes(SAMPLE.read_bytes())
+    assert prep("wikitext", "--train", str(SAMPLE), "--valid", str(valid), "--out", str(out)) == 0
+    assert documents(f"{out}_train_text_document") == documents(f"{out}_valid_text_document")
+
+
+def test_a_dataset_folder_that_does_not_exist_is_named_not_the_hub(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{free_port()}")  # nothing listens there
+    missing = tmp_path / "wikitext-copy"
+    assert prep("wikitext", "--version", "2", "--dataset", str(missing), "--out", str(tmp_path / "wt")) == 2
+    error = capsys.readouterr().err
+    assert f"--dataset {missing}: no such folder" in error and "did not answer" not in error
+    assert "its README.md and the folder wikitext-2-raw-v1/ of its parquet files" in error
     assert not list(tmp_path.glob("wt_*"))

@@ -619,3 +619,107 @@ def test_launch_refuses_a_missing_hostfile_before_anything_is_written(repo_root,
     assert not run_dir.exists()
     assert main(["render", *words, "--json"]) == 0
     assert f"zerolab: warning: hardware.hostfile: {tmp_path / 'hosts'} not found" in capsys.readouterr().err
+
+
+DEEPSPEED_STYLE = """\
+base: [model/gpt2-tiny, data/dolly-sample, precision/bf16, hardware/cpu-2ranks, train/tiny-demo,
+       zero/z3_offload]
+precision:
+  bf16: {enabled: true}
+zero:
+  offload_optimizer: {device: cpu}
+"""
+
+
+def test_a_deepspeed_style_mapping_is_blamed_on_the_users_file_with_the_value_to_write(tmp_path, capsys):
+    # the blocks set both keys to true; the user's mappings replace them: the user's file is at fault
+    recipe = tmp_path / "mine.yaml"
+    recipe.write_text(DEEPSPEED_STYLE)
+    out = tmp_path / "out"
+    assert main(["render", str(recipe), "--out", str(out)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and not out.exists()
+    assert "configs/" not in captured.err
+    assert (
+        f"{recipe}: `precision.bf16` = {{'enabled': True}}: Input should be a valid boolean" in captured.err
+    )
+    assert "write `precision.bf16: true`" in captured.err
+    assert f"{recipe}: `zero.offload_optimizer` = {{'device': 'cpu'}}" in captured.err
+    assert "write `zero.offload_optimizer: true`" in captured.err
+
+
+@pytest.mark.parametrize("override", ["precision.bf16={enabled: true}", "precision.bf16.enabled=true"])
+def test_a_deepspeed_style_override_is_blamed_on_the_override(override, repo_root, capsys, monkeypatch):
+    monkeypatch.chdir(repo_root)
+    assert main(["render", TINY, override, "--json"]) == 2
+    err = capsys.readouterr().err
+    assert f"override `{override}`: `precision.bf16` = {{'enabled': True}}" in err, err
+    assert "configs/precision" not in err and "write `precision.bf16=true`" in err
+
+
+def test_a_value_replaced_by_a_later_source_is_that_sources(tmp_path, capsys):
+    # a section given as one value replaces the block's mapping: the file that gave it is named
+    recipe = tmp_path / "mine.yaml"
+    recipe.write_text("base: [model/gpt2-tiny, precision/bf16]\nprecision: bf16\n")
+    assert main(["render", str(recipe), "--json"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"zerolab: error: {recipe}: `precision` = 'bf16'"), err
+
+
+def test_every_block_and_override_that_cannot_be_merged_is_named_at_once(repo_root, capsys, monkeypatch):
+    monkeypatch.chdir(repo_root)
+    assert main(["render", TINY, "model=gpt2-2b", "train.iters=[1", "zero=z9", "--json"]) == 2
+    err = capsys.readouterr().err
+    assert "override `model=gpt2-2b`: no building block `model/gpt2-2b`" in err
+    assert "override `train.iters=[1`: not valid YAML" in err
+    assert "override `zero=z9`: no building block `zero/z9`" in err
+
+
+def test_a_launch_names_every_problem_at_once(repo_root, capsys, tmp_path, dataset, monkeypatch):
+    # no GPU here and the hostfile missing: both are named, in one refusal, and nothing is written
+    monkeypatch.setattr("zerolab.launch.launcher.query_gpus", list)
+    run_dir = tmp_path / "run"
+    hosts = tmp_path / "hosts"
+    words = [TINY, f"data.path={dataset}", "hardware.device=cuda", "hardware.launcher=deepspeed"]
+    assert main(["launch", *words, f"hardware.hostfile={hosts}", "--run-dir", str(run_dir)]) == 2
+    err = capsys.readouterr().err
+    assert "2 problem(s) found before launch" in err
+    assert "nvidia-smi sees no GPU on this machine" in err and f"hardware.hostfile: {hosts} not found" in err
+    # a recipe's own problem and a missing input, together too
+    missing = tmp_path / "nowhere" / "dolly_text_document"
+    assert main(["launch", TINY, "parallel.tensor=3", f"data.path={missing}", "--run-dir", str(run_dir)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("zerolab: error: recipes/cpu/tiny_z1.yaml: 3 problem(s) found before launch")
+    assert "is not divisible by tensor x pipeline = 3" in err and f"data.path: {missing}.bin" in err
+    assert not run_dir.exists()
+
+
+def test_a_directory_given_as_a_recipe_lists_the_recipes_in_it(repo_root, capsys, monkeypatch, tmp_path):
+    monkeypatch.chdir(repo_root)
+    for given in ("recipes/cpu", "cpu"):
+        assert main(["render", given]) == 2
+        captured = capsys.readouterr()
+        assert captured.out == "" and "no such recipe file" not in captured.err
+        assert (
+            f"{given}: a directory, not a recipe file; name a recipe in it, e.g. `cpu/tiny_dp`"
+            in captured.err
+        )
+        assert "cpu/tiny_z3_offload_param" in captured.err and "gpt2_z1" not in captured.err
+    mine = tmp_path / "mine"
+    (mine / "sub").mkdir(parents=True)
+    assert main(["render", str(mine)]) == 2
+    assert "a directory, not a recipe file, and it holds no recipe" in capsys.readouterr().err
+    (mine / "sub" / "a.yaml").write_text((repo_root / TINY).read_text())
+    assert main(["render", str(mine)]) == 2
+    assert f"e.g. `{mine / 'sub' / 'a.yaml'}`" in capsys.readouterr().err
+
+
+def test_render_out_under_a_file_is_refused_before_anything_is_printed(repo_root, capsys, tmp_path):
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("mine\n")
+    for out in (a_file / "sub", a_file / "sub" / "deeper"):
+        assert main(["render", TINY, "--out", str(out)]) == 2
+        captured = capsys.readouterr()
+        assert captured.out == ""
+        assert f"--out {out}: {a_file} is a file, not a directory" in captured.err
+    assert a_file.read_text() == "mine\n"

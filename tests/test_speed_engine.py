@@ -1,10 +1,10 @@
 """The speed switches and the ladder on the real engine (tiny GPT-2, CPU). Each switch proven equal
 is on by default, so every shared run trains with them; here the same runs train with them off and
 must reach the same losses (fp32: 1e-5; bf16: the matrix's bf16 tolerance), across the layouts they
-touch: data parallel, tensor parallel (where async_batch_copy falls back to the engine's broadcast),
-pipeline parallel, bf16, and sdpa attention with dropout (the RNG fork host_trims skips only
-without dropout). The GPU check's rehearsal runs the ladder end to end. Skipped, with the reason,
-without the engine."""
+touch: tensor parallel (where async_batch_copy falls back to the engine's broadcast), pipeline
+parallel, bf16, and data parallel under ZeRO-2 with sdpa attention and dropout (the same dropout
+draws; the RNG fork host_trims skips only without dropout). The GPU check's rehearsal runs the
+ladder end to end. Skipped, with the reason, without the engine."""
 
 from __future__ import annotations
 
@@ -26,9 +26,7 @@ ALL_OFF = tuple(f"speed.{name}=false" for name in EQUAL)
 SDPA_DROPOUT = ("model.attention=sdpa", "model.hidden_dropout=0.1", "model.attention_dropout=0.1")
 
 
-@pytest.mark.parametrize(
-    ("shared", "tolerance"), [("z0", 1e-5), ("tp2", 1e-5), ("pp2", 1e-5), ("bf16", 0.05)]
-)
+@pytest.mark.parametrize(("shared", "tolerance"), [("tp2", 1e-5), ("pp2", 1e-5), ("bf16", 0.05)])
 def test_the_switches_proven_equal_train_to_the_engines_own_losses(
     trained, dataset, tmp_path, shared, tolerance
 ):
@@ -79,7 +77,7 @@ def test_the_gpu_checks_rehearsal_runs_the_ladder_end_to_end(tmp_path):
     ladder = json.loads((results / "ladder.json").read_text())
     assert ladder["device"] == "cpu" and ladder["plan"]["rounds"] == 2
     rows = {row["phase"]: row for row in ladder["phases"]}
-    assert len(rows) == len(ladder["plan"]["phases"]) and all(row["iterations"] == 4 for row in rows.values())
+    assert len(rows) == len(ladder["plan"]["phases"]) and all(row["iterations"] == 2 for row in rows.values())
     assert all(row["ms_median"] > 0 for row in rows.values())
     inspected = ladder["inspections"]["engine as it is"]
     assert inspected["profile"]["top_host_ops"] and "needs one" in inspected["syncs"]["note"]

@@ -47,7 +47,7 @@ def test_run_directories_use_run_json_samples_and_status(tmp_path: Path, capsys)
     row = _summary(capsys, str(tmp_path), "--out", str(tmp_path / "out"))["runs"][0]
     assert (row["name"], row["model"]) == ("tiny_z1", "gpt2-tiny")
     assert row["peak_host_GiB"] == 2.0 and row["peak_host_source"] == "samples.csv (process tree RSS)"
-    assert (row["status"], row["cause_kind"], row["cause"]) == ("failed", "killed", "killed: SIGKILL")
+    assert (row["status"], row["cause_kind"], row["cause"]) == ("killed", "killed", "SIGKILL")
     assert row["epoch_time_s"] == pytest.approx(1_000_000 / (row["tokens_per_s_per_gpu"] * 2))
     assert row["peak_tflops"] == 989.4
     assert row["mfu_pct"] == pytest.approx(100 * row["tflops_per_gpu"] / 989.4, rel=1e-2)

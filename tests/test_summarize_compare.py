@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+from rich.cells import cell_len
 from summarize_helpers import CPU, make_run_dir
 
 from zerolab.cli import main
@@ -108,3 +109,68 @@ def test_a_directory_of_several_runs_as_baseline_is_ambiguous(tmp_path: Path, ca
     _recipe_run_twice(tmp_path)
     err = _refused(capsys, str(tmp_path), "--baseline", str(tmp_path / "tiny_z1"))
     assert "names 2 runs" in err
+
+
+def _unreadable(root: Path) -> tuple[Path, Path]:
+    """A log with nothing a training run prints, and a folder holding no run."""
+    log = root / "notes.log"
+    log.write_text("nothing a training run prints\n")
+    (root / "empty").mkdir()
+    return log, root / "empty"
+
+
+def test_compare_of_a_run_and_an_unreadable_log_names_the_log(tmp_path: Path, capsys):
+    log, _ = _unreadable(tmp_path)
+    err = " ".join(_refused(capsys, str(CPU / "final_z0.log"), str(log)).split())
+    assert "compare needs at least two runs; found 1 (final_z0); not summarized: " + str(log) in err
+    assert f"warning: not summarized: {log}: no line this tool knows in 1 lines" in err
+
+
+def test_compare_names_each_input_it_skips_with_why(tmp_path: Path, capsys):
+    log, empty = _unreadable(tmp_path)
+    argv = [str(CPU / "final_z0.log"), str(log), str(empty), str(CPU / "final_z1.log")]
+    assert main(["compare", *argv, "--format", "json"]) == 0
+    printed = capsys.readouterr()
+    result = json.loads(printed.out)
+    assert result["runs"] == ["final_z0", "final_z1"]
+    reasons = {entry["path"]: entry["reason"] for entry in result["skipped"]}
+    assert reasons.keys() == {str(log), str(empty)}
+    assert reasons[str(log)].startswith("no line this tool knows")
+    assert reasons[str(empty)].startswith("no run directory (with run.json or train.log) and no log file")
+    err = " ".join(printed.err.split())
+    for path, reason in reasons.items():
+        assert f"warning: not summarized: {path}: {reason}" in err
+    assert main(["compare", *argv]) == 0  # the table too: each named, on stderr
+    err = capsys.readouterr().err
+    assert all(f"not summarized: {path}" in err for path in reasons)
+
+
+def test_summarize_names_each_input_it_skips_with_why(tmp_path: Path, capsys):
+    log, empty = _unreadable(tmp_path)
+    argv = [str(CPU / "final_z0.log"), str(log), str(empty), "--out", str(tmp_path / "out"), "--no-plots"]
+    assert main(["summarize", *argv, "--format", "json"]) == 0
+    printed = capsys.readouterr()
+    skipped = {entry["path"]: entry["reason"] for entry in json.loads(printed.out)["skipped"]}
+    assert skipped.keys() == {str(log), str(empty)}
+    err = " ".join(printed.err.split())
+    markdown = (tmp_path / "out" / "summary.md").read_text()
+    for path, reason in skipped.items():
+        assert f"warning: not summarized: {path}: {reason}" in err
+        assert f"- Not summarized: {path}: {reason}" in markdown
+
+
+@pytest.mark.parametrize("columns", ["80", None])  # None: output redirected, rich's 80 columns
+def test_at_80_columns_every_run_and_number_is_shown_whole(columns, capsys, monkeypatch):
+    if columns:
+        monkeypatch.setenv("COLUMNS", columns)
+    else:
+        monkeypatch.delenv("COLUMNS", raising=False)
+    names = ("final_z0", "final_z1", "final_z2", "final_z3", "final_z3off", "fp16_z2")
+    assert main(["compare", *(str(CPU / f"{name}.log") for name in names)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert max(cell_len(line) for line in lines) <= 80
+    text = " ".join(" ".join(lines).split())
+    assert "…" not in text  # nothing cut short
+    assert all(f" {name} " in text for name in names) and "(baseline)" in text
+    for number in ("1,096", "(1.00x)", "830.5", "(0.76x)", "[higher", "completed"):
+        assert number in text

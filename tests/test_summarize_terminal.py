@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from rich.cells import cell_len
-from summarize_helpers import make_run_dir
+from summarize_helpers import make_run_dir, make_sweep
 
 from zerolab.cli import main
 from zerolab.summarize.columns import TABLE
@@ -50,3 +50,47 @@ def test_at_240_columns_every_column_is_shown(tmp_path: Path, capsys, monkeypatc
     for column in TABLE:
         if column.terminal:
             assert column.table_header.split()[0] in text, column.key
+
+
+GRID = [  # a sweep of two keys, its names long, one cell failed: what pushed every number out
+    ({"zero": "z0", "train.micro_batch_size": 1}, "final_z0", "completed"),
+    ({"zero": "z0", "train.micro_batch_size": 2}, "bf16_z0", "completed"),
+    ({"zero": "z1", "train.micro_batch_size": 1}, "final_z1", "completed"),
+    ({"zero": "z1", "train.micro_batch_size": 2}, "fp16_z2", "failed"),
+]
+
+
+@pytest.mark.parametrize("columns", ["80", None])  # None: output redirected, rich's 80 columns
+def test_at_80_columns_the_numbers_stay(columns, tmp_path: Path, capsys, monkeypatch):
+    directory = make_sweep(tmp_path, "grid", GRID)
+    if columns:
+        monkeypatch.setenv("COLUMNS", columns)
+    else:
+        monkeypatch.delenv("COLUMNS", raising=False)
+    assert main(["summarize", str(directory), "--no-plots"]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if not line.startswith("wrote ")]
+    assert max(cell_len(line) for line in lines) <= 80
+    text = " ".join(" ".join(lines).split())
+    assert "zerolab summary (1 of 2)" in text and "zerolab summary (2 of 2)" in text
+    tables = text.split("left out at this width")[0]
+    for number in ("1,096", "[939.8-1,142]", "0.59", "1.54", "10.816 → 10.696", "467"):
+        assert number in tables  # throughput, memory, host memory, loss, time per iteration of z0
+    assert "failed: exception:" in tables and "ValueError:" in tables  # the failed cell's cause
+    assert "median [p10-p90]" in tables  # the header whole (rich markup took `[p10-p90]`)
+    left_out = text.split("left out at this width:")[1].split("(every column")[0]
+    for shown in ("tokens/s", "max allocated", "peak host", "loss", "ms/iteration", "status"):
+        assert shown not in left_out
+    assert "precision" in left_out
+
+
+def test_brackets_in_names_and_labels_are_shown_as_they_are(tmp_path: Path, capsys, monkeypatch):
+    # rich read `[bf16]`, `[p10-p90]` and `[higher is better]` as its markup, and left them out
+    bracketed = make_run_dir(tmp_path / "logs", "gpt2[bf16]", "final_z0", state="completed")
+    other = make_run_dir(tmp_path / "logs", "gpt2", "final_z1", state="completed")
+    monkeypatch.setenv("COLUMNS", "250")
+    assert main(["summarize", str(tmp_path / "logs"), "--no-plots"]) == 0
+    printed = " ".join(capsys.readouterr().out.split())
+    assert "│ gpt2[bf16] │" in printed and "[p10-p90]" in printed
+    assert main(["compare", str(bracketed), str(other)]) == 0
+    printed = " ".join(capsys.readouterr().out.split())
+    assert "gpt2[bf16] (baseline)" in printed and "tokens/s per GPU [higher is better]" in printed

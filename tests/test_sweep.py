@@ -5,9 +5,12 @@ sweep on the real engine: tests/test_sweep_engine.py."""
 
 from __future__ import annotations
 
+import io
 import json
 import shutil
+import socket
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -338,3 +341,110 @@ def test_a_lock_removed_by_its_holder_is_taken_afresh(tmp_path):
     assert sorted(path.name for path in directory.iterdir()) == []
     with locked(directory):  # the next sweep takes a new one
         assert (directory / ".lock").is_file()
+
+
+def test_the_dry_run_refuses_the_cells_the_sweep_would_refuse_with_its_exit_status(
+    tmp_path, monkeypatch, capsys
+):
+    # what a launch checks without launching (a GPU here, a free port) the dry run checks too
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("zerolab.launch.launcher.query_gpus", lambda: [])  # this machine: no GPU
+    fixed = [f"data.path={DATA}", "--name", "s"]
+    assert main(["sweep", "cpu/tiny_dp", "hardware=cpu-2ranks,gpu-1node-2", *fixed, "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    cells = {
+        line.split()[1]: line.split(maxsplit=2)[2] for line in out.splitlines() if line[:4].strip().isdigit()
+    }
+    assert cells["hardware-cpu-2ranks"] == "ok"
+    assert (
+        cells["hardware-gpu-1node-2"].startswith("refused: cannot launch") and "nvidia-smi sees no GPU" in out
+    )
+    assert "would run 1 cell(s); 1 refused" in out
+
+    gpu_only = ["cpu/tiny_dp", "hardware=gpu-1node-2,gpu-1node-4", *fixed]
+    assert main(["sweep", *gpu_only, "--dry-run"]) == 2
+    captured = capsys.readouterr()
+    assert (
+        captured.out.count("refused: cannot launch") == 2 and "would run 0 cell(s); 2 refused" in captured.out
+    )
+    assert "every cell would be refused" in captured.err and "Traceback" not in captured.err
+    assert main(["sweep", *gpu_only]) == 2  # the sweep itself: the same status
+    assert "every cell was refused" in capsys.readouterr().err
+
+    with socket.socket() as other_run:
+        other_run.bind(("", 0))
+        other_run.listen()
+        port = other_run.getsockname()[1]
+        words = ["cpu/tiny_dp", "zero=z0,z1", f"hardware.master_port={port}", *fixed]
+        assert main(["sweep", *words, "--dry-run"]) == 2
+    out = capsys.readouterr().out
+    assert out.count(f"hardware.master_port {port} is in use on this machine") == 2
+    assert list(tmp_path.iterdir()) == []
+
+
+def seeds(count: int) -> str:
+    """A swept word of `count` values."""
+    return "train.seed=" + ",".join(str(seed) for seed in range(1, count + 1))
+
+
+class Terminal(io.StringIO):
+    """A stdin that is a terminal, holding what the user types."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.fixture
+def checks(monkeypatch, capsys) -> list[str]:
+    """The cells checked (each as a launch would be), with what the terminal showed before the first."""
+    seen: list[str] = []
+
+    def check(words, *, name, engine_required=True):
+        if not seen:
+            captured = capsys.readouterr()
+            print(captured.out, end="")
+            print(captured.err, end="", file=sys.stderr)
+            seen.append(captured.out + captured.err)
+        seen.append(name)
+        return name
+
+    monkeypatch.setattr("zerolab.sweep.run.prepare", check)
+    return seen
+
+
+def test_a_large_sweep_is_counted_at_once_and_checked_only_when_confirmed(
+    tmp_path, monkeypatch, capsys, checks
+):
+    monkeypatch.chdir(tmp_path)
+    words = ["sweep", "cpu/tiny_dp", seeds(101), "zero=z0,z1", f"data.path={DATA}"]
+    assert main([*words, "--dry-run", "--count"]) == 0  # counts, checks nothing
+    out = capsys.readouterr().out
+    assert "202 cells (train.seed x zero): 101 x 2" in out and "nothing checked" in out
+    assert checks == []
+
+    monkeypatch.setattr("sys.stdin", io.StringIO())  # not a terminal: nobody to ask
+    for mode in (["--dry-run"], []):
+        assert main([*words, *mode]) == 2
+        err = capsys.readouterr().err
+        assert "202 cells" in err and "--yes" in err and "--dry-run --count" in err
+        assert "Traceback" not in err and checks == [] and list(tmp_path.iterdir()) == []
+
+    monkeypatch.setattr("sys.stdin", Terminal("n\n"))
+    assert main([*words, "--dry-run"]) == 2
+    assert "202 cells" in capsys.readouterr().err and checks == []
+
+    monkeypatch.setattr("sys.stdin", Terminal("y\n"))
+    assert main([*words, "--dry-run"]) == 0
+    assert "202 cells" in checks[0]  # said before the first check
+    assert len(checks) == 1 + 202 and "would run 202 cell(s)" in capsys.readouterr().out
+
+
+def test_a_sweep_says_its_count_before_checking_and_shows_the_checks_progress(
+    tmp_path, monkeypatch, capsys, checks
+):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("zerolab.sweep.progress.CHECK_REPORT_S", 0.0)  # a line per check, off a terminal
+    assert main(["sweep", "cpu/tiny_dp", seeds(101), f"data.path={DATA}", "--dry-run", "--yes"]) == 0
+    assert "101 cells" in checks[0] and len(checks) == 1 + 101
+    err = capsys.readouterr().err
+    assert "checked 1 of 101 cells" in err and "checked 101 of 101 cells" in err

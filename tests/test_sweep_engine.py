@@ -1,5 +1,6 @@
 """`zerolab sweep` on the real engine: the tiny GPT-2 on CPU, two ranks, 2 iterations a cell, over
-two datasets (one truncated, so its cell crashes at run time) and two micro batches (3 does not
+two datasets (one whose tokens lie beyond the vocabulary: whole by every check before launch, its
+cell crashes at run time) and two micro batches (3 does not
 divide the global batch: refused by the checks). One sweep, run as a user would: stopped with
 Ctrl-C in its first cell, run again (the unfinished cells run: one completes, one fails), run
 again (nothing runs), then with --retry-failed once the data is fixed (only the failed cell
@@ -21,9 +22,11 @@ from pathlib import Path
 
 import pytest
 from launch_helpers import free_port
+from rich.console import Console
 
 from zerolab import rundir
 from zerolab.cli import main
+from zerolab.commands.demo import evaluate_cells
 from zerolab.recipe import load_recipe
 from zerolab.recipe.length import save_interval
 from zerolab.summarize.collect import summarize_paths
@@ -44,13 +47,14 @@ CELLS = {
 @pytest.fixture(scope="module")
 def work(engine, dataset, tmp_path_factory) -> Path:
     """A directory to run the sweep from: data/good (the dolly sample) and data/broken (its .bin
-    cut to 1000 bytes: the ranks' data loaders fail on the first batch)."""
+    overwritten with token 65535, beyond GPT-2's vocabulary: the index and sizes are whole, so the
+    launch checks pass, and the ranks fail on their first batch)."""
     directory = tmp_path_factory.mktemp("sweep")
     (directory / "data").mkdir()
     for suffix in (".bin", ".idx"):
         shutil.copy(dataset + suffix, directory / f"{GOOD}{suffix}")
     shutil.copy(dataset + ".idx", directory / f"{BROKEN}.idx")
-    (directory / f"{BROKEN}.bin").write_bytes(Path(dataset + ".bin").read_bytes()[:1000])
+    (directory / f"{BROKEN}.bin").write_bytes(b"\xff" * Path(dataset + ".bin").stat().st_size)
     return directory
 
 
@@ -173,12 +177,12 @@ def test_the_same_command_runs_the_unfinished_cells_one_failing_with_its_cause(w
     assert rows[CELLS[(GOOD, 2)]]["sweep"] == {"data.path": GOOD, "train.micro_batch_size": 2}
     assert rows[CELLS[(GOOD, 2)]]["iterations_done"] == 2 and rows[CELLS[(GOOD, 2)]]["tokens_per_s_per_gpu"]
     failed = rows[CELLS[(BROKEN, 2)]]
-    assert failed["status"] == "failed" and "ValueError" in failed["cause"]
+    assert failed["status"] == "failed" and "IndexError" in failed["cause"], failed["cause"]
     refused = rows[CELLS[(GOOD, 3)]]
     assert refused["status"] == "refused"
     assert refused["cause"] == "global batch 8 is not a multiple of micro batch 3 x data parallel 2 = 6"
     assert f"{CELLS[(GOOD, 3)]}  refused: global batch 8 is not a multiple" in out
-    assert f"{CELLS[(BROKEN, 2)]}  failed" in out and "ValueError" in out
+    assert f"{CELLS[(BROKEN, 2)]}  failed" in out and "IndexError" in out
     assert "zerolab sweep tiny: 1 completed, 2 refused, 1 failed" in out
     header = (sweep_dir(work) / "summary.md").read_text().splitlines()[0]
     assert header.startswith("| run | data.path | train.micro_batch_size |")
@@ -225,3 +229,22 @@ def test_retry_failed_runs_only_the_failed_cell(work, retried):
     previous = sorted(p.name for p in (sweep_dir(work) / ".previous").iterdir())
     assert len(previous) == 2 and previous[0].startswith(f"{CELLS[(BROKEN, 2)]}.failed-")
     assert "1 to run, 2 refused, 1 skipped" in out
+
+
+def test_the_demo_scores_checkpoints_holding_the_same_weights_once(work, retried):
+    """After --retry-failed the broken cell trained on the fixed (identical) data: the same weights
+    as the good cell, so the demo's scoring scores the model once and gives both its scores."""
+    directory = sweep_dir(work)
+    out = io.StringIO()
+    with inside(work):  # the runs' data paths are relative to where they were launched
+        evaluate_cells(directory, Console(file=out, width=200))
+    good, fixed = (rundir.read_eval(directory / CELLS[cell])[0] for cell in ((GOOD, 2), (BROKEN, 2)))
+    assert good is not None and fixed is not None, out.getvalue()
+    assert set(good.tasks) == set(fixed.tasks) == {"val", "wikitext", "hellaswag"}
+    for task, score in fixed.tasks.items():
+        assert score.same_weights_as == CELLS[(GOOD, 2)] and score.weights_difference == 0.0
+        assert score.metrics == good.tasks[task].metrics and good.tasks[task].same_weights_as is None
+    assert f"{CELLS[(BROKEN, 2)]}  the same weights as {CELLS[(GOOD, 2)]}" in out.getvalue()
+    assert out.getvalue().count("val ppl") == 1  # scored once
+    rows = {run.row["name"]: run.row for run in summarize_paths([directory], Options()).runs}
+    assert f"eval scores: those of {CELLS[(GOOD, 2)]}" in " ".join(rows[CELLS[(BROKEN, 2)]]["notes"])

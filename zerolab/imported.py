@@ -8,7 +8,9 @@ that records where a run's weights came from."""
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
+import shlex
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, PositiveInt, ValidationError
@@ -16,6 +18,8 @@ from pydantic import BaseModel, ConfigDict, PositiveInt, ValidationError
 from zerolab.files import write_json_atomic
 
 MANIFEST_FILE = "zerolab-import.json"
+IMPORTS_DIR = Path("imports")
+"""Where the commands zerolab suggests put imported weights (the shipped recipes' folders are there)."""
 
 
 def layout_tag(tensor: int, pipeline: int) -> str:
@@ -94,9 +98,35 @@ def write_manifest(folder: Path, weights: ImportedWeights) -> None:
 def read_manifest(folder: Path) -> ImportedWeights:
     """`folder`/zerolab-import.json; ValueError naming the file and what is wrong."""
     path = folder / MANIFEST_FILE
+    if folder.exists() and not folder.is_dir():
+        raise ValueError(f"{folder} is a file, not a folder written by `zerolab import`")
     if not path.is_file():
         raise ValueError(f"{path} not found: not a folder written by `zerolab import`")
     try:
         return ImportedWeights.model_validate(json.loads(path.read_text()))
     except (ValueError, ValidationError) as error:
         raise ValueError(f"{path}: not a manifest of `zerolab import` ({error})") from None
+
+
+def import_hint(init_from: Path, import_command: str | None = None) -> str:
+    """The commands that give model.init_from a folder of `zerolab import`, for an `init_from` that is
+    none: a folder that does not exist yet is written by the recipe's `import_command` (or `zerolab
+    import MODEL --out` it); a Hugging Face folder, or a file of one, is imported into a new folder
+    under imports/; any other path that exists gets a new folder too (the import writes only new
+    folders)."""
+    if not init_from.exists():
+        command = import_command or shlex.join(["zerolab", "import", "MODEL", "--out", str(init_from)])
+        return f"write it with `{command}`"
+    model = init_from if init_from.is_dir() else init_from.parent
+    if not (model / "config.json").is_file():
+        out = IMPORTS_DIR / "NAME"
+        command = shlex.join(["zerolab", "import", "MODEL", "--out", str(out)])
+        return f"import the weights into a new folder with `{command}` and set model.init_from={out}"
+    name = model.resolve().name
+    out = next(
+        IMPORTS_DIR / candidate
+        for candidate in itertools.chain([name], (f"{name}-{number}" for number in itertools.count(2)))
+        if not (IMPORTS_DIR / candidate).exists()
+    )
+    command = shlex.join(["zerolab", "import", str(model), "--out", str(out)])
+    return f"{model} is a Hugging Face model folder: import it with `{command}` and set model.init_from={out}"

@@ -6,9 +6,12 @@ overwritten; its small files are written whole."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shlex
+import shutil
 import time
+from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar, get_args
@@ -93,6 +96,9 @@ class RunFacts(BaseModel):
     """The GLUE task of a fine-tuning run (finetune.task); null: pretraining."""
     model_source: str | None = None
     """What a fine-tuning run fine-tuned (finetune.model: a folder, hub name or run directory)."""
+    master_port: Annotated[int, Field(gt=0, lt=65536)] | None = None
+    """The rendezvous port the launch used: hardware.master_port, or the free port a one-node launch
+    took where it is not set."""
 
 
 class Status(BaseModel):
@@ -144,6 +150,11 @@ class TaskScore(BaseModel):
     """What computed the log-likelihoods: `zerolab` or `lm-eval` (lm-evaluation-harness)."""
     evaluated: str
     """When, UTC, ISO 8601."""
+    same_weights_as: str | None = None
+    """The run whose checkpoint was scored for this one: the two checkpoints hold the same weights
+    (`weights_difference` apart at most), so their scores are the same (the CPU demo scores once)."""
+    weights_difference: float | None = None
+    """With same_weights_as: the largest absolute difference between the two checkpoints' weights."""
 
 
 class EvalResults(BaseModel):
@@ -178,6 +189,25 @@ def create(logs_root: Path, name: str) -> Path:
             continue
         return candidate
     raise UserError(f"{parent}: could not create a new run directory (one exists for every recent second)")
+
+
+@contextlib.contextmanager
+def made(logs_root: Path, name: str, path: Path | None = None) -> Iterator[Path]:
+    """A new run directory, `path` (claim) or a new `logs_root/name/<time>` (create), for a launch
+    to write into before its ranks start: when the block raises (a refusal, a failed export, Ctrl-C),
+    the directory is removed again with what was written into it, and so are the parent folders it
+    made, so that a launch refused there leaves nothing behind."""
+    first = path.parent if path is not None else logs_root / name
+    parents = [folder for folder in (first, *first.parents) if not folder.exists()]
+    directory = claim(path) if path is not None else create(logs_root, name)
+    try:
+        yield directory
+    except BaseException:
+        shutil.rmtree(directory, ignore_errors=True)
+        for folder in parents:
+            with contextlib.suppress(OSError):  # not empty: another run is in it
+                folder.rmdir()
+        raise
 
 
 def claim(path: Path) -> Path:

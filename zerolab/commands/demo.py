@@ -1,11 +1,13 @@
 """`zerolab demo` (`make demo`): the seed study on CPU as one sweep. Prepares the bundled dolly-15k
 sample, sweeps the tiny GPT-2 over the five ZeRO setups (DP, ZeRO 1, 2, 3, 3 + CPU offload), two
-ranks each, into logs/sweeps/demo/, scores each setup's last checkpoint (`zerolab eval` on the
-shipped samples) and summarizes them there side by side."""
+ranks each, into logs/sweeps/demo/, scores the setups' last checkpoints (`zerolab eval` on the
+shipped samples: once for all those that hold the same weights) and summarizes them there side by
+side."""
 
 from __future__ import annotations
 
 import argparse
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -14,9 +16,11 @@ from rich.console import Console
 
 from zerolab.commands.prep import run_prep
 from zerolab.evaluate.run import evaluate
+from zerolab.evaluate.same_weights import SAME_WEIGHTS, differences_from_first
 from zerolab.evaluate.tasks import TASKS
+from zerolab.export.run import export_run
 from zerolab.locations import SAMPLES_DIR, display_path
-from zerolab.rundir import COMPLETED, last_checkpoint, read_eval
+from zerolab.rundir import COMPLETED, last_checkpoint, read_eval, write_eval
 from zerolab.summarize.report import summarize_sweep
 from zerolab.sweep.cells import check_name, expand
 from zerolab.sweep.plan import cell_dir, cell_state, read_plan, sweep_dir
@@ -59,29 +63,48 @@ def demo_sweep(overrides: list[str]) -> Any:
 
 
 def evaluate_cells(directory: Path, console: Any) -> None:
-    """`zerolab eval` of each completed cell's last checkpoint on the shipped samples, unless its
-    eval.json already scores that checkpoint on every task."""
+    """`zerolab eval` of the completed cells' last checkpoints on the shipped samples, unless a
+    cell's eval.json already scores that checkpoint on every task. Checkpoints holding the same
+    weights as the first one's (ZeRO does not change the arithmetic) are scored once: each of the
+    others gets that score, marked with the run it was scored as and how far apart the weights are."""
     plan, _ = read_plan(directory)
+    todo = []
     for cell in plan.cells if plan else []:
-        run_dir = cell_dir(directory, cell)
-        saved = last_checkpoint(run_dir)
+        run_dir, saved = cell_dir(directory, cell), last_checkpoint(cell_dir(directory, cell))
         if cell_state(directory, cell) != COMPLETED or saved is None:
             continue
         done, _ = read_eval(run_dir)
         scored = done.tasks if done else {}
-        if all(task in scored and scored[task].iteration == saved for task in TASKS):
+        if not all(task in scored and scored[task].iteration == saved for task in TASKS):
+            todo.append((cell.name, run_dir, saved))
+    if not todo:
+        return
+    with tempfile.TemporaryDirectory(prefix="zerolab-demo-") as scratch:
+        exported = [export_run(run_dir, Path(scratch) / name, saved).out for name, run_dir, saved in todo]
+        differences = differences_from_first(exported) if len(exported) > 1 else [0.0]
+    first_name, first_run, _ = todo[0]
+    first_scores = None
+    for (name, run_dir, saved), difference in zip(todo, differences, strict=True):
+        if first_scores is not None and difference <= SAME_WEIGHTS:
+            same = {"same_weights_as": first_name, "weights_difference": difference, "iteration": saved}
+            write_eval(run_dir, {task: score.model_copy(update=same) for task, score in first_scores.items()})
+            console.print(
+                f"{name}  the same weights as {first_name} (largest difference {difference:.1g}): its scores",
+                soft_wrap=True,
+                markup=False,
+            )
             continue
         started = time.monotonic()
         _, scores = evaluate(str(run_dir), list(TASKS), data="sample", progress=False)
+        if run_dir == first_run:
+            first_scores = scores
         said = ", ".join(
             f"{task} {metric} {value:.4g}"
             for task, score in scores.items()
             for metric, value in score.metrics.items()
             if metric in ("ppl", "acc_norm")
         )
-        console.print(
-            f"{cell.name}  {said}  ({time.monotonic() - started:.0f} s)", soft_wrap=True, markup=False
-        )
+        console.print(f"{name}  {said}  ({time.monotonic() - started:.0f} s)", soft_wrap=True, markup=False)
 
 
 def run_demo(args: argparse.Namespace) -> int:

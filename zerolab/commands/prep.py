@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 from dataclasses import replace
 from pathlib import Path
@@ -10,7 +11,7 @@ from pathlib import Path
 from rich.console import Console
 
 from zerolab.data_prep.inspection import inspect
-from zerolab.data_prep.pipeline import PrepJob, run
+from zerolab.data_prep.pipeline import PrepJob, check_folder, enter_output_folder, run
 from zerolab.data_prep.records import TEXT_LINES, DollyFields, JsonField
 from zerolab.data_prep.sources import HubDataset, LineFiles, RecordFiles, WholeFiles, check_files
 from zerolab.data_prep.splits import SPLIT_NAMES, parse_split
@@ -30,8 +31,13 @@ def default_workers() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
+OUT_FOLDER_HELP = (
+    "; a folder (ending in /, or . or ..) gets the files inside it, named after the corpus: {name}"
+)
+
+
 def _common(parser: argparse.ArgumentParser, out_help: str, *, splittable: bool = True) -> None:
-    parser.add_argument("--out", required=True, help=out_help)
+    parser.add_argument("--out", required=True, metavar="OUT", help=out_help)
     parser.add_argument(
         "--workers",
         type=int,
@@ -88,7 +94,8 @@ def register(subparsers) -> None:
         description="Each record becomes one document: context, instruction and response joined by "
         "--separator, empty fields left out.",
     )  # fmt: skip
-    _common(dolly, "output prefix, e.g. data/dolly (writes data/dolly_text_document.bin/.idx)")
+    _common(dolly, "output prefix, e.g. data/dolly (writes data/dolly_text_document.bin/.idx)"
+            + OUT_FOLDER_HELP.format(name="data/ writes data/dolly_text_document.*"))  # fmt: skip
     dolly.add_argument("--input", help="local dolly file (.jsonl, .json or .parquet; .gz/.zst too) "
                        f"instead of loading {DOLLY_DATASET} through HF datasets")  # fmt: skip
     dolly.add_argument("--dataset", default=DOLLY_DATASET,
@@ -102,7 +109,8 @@ def register(subparsers) -> None:
     dolly.set_defaults(run=_run_dolly)
 
     owt = commands.add_parser("openwebtext", help="OpenWebText (HF datasets, streamed, or local JSONL files)")
-    _common(owt, "output prefix, e.g. data/owt (writes data/owt_text_document.bin/.idx)")
+    _common(owt, "output prefix, e.g. data/owt (writes data/owt_text_document.bin/.idx)"
+            + OUT_FOLDER_HELP.format(name="data/ writes data/openwebtext_text_document.*"))  # fmt: skip
     owt.add_argument("--input", nargs="+", metavar="FILE",
                      help=f"local JSONL files with a 'text' key (.gz/.zst too) instead of streaming "
                      f"{OPENWEBTEXT_DATASET}")  # fmt: skip
@@ -119,7 +127,11 @@ def register(subparsers) -> None:
     )  # fmt: skip
     _common(
         wikitext,
-        "output prefix, e.g. data/wikitext103 (writes its _train, _valid, _test_text_document)",
+        "output prefix, e.g. data/wikitext103 (writes its _train, _valid, _test_text_document)"
+        + OUT_FOLDER_HELP.format(
+            name="data/ writes data/wikitext103_train_text_document.* (--version 2: wikitext2_...; from "
+            "files: wikitext_...)"
+        ),
         splittable=False,
     )
     wikitext.add_argument("--version", choices=VERSIONS, default="103",
@@ -136,13 +148,17 @@ def register(subparsers) -> None:
 
     jsonl = commands.add_parser("jsonl", help="any JSONL corpus, one document per line")
     jsonl.add_argument("files", nargs="+", metavar="FILE", help="JSONL files (.gz/.zst too)")
-    _common(jsonl, "output prefix (writes OUT_text_document.bin/.idx)")
+    _common(jsonl, "output prefix (writes OUT_text_document.bin/.idx)" + OUT_FOLDER_HELP.format(
+        name="the input file's name (data/ with corpus.jsonl.gz writes data/corpus_text_document.*), "
+        "jsonl for several files"))  # fmt: skip
     jsonl.add_argument("--key", default="text", help="the field holding each document (default %(default)s)")
     jsonl.set_defaults(run=_run_jsonl)
 
     text = commands.add_parser("text", help="plain UTF-8 text files")
     text.add_argument("files", nargs="+", metavar="FILE", help="text files (.gz/.zst too)")
-    _common(text, "output prefix (writes OUT_text_document.bin/.idx)")
+    _common(text, "output prefix (writes OUT_text_document.bin/.idx)" + OUT_FOLDER_HELP.format(
+        name="the input file's name (data/ with books.txt writes data/books_text_document.*), text for "
+        "several files"))  # fmt: skip
     text.add_argument("--document", choices=("file", "line"), default="file",
                       help="one document per file (default) or per non-empty line")  # fmt: skip
     text.set_defaults(run=_run_text)
@@ -163,22 +179,45 @@ def register(subparsers) -> None:
 
     inspect = commands.add_parser("inspect", help="facts and decoded documents of a prepared dataset; "
                                   "exit 1 when .bin and .idx disagree")  # fmt: skip
-    inspect.add_argument("prefix", help="e.g. data/dolly or data/dolly_text_document")
+    inspect.add_argument("prefix", help="e.g. data/dolly or data/dolly_text_document, or the folder of "
+                         "one dataset")  # fmt: skip
     inspect.add_argument(
         "--show", type=int, default=3, help="decoded documents to print (default %(default)s)"
     )
     inspect.set_defaults(run=_run_inspect)
 
 
-def _job(args, corpus: str, source, fmt):
+def out_prefix(out: str, name: str) -> Path:
+    """--out as the prefix of the output files: as given, or for a folder (a path ending in /, or
+    . or ..) `name` inside it."""
+    if not out.strip():
+        raise UserError("--out '': give an output prefix such as data/dolly, or a folder such as data/")
+    last = out.rstrip("/" + os.sep).rsplit("/", 1)[-1].rsplit(os.sep, 1)[-1]
+    if out.endswith(("/", os.sep)) or last in (".", ".."):
+        return Path(out) / name
+    return Path(out)
 
+
+def _named_after(files: list[str], corpus: str) -> str:
+    """The name of the output in an --out folder for these input files: the one file's name without
+    its extensions (corpus.jsonl.gz: corpus), else the corpus."""
+    if len(files) != 1:
+        return corpus
+    name = Path(files[0]).name
+    for suffix in (".gz", ".zst", ".zstd"):
+        name = name.removesuffix(suffix)
+    return Path(name).stem or corpus
+
+
+def _job(args, corpus: str, source, fmt, name: str | None = None):
+    """The job of a prep command; `name`: the output's name in an --out folder (the corpus's)."""
     if args.workers < 1:
         raise UserError(f"--workers {args.workers}: give at least 1")
     if args.shard_mb <= 0:
         raise UserError(f"--shard-mb {args.shard_mb}: give a positive size")
     split = getattr(args, "split", None)  # wikitext comes split: no --split
     return PrepJob(
-        out=Path(args.out), corpus=corpus, source=source, fmt=fmt, workers=args.workers,
+        out=out_prefix(args.out, name or corpus), corpus=corpus, source=source, fmt=fmt, workers=args.workers,
         on_error=args.on_error, split=parse_split(split) if split else None, force=args.force,
         shard_bytes=int(args.shard_mb * 1e6), quiet=args.quiet,
     )  # fmt: skip
@@ -218,26 +257,35 @@ def _run_wikitext(args) -> int:
     else:
         sources = {split: WikiTextHub(args.version, split, args.dataset) for split in SPLIT_NAMES}
     corpus = "wikitext" if files else hub_config(args.version)
-    for split, source in sources.items():
-        _run(replace(_job(args, f"{corpus} {split}", source, JsonField()), out=Path(f"{args.out}_{split}")))
-    return 0
+    out = out_prefix(args.out, "wikitext" if files else f"wikitext{args.version}")
+    jobs = [
+        replace(_job(args, f"{corpus} {split}", source, JsonField()), out=Path(f"{out}_{split}"))
+        for split, source in sources.items()
+    ]
+    return run(*jobs)  # all splits or none
 
 
 def _run_jsonl(args) -> int:
 
-    return _run(_job(args, "jsonl", LineFiles(check_files(args.files)), JsonField(args.key)))
+    source = LineFiles(check_files(args.files))
+    return _run(_job(args, "jsonl", source, JsonField(args.key), _named_after(args.files, "jsonl")))
 
 
 def _run_text(args) -> int:
 
     files = check_files(args.files)
     source = WholeFiles(files) if args.document == "file" else LineFiles(files, kind=TEXT_LINES)
-    return _run(_job(args, "text", source, JsonField()))
+    return _run(_job(args, "text", source, JsonField(), _named_after(args.files, "text")))
 
 
 def _run_glue(args) -> int:
     task = glue_task(args.task, "zerolab prep glue TASK")
-    written = prep_glue(task, Path(args.out), args.dataset, quiet=args.quiet)
+    if not args.out.strip():
+        raise UserError("--out '': give the folder of the files, e.g. data/glue")
+    check_folder(Path(args.out), "the folder of the files")
+    with contextlib.ExitStack() as stack:  # made before the dataset is read; removed if that fails
+        enter_output_folder(stack, Path(args.out))
+        written = prep_glue(task, Path(args.out), args.dataset, quiet=args.quiet)
     rows = ", ".join(f"{split} {count:,} rows" for split, count in written.items())
     print(f"zerolab: {task.name} from {args.dataset} into {args.out}: {rows}")
     return 0

@@ -90,10 +90,12 @@ def run_render(args: argparse.Namespace) -> int:
         raise UserError("--slurm prints an sbatch script; it does not combine with --json or --out")
     refuse_slurm_options_without_slurm(args)
     recipe, resume = select(list(args.words), args.resume, scheduler_places_nodes=args.slurm)
+    out = args.out if args.out is not None and not args.dry_run else None
+    if out is not None:
+        refuse_unwritable_out(out)
     warn_missing_inputs(recipe, scheduler_places_nodes=args.slurm)
     if args.slurm:
         return print_sbatch(recipe, resume, args)
-    out = args.out if args.out is not None and not args.dry_run else None
     launch = render(recipe, run_dir=str(out.resolve()) if out else RUN_DIR_PLACEHOLDER, resume=resume)
     check_extras(recipe, launch, required=False)
     if args.json:
@@ -114,13 +116,28 @@ def print_sbatch(recipe: Any, resume: Any, args: argparse.Namespace) -> int:
     return 0
 
 
+def refuse_unwritable_out(out: Path) -> None:
+    """UserError, before anything is printed or written, when --out cannot become a new directory:
+    it exists, or a part of its path is a file."""
+    if out.exists() or out.is_symlink():
+        raise UserError(f"--out {out}: already exists; choose a new directory")
+    for parent in out.parents:
+        if parent.exists() and not parent.is_dir():
+            raise UserError(
+                f"--out {out}: {parent} is a file, not a directory; choose a new directory whose parent "
+                "is a directory (or does not exist yet)"
+            )
+
+
 def write_render(launch: Any, out: Path, name: str) -> None:
     """ds_config.json (and deepspeed_env for a launch over ssh) and an executable command.sh
     (runnable from anywhere: it changes to this directory) in a new directory."""
 
-    if out.exists():
-        raise UserError(f"--out {out}: already exists; choose a new directory")
-    directory = rundir.claim(out)
+    refuse_unwritable_out(out)
+    try:
+        directory = rundir.claim(out)
+    except OSError as error:
+        raise UserError(f"--out {out}: cannot create it: {error.strerror}; choose a new directory") from None
     launch.write_config(directory, os.environ)
     note = f"{name}, rendered {rundir.now_iso()} by zerolab {__version__}"
     rundir.write_command(directory, launch.script(Path.cwd(), note))

@@ -8,11 +8,13 @@ from typing import Any
 from rich.console import Console
 
 from zerolab.cluster.arguments import add_slurm_arguments, refuse_slurm_options_without_slurm, slurm_options
+from zerolab.errors import UserError
 from zerolab.summarize.report import summarize_sweep
 from zerolab.sweep.array import write_array_job
-from zerolab.sweep.cells import check_name, expand
+from zerolab.sweep.cells import cells_of, check_name, read_words
 from zerolab.sweep.run import dry_run
 from zerolab.sweep.run import run_sweep as run_sweep_cells
+from zerolab.sweep.size import LARGE, confirm_size, count_text
 
 
 def register(subparsers: Any) -> None:
@@ -22,15 +24,17 @@ def register(subparsers: Any) -> None:
         "logs/sweeps/NAME/, then summarize them with the swept keys as columns and a plot of each metric "
         "against each swept key. KEY=V1,V2,... sweeps a key (values split at top-level commas; quote a "
         "value that holds commas: \"data.split='98,2,0'\"), KEY=VALUE is a fixed override of every cell. "
-        "Running the same command again resumes: completed cells are skipped. Exit status: 0 when every "
-        "cell that could run completed, 1 when one failed, 2 for bad input, 130 when stopped by Ctrl-C."
+        "Running the same command again resumes: completed cells are skipped. A sweep of more than "
+        f"{LARGE} cells asks first (--yes). Exit status: 0 when every cell that could run completed, 1 "
+        "when one failed, 2 for bad input or every cell refused (the dry run too), 130 when stopped by "
+        "Ctrl-C."
     )
     parser = subparsers.add_parser(
         "sweep",
         help="run a recipe over swept values",
         description=description,
-        usage="zerolab sweep RECIPE KEY=V1,V2,... [KEY=VALUE ...] [--dry-run] [--name NAME] "
-        "[--retry-failed] [--slurm [--image IMAGE] [--partition P] [--account A] [--time T]]",
+        usage="zerolab sweep RECIPE KEY=V1,V2,... [KEY=VALUE ...] [--dry-run [--count]] [--yes] "
+        "[--name NAME] [--retry-failed] [--slurm [--image IMAGE] [--partition P] [--account A] [--time T]]",
     )
     parser.add_argument(
         "words",
@@ -43,6 +47,17 @@ def register(subparsers: Any) -> None:
         "--dry-run",
         action="store_true",
         help="list the cells and their checks (ok or refused); write nothing",
+    )
+    parser.add_argument(
+        "--count",
+        action="store_true",
+        help="with --dry-run: only print how many cells the sweep has; check nothing, write nothing",
+    )
+    parser.add_argument(
+        "--yes",
+        "-y",
+        action="store_true",
+        help=f"check and run (or list) a sweep of more than {LARGE} cells without asking",
     )
     parser.add_argument(
         "--name", help="the sweep's name, its directory logs/sweeps/NAME (default: RECIPE-KEY-...)"
@@ -63,8 +78,22 @@ def run_sweep(args: argparse.Namespace) -> int:
     """Expand the sweep, then list (--dry-run), write the array job (--slurm) or run its cells."""
 
     refuse_slurm_options_without_slurm(args)
-    sweep = expand(args.words[0], args.words[1:])
+    if args.count and not args.dry_run:
+        raise UserError("--count goes with --dry-run: zerolab sweep RECIPE KEY=V1,V2,... --dry-run --count")
+    words = read_words(args.words[0], args.words[1:])
     name = check_name(args.name) if args.name is not None else None
+    if args.count:
+        print(count_text(words, name or words.default_name()), end="")
+        return 0
+    doing = (
+        "check and list"
+        if args.dry_run
+        else "check and write an array job of"
+        if args.slurm
+        else "check and run"
+    )
+    confirm_size(words, yes=args.yes, doing=doing)
+    sweep = cells_of(words)
     if args.slurm:
         return write_array_job(
             sweep, name, retry_failed=args.retry_failed, options=slurm_options(args), dry_run=args.dry_run

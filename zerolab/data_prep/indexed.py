@@ -82,7 +82,7 @@ def read_index(path: Path) -> Index:
         raise ValueError(f"{path}: unknown dtype code {code}")
     expected = HEADER.size + count * 4 + count * 8 + doc_count * 8
     if length != expected:
-        raise ValueError(f"{path}: {length} bytes, but its header describes {expected}")
+        raise ValueError(f"{path}: {length:,} bytes, but its header describes {expected:,}")
 
     def view(dtype: str, offset: int, n: int) -> np.ndarray:
         return np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=(n,)) if n else np.empty(0, dtype)
@@ -94,33 +94,53 @@ def read_index(path: Path) -> Index:
 
 
 def index_problems(index: Index, bin_path: Path) -> list[str]:
-    """Ways in which an index and its .bin disagree (empty when they agree)."""
+    """Ways in which an index and its .bin disagree (empty when they agree), each naming the file.
+    Reads the index's arrays and the .bin's size, never the .bin itself."""
     problems = []
+    bin_path = Path(bin_path)
+    idx_path = bin_path.with_suffix(".idx")
     itemsize = index.dtype.itemsize
-    bin_bytes = Path(bin_path).stat().st_size
-    total = 0
+    bin_bytes = bin_path.stat().st_size
+    total: int | None = 0
     offset = 0
+    offsets_agree = True
     for start in range(0, len(index), CHUNK):
         sizes = np.asarray(index.sizes[start : start + CHUNK], dtype=np.int64)
         if (sizes < 0).any():
-            problems.append("negative document sizes")
+            problems.append(f"{idx_path}: negative document sizes")
+            total = None
             break
         ends = offset + np.cumsum(sizes) * itemsize
         starts = np.concatenate(([offset], ends[:-1]))
-        if not np.array_equal(starts, index.pointers[start : start + CHUNK]):
-            problems.append("byte offsets are not the running sum of the sizes")
-            break
+        if offsets_agree and not np.array_equal(starts, index.pointers[start : start + CHUNK]):
+            problems.append(f"{idx_path}: byte offsets are not the running sum of the sizes")
+            offsets_agree = False
         offset = int(ends[-1])
         total += int(sizes.sum())
-    if total * itemsize != bin_bytes:
+    if total is not None and total * itemsize != bin_bytes:
         problems.append(
-            f"the sizes add up to {total:,} tokens ({total * itemsize:,} bytes) but the .bin holds "
-            f"{bin_bytes:,} bytes"
+            f"the sizes in {idx_path} add up to {total:,} tokens ({total * itemsize:,} bytes) but "
+            f"{bin_path} holds {bin_bytes:,} bytes"
         )
     doc_idx = np.asarray(index.doc_idx)
     if len(doc_idx) == 0 or doc_idx[0] != 0 or doc_idx[-1] != len(index) or (np.diff(doc_idx) < 0).any():
-        problems.append("the document index does not run from 0 to the sequence count")
+        problems.append(f"{idx_path}: the document index does not run from 0 to the sequence count")
     return problems
+
+
+def dataset_problems(prefix: Path) -> tuple[Index | None, list[str]]:
+    """The parsed index of the dataset `prefix`.bin + `prefix`.idx (None when it cannot be parsed), and
+    what is wrong with the pair, each naming its file (none: the two agree). Reads the .idx and the
+    .bin's size, never the .bin itself: quick enough to run before every launch. `zerolab prep
+    inspect` and the launch's input checks both ask it."""
+    bin_path, idx_path = Path(f"{prefix}.bin"), Path(f"{prefix}.idx")
+    try:
+        index = read_index(idx_path)
+        return index, index_problems(index, bin_path)
+    except ValueError as error:
+        return None, [str(error)]
+    except OSError as error:
+        return None, [f"{error.filename}: {error.strerror}"]
 
 
 def read_document(bin_path: Path, index: Index, i: int) -> np.ndarray:

@@ -6,18 +6,27 @@ import json
 from pathlib import Path
 
 from zerolab.checksums import sha256_of
-from zerolab.data_prep.indexed import index_problems, read_document, read_index
+from zerolab.data_prep.indexed import dataset_problems, read_document
 from zerolab.data_prep.pipeline import SUFFIX
 from zerolab.data_prep.tokenizer import decode
 from zerolab.errors import UserError
 
 
 def resolve_prefix(text: str) -> Path:
-    """`data/dolly` or `data/dolly_text_document` (with or without .bin/.idx) -> the file prefix."""
+    """`data/dolly` or `data/dolly_text_document` (with or without .bin/.idx), or a folder holding
+    one dataset (what `zerolab prep --out data/` writes) -> the file prefix."""
     prefix = Path(text.removesuffix(".bin").removesuffix(".idx"))
     for candidate in (Path(f"{prefix}{SUFFIX}"), prefix):
         if Path(f"{candidate}.idx").is_file() or Path(f"{candidate}.bin").is_file():
             return candidate
+    if prefix.is_dir():
+        found = sorted(prefix.glob(f"*{SUFFIX}.idx"))
+        if len(found) == 1:
+            return Path(str(found[0]).removesuffix(".idx"))
+        if found:
+            names = ", ".join(str(path.with_suffix("")) for path in found)
+            raise UserError(f"{prefix} holds several datasets: give one of {names}")
+        raise UserError(f"no *{SUFFIX}.idx in {prefix} (give the --out of `zerolab prep`)")
     raise UserError(f"no {prefix}{SUFFIX}.idx nor {prefix}.idx (give the --out of `zerolab prep`)")
 
 
@@ -29,12 +38,10 @@ def inspect(prefix_text: str, show: int, console) -> int:
         if not path.is_file():
             console.print(f"[red]MISMATCH[/]: {path} is missing")
             return 1
-    try:
-        index = read_index(idx_path)
-    except ValueError as error:
-        console.print(f"[red]MISMATCH[/]: {error}")
+    index, problems = dataset_problems(prefix)
+    if index is None:
+        console.print(f"[red]MISMATCH[/]: {problems[0]}")
         return 1
-    problems = index_problems(index, bin_path)
     problems += _manifest_problems(prefix, bin_path, idx_path)
     tokens = int(index.sizes.sum(dtype="int64")) if len(index) else 0
     console.print(f"[bold]{prefix}[/]")
@@ -63,9 +70,13 @@ def _manifest_problems(prefix: Path, bin_path: Path, idx_path: Path) -> list[str
     manifest_path = Path(f"{prefix}.manifest.json")
     if not manifest_path.is_file():
         return []
-    files = json.loads(manifest_path.read_text())["files"]
+    try:
+        files = json.loads(manifest_path.read_text())["files"]
+        digests = {bin_path: files["bin"]["sha256"], idx_path: files["idx"]["sha256"]}
+    except (ValueError, KeyError, TypeError):
+        return [f"{manifest_path} is not a manifest of `zerolab prep` (not its JSON); prepare the data again"]
     return [
         f"{path} does not match the sha256 in {manifest_path}"
-        for path, facts in ((bin_path, files["bin"]), (idx_path, files["idx"]))
-        if sha256_of(path) != facts["sha256"]
+        for path, digest in digests.items()
+        if sha256_of(path) != digest
     ]

@@ -10,11 +10,14 @@ without its manifest is never treated as finished.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import multiprocessing
 import os
 import shutil
+import signal
+import sys
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -95,43 +98,117 @@ class Counts:
         return sum(self.tokens.values())
 
 
-def run(job: PrepJob) -> int:
-    """Prepare the corpus; returns the exit status (0, or 2 through UserError)."""
-    outputs = job.outputs()
-    fingerprint = job.fingerprint()
-    base = Path(f"{job.out}{SUFFIX}")
-    workdir = Path(f"{base}.partial")
-    if _finished(outputs, fingerprint, job.force):
-        _say(job, f"[green]already prepared[/]: {', '.join(f'{p}.bin' for p in outputs.values())} "
-             "(pass --force to rebuild)")  # fmt: skip
+@dataclass
+class Pending:
+    """A job to run: its outputs, fingerprint and work folder; once its input is read, its counts
+    (and those it resumed from) and the seconds reading took."""
+
+    job: PrepJob
+    outputs: dict[str, Path]
+    fingerprint: str
+    workdir: Path
+    counts: Counts | None = None
+    before: Counts | None = None
+    seconds: float = 0.0
+
+
+def run(*jobs: PrepJob) -> int:
+    """Prepare the corpora of `jobs` (one, or one per split of a dataset that comes split); returns the
+    exit status (0, or 2 through UserError). All or nothing: every job's output is checked before any
+    input is read, every input is read into its job's shards before any output is made, and the
+    outputs are moved into place together, their manifests last. A refused or interrupted run leaves
+    no output, only the finished shards of `PREFIX.partial/` for the same command to resume from."""
+    pending = []
+    for job in jobs:
+        outputs, fingerprint = job.outputs(), job.fingerprint()
+        if _finished(outputs, fingerprint, job.force):
+            _say(job, f"[green]already prepared[/]: {', '.join(f'{p}.bin' for p in outputs.values())} "
+                 "(pass --force to rebuild)")  # fmt: skip
+            continue
+        workdir = Path(f"{job.out}{SUFFIX}.partial")
+        _check_outputs(outputs, workdir)
+        pending.append(Pending(job, outputs, fingerprint, workdir))
+    if not pending:
         return 0
-    if job.force:
-        for prefix in outputs.values():
-            Path(f"{prefix}.manifest.json").unlink(missing_ok=True)
-        shutil.rmtree(workdir, ignore_errors=True)
-    _check_outputs(outputs)
-    with folders_made(base.parent):
-        done, counts, position = _resume_point(job, workdir, fingerprint)
-        started = time.perf_counter()
-        before = Counts(counts.records, counts.input_bytes, dict(counts.documents), dict(counts.tokens))
+    workdirs = [item.workdir for item in pending]
+    with contextlib.ExitStack() as stack:
+        for folder in dict.fromkeys(workdir.parent for workdir in workdirs):
+            enter_output_folder(stack, folder)
         try:
-            counts = _process(job, workdir, done, counts, position, outputs)
-            refusal = _empty_output(job, counts)
-            if refusal:
-                shutil.rmtree(workdir)
-                raise UserError(refusal)
-            facts = _merge(job, workdir, outputs, counts, fingerprint)
-        except BaseException:
-            if not any(workdir.glob("*.done.json")):
-                shutil.rmtree(workdir, ignore_errors=True)  # nothing to resume from
+            for item in pending:
+                _read(item)
+            facts = _merge(pending)
+        except KeyboardInterrupt:
+            _forget_unfinished(workdirs)
+            _interrupted(workdirs)
             raise
-    shutil.rmtree(workdir)
-    _summary(job, counts, before, facts, time.perf_counter() - started)
+        except BaseException:
+            _forget_unfinished(workdirs)
+            raise
+    for item, job_facts in zip(pending, facts, strict=True):
+        shutil.rmtree(item.workdir)
+        _summary(item.job, item.counts, item.before, job_facts, item.seconds)
     return 0
 
 
-def _check_outputs(outputs: dict[str, Path]) -> None:
-    """UserError when an output file's path is taken by a directory, or its folder by a file."""
+def _read(item: Pending) -> None:
+    """Read the job's input into the shards of its work folder (resuming after those finished);
+    UserError when it would write no document, or leave a split empty."""
+    job, workdir = item.job, item.workdir
+    started = time.perf_counter()
+    if job.force:
+        shutil.rmtree(workdir, ignore_errors=True)
+    done, counts, position = _resume_point(job, workdir, item.fingerprint)
+    item.before = Counts(counts.records, counts.input_bytes, dict(counts.documents), dict(counts.tokens))
+    item.counts = _process(job, workdir, done, counts, position, item.outputs)
+    refusal = _empty_output(job, item.counts)
+    if refusal:
+        shutil.rmtree(workdir)
+        raise UserError(refusal)
+    item.seconds = time.perf_counter() - started
+
+
+def enter_output_folder(stack: contextlib.ExitStack, folder: Path) -> None:
+    """Enter files.folders_made(`folder`) on `stack` (the folders made are removed again when the
+    block fails); a folder that cannot be made is a UserError naming it."""
+    try:
+        stack.enter_context(folders_made(folder))
+    except OSError as error:
+        raise UserError(
+            f"--out: cannot make the folder {error.filename or folder} ({error.strerror}); choose an --out "
+            "in a folder you can write to"
+        ) from None
+
+
+def _forget_unfinished(workdirs: list[Path]) -> None:
+    """Remove the work folders without a finished shard: nothing to resume from."""
+    for workdir in workdirs:
+        if not any(workdir.glob("*.done.json")):
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _interrupted(workdirs: list[Path]) -> None:
+    """Say, after Ctrl-C, that the same command resumes, and from what."""
+    kept = {workdir: len(list(workdir.glob("*.done.json"))) for workdir in workdirs if workdir.is_dir()}
+    detail = ", ".join(
+        f"{count} finished shard{'s' if count != 1 else ''} kept in {workdir}"
+        for workdir, count in kept.items()
+    )
+    print(
+        "zerolab: interrupted; run the same command again to resume "
+        f"({detail or 'no shard had finished: it starts from the beginning'})",
+        file=sys.stderr,
+    )
+
+
+def _check_outputs(outputs: dict[str, Path], workdir: Path) -> None:
+    """UserError when an output file's path is taken by a directory, or its folder (or the work folder
+    of its shards) by a file."""
+    if workdir.exists() and not workdir.is_dir():
+        raise UserError(
+            f"--out: {workdir} is a file, where the run keeps its resumable shards; move it or "
+            "choose another --out"
+        )
     for prefix in outputs.values():
         for suffix in (".bin", ".idx", ".manifest.json"):
             path = Path(f"{prefix}{suffix}")
@@ -139,11 +216,17 @@ def _check_outputs(outputs: dict[str, Path]) -> None:
                 raise UserError(
                     f"--out: {path} is a directory, where the output file goes; move it or choose --out"
                 )
-        folder = next((parent for parent in prefix.parents if parent.exists()), None)
-        if folder is not None and not folder.is_dir():
-            raise UserError(
-                f"--out: {folder} is a file, where a folder of the output goes; choose another --out"
-            )
+        check_folder(prefix.parent, "a folder of the output")
+
+
+def check_folder(folder: Path, what: str) -> None:
+    """UserError when `folder`, or the first of its parents that exists, is a file (`what`: what the
+    folder is for, in the message)."""
+    taken = next((path for path in (folder, *folder.parents) if path.exists()), None)
+    if taken is not None and not taken.is_dir():
+        raise UserError(
+            f"--out: {taken} is a file, where {what} goes; move the file, or choose another --out"
+        )
 
 
 def _empty_output(job: PrepJob, counts: Counts) -> str | None:
@@ -182,25 +265,38 @@ def _input_names(job: PrepJob) -> str:
 
 
 def _finished(outputs: dict[str, Path], fingerprint: str, force: bool) -> bool:
-    """Whether a complete output of this very job exists (then a rerun is a no-op)."""
-    manifests = [Path(f"{p}.manifest.json") for p in outputs.values()]
-    if force or not all(m.is_file() for m in manifests):
+    """Whether a complete output of this very job exists (then a rerun is a no-op); UserError when
+    any of its outputs is there from another input or options, or no longer matches its manifest
+    (without --force: nothing is overwritten that this job did not make)."""
+    if force:
         return False
-    for prefix, manifest_path in zip(outputs.values(), manifests, strict=True):
-        manifest = json.loads(manifest_path.read_text())
-        intact = all(
-            Path(f"{prefix}.{ext}").is_file()
-            and Path(f"{prefix}.{ext}").stat().st_size == manifest["files"][ext]["bytes"]
-            for ext in ("bin", "idx")
-        )
-        if manifest.get("fingerprint") != fingerprint:
+    complete = True
+    for prefix in outputs.values():
+        manifest_path = Path(f"{prefix}.manifest.json")
+        if not manifest_path.is_file():
+            complete = False
+            continue
+        try:
+            manifest = json.loads(manifest_path.read_text())
+            files = manifest["files"]
+            made = manifest["fingerprint"], files["bin"]["bytes"], files["idx"]["bytes"]
+        except (ValueError, KeyError, TypeError):
+            raise UserError(
+                f"{manifest_path} is not a manifest of `zerolab prep`; pass --force to rebuild {prefix}, or "
+                "choose another --out"
+            ) from None
+        if made[0] != fingerprint:
             raise UserError(
                 f"{prefix}.bin exists, made from another input or with other options "
                 f"(see {manifest_path}); pass --force to rebuild it, or choose another --out"
             )
+        intact = all(
+            Path(f"{prefix}.{ext}").is_file() and Path(f"{prefix}.{ext}").stat().st_size == size
+            for ext, size in zip(("bin", "idx"), made[1:], strict=True)
+        )
         if not intact:
             raise UserError(f"{prefix}.bin/.idx do not match {manifest_path}; pass --force to rebuild them")
-    return True
+    return complete
 
 
 def _resume_point(job: PrepJob, workdir: Path, fingerprint: str):
@@ -252,7 +348,7 @@ def _results(job: PrepJob, batches, dtype: str):
     """Worker results in input order, at most a few batches in flight (bounded memory)."""
     gpt2_encoding()  # built once here, inherited by the forked workers
     method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
-    with multiprocessing.get_context(method).Pool(job.workers) as pool:
+    with multiprocessing.get_context(method).Pool(job.workers, initializer=_worker_start) as pool:
         pending: deque = deque()
         for batch, position, nbytes in batches:
             pending.append(
@@ -264,6 +360,11 @@ def _results(job: PrepJob, batches, dtype: str):
         while pending:
             result, position, nbytes = pending.popleft()
             yield result.get(), position, nbytes
+
+
+def _worker_start() -> None:
+    """A worker leaves Ctrl-C to the main process, which stops the workers and says how to resume."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _process(job: PrepJob, workdir: Path, done: int, counts: Counts, position: dict, outputs: dict) -> Counts:
@@ -331,52 +432,59 @@ def _write(shard: ShardWriter, names: list[str], pattern, counts: Counts, result
         counts.tokens[name] += len(tokens)
 
 
-def _merge(job: PrepJob, workdir: Path, outputs: dict, counts: Counts, fingerprint: str) -> dict:
-    """Concatenate the shards into each output's .bin/.idx, then write its manifest."""
-    shards = sorted(workdir.glob("shard-*.done.json"))
-    dtype = token_dtype(VOCAB_SIZE)
-    facts = {}
-    for name, prefix in outputs.items():
-        bin_tmp, idx_tmp = Path(f"{prefix}.bin.tmp"), Path(f"{prefix}.idx.tmp")
-        try:
-            digest = hashlib.sha256()
-            with open(bin_tmp, "wb") as out:
-                for marker in shards:
-                    with open(workdir / marker.name.replace("done.json", f"{name}.bin"), "rb") as part:
-                        while block := part.read(1 << 22):
-                            digest.update(block)
-                            out.write(block)
-
-            def size_chunks(name=name):
-                for marker in shards:
-                    yield np.fromfile(
-                        workdir / marker.name.replace("done.json", f"{name}.sizes"), dtype="<i4"
-                    )
-
-            write_index(idx_tmp, size_chunks, counts.documents[name], dtype)
-            files = {
-                "bin": {
-                    "name": f"{prefix.name}.bin",
-                    "bytes": bin_tmp.stat().st_size,
-                    "sha256": digest.hexdigest(),
-                },
-                "idx": {
-                    "name": f"{prefix.name}.idx",
-                    "bytes": idx_tmp.stat().st_size,
-                    "sha256": sha256_of(idx_tmp),
-                },
-            }
-            os.replace(bin_tmp, f"{prefix}.bin")
-            os.replace(idx_tmp, f"{prefix}.idx")
-        except BaseException:
-            bin_tmp.unlink(missing_ok=True)
-            idx_tmp.unlink(missing_ok=True)
-            raise
-        manifest = _manifest(job, name, counts, files, fingerprint)
-        manifest_path = Path(f"{prefix}.manifest.json")
-        write_json_atomic(manifest_path, manifest)
-        facts[name] = (prefix, files)
+def _merge(pending: list[Pending]) -> list[dict]:
+    """Concatenate each job's shards into its outputs' `.bin.tmp`/`.idx.tmp`, then move them all into
+    place and write the manifests last; the facts of each job's outputs, in order."""
+    made: dict[Path, dict] = {}  # output prefix -> its files, their .tmp written
+    try:
+        for item in pending:
+            for name, prefix in item.outputs.items():
+                made[prefix] = _merge_output(item.workdir, name, prefix, item.counts.documents[name])
+    except BaseException:
+        for prefix in made:
+            for ext in ("bin", "idx"):
+                Path(f"{prefix}.{ext}.tmp").unlink(missing_ok=True)
+        raise
+    for prefix in made:
+        Path(f"{prefix}.manifest.json").unlink(missing_ok=True)  # an output without one is unfinished
+        for ext in ("bin", "idx"):
+            os.replace(f"{prefix}.{ext}.tmp", f"{prefix}.{ext}")
+    facts = []
+    for item in pending:
+        for name, prefix in item.outputs.items():
+            manifest = _manifest(item.job, name, item.counts, made[prefix], item.fingerprint)
+            write_json_atomic(Path(f"{prefix}.manifest.json"), manifest)
+        facts.append({name: (prefix, made[prefix]) for name, prefix in item.outputs.items()})
     return facts
+
+
+def _merge_output(workdir: Path, name: str, prefix: Path, documents: int) -> dict:
+    """Write the `name` split of the shards in `workdir` as `prefix.bin.tmp` and `prefix.idx.tmp`; the
+    manifest's facts of the two files."""
+    shards = sorted(workdir.glob("shard-*.done.json"))
+    bin_tmp, idx_tmp = Path(f"{prefix}.bin.tmp"), Path(f"{prefix}.idx.tmp")
+    try:
+        digest = hashlib.sha256()
+        with open(bin_tmp, "wb") as out:
+            for marker in shards:
+                with open(workdir / marker.name.replace("done.json", f"{name}.bin"), "rb") as part:
+                    while block := part.read(1 << 22):
+                        digest.update(block)
+                        out.write(block)
+
+        def size_chunks():
+            for marker in shards:
+                yield np.fromfile(workdir / marker.name.replace("done.json", f"{name}.sizes"), dtype="<i4")
+
+        write_index(idx_tmp, size_chunks, documents, token_dtype(VOCAB_SIZE))
+    except BaseException:
+        bin_tmp.unlink(missing_ok=True)
+        idx_tmp.unlink(missing_ok=True)
+        raise
+    return {
+        "bin": {"name": f"{prefix.name}.bin", "bytes": bin_tmp.stat().st_size, "sha256": digest.hexdigest()},
+        "idx": {"name": f"{prefix.name}.idx", "bytes": idx_tmp.stat().st_size, "sha256": sha256_of(idx_tmp)},
+    }
 
 
 def manifest_source(prefix: str | Path) -> str | None:

@@ -9,9 +9,7 @@ import gzip
 import io
 import itertools
 import json
-import os
-import socket
-import urllib.parse
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +19,7 @@ import zstandard
 
 from zerolab.data_prep.records import ITEMS, JSON_LINES, Batch
 from zerolab.errors import UserError, json_error_text
+from zerolab.hf_folder import HUB_NAME, offline_asked, unreachable_hub
 
 BATCH_BYTES = 1 << 20
 BATCH_RECORDS = 512
@@ -41,13 +40,75 @@ def compression_of(path: Path) -> str | None:
 
 
 def open_stream(path: Path, raw: io.BufferedReader):
-    """A binary stream of the decompressed content of `raw` (an open `path`)."""
+    """A binary stream of the decompressed content of `raw` (an open `path`); reading it raises a
+    UserError naming the file when its compressed data is cut short or damaged."""
     compression = compression_of(path)
-    if compression == "gzip":
-        return gzip.GzipFile(fileobj=raw, mode="rb")
-    if compression == "zstd":
-        return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(raw, closefd=False))
-    return raw
+    if compression is None:
+        return raw
+    return io.BufferedReader(Decompressed(path, raw, compression), buffer_size=1 << 20)
+
+
+RAW_BLOCK = 1 << 18
+"""Compressed bytes read at a time (each a few MB decompressed)."""
+
+
+class Decompressed(io.RawIOBase):
+    """The decompressed content of a gzip or zstd file (its members or frames one after another), as
+    a stream; UserError naming the file when the data ends inside a member or frame (cut short, as
+    an interrupted download leaves it) or does not decompress (damaged)."""
+
+    def __init__(self, path: Path, raw: io.BufferedReader, compression: str):
+        super().__init__()
+        self.path = path
+        self.compression = compression
+        self.inner = gzip.GzipFile(fileobj=raw, mode="rb") if compression == "gzip" else ZstdFrames(raw)
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        try:
+            return self.inner.readinto(buffer)
+        except EOFError:
+            raise UserError(
+                f"{self.path} is cut short: its {self.compression} data ends before the end of the "
+                "stream (an interrupted download or copy?); download or copy it again"
+            ) from None
+        except (zlib.error, gzip.BadGzipFile, zstandard.ZstdError) as error:
+            raise UserError(
+                f"{self.path} is damaged: its {self.compression} data does not decompress ({error}); "
+                "download or copy it again"
+            ) from None
+
+
+class ZstdFrames:
+    """The content of zstd frames one after another, as `zstd` and `pzstd` write them; EOFError when
+    the data ends inside a frame (zstandard's own stream reader ends quietly there)."""
+
+    def __init__(self, raw: io.BufferedReader):
+        self.raw = raw
+        self.decompressor = zstandard.ZstdDecompressor()
+        self.frame = None  # the decompressor of the frame being read; None between frames
+        self.unused = b""  # compressed bytes after the end of the last frame, not yet decompressed
+        self.pending = memoryview(b"")  # decompressed, not yet returned
+
+    def readinto(self, buffer) -> int:
+        while not self.pending:
+            data = self.unused or self.raw.read(RAW_BLOCK)
+            self.unused = b""
+            if not data:
+                if self.frame is not None:
+                    raise EOFError("zstd data ended inside a frame")
+                return 0
+            if self.frame is None:
+                self.frame = self.decompressor.decompressobj()
+            self.pending = memoryview(self.frame.decompress(data))
+            if self.frame.eof:
+                self.unused, self.frame = self.frame.unused_data, None
+        count = min(len(buffer), len(self.pending))
+        buffer[:count] = self.pending[:count]
+        self.pending = self.pending[count:]
+        return count
 
 
 def check_files(paths: list[str]) -> list[Path]:
@@ -165,7 +226,7 @@ class RecordFiles:
             first = start["record"] if index == start["file"] else 0
             path = self.files[index]
             size = path.stat().st_size
-            rows = _parquet_rows(path, self.columns) if path.suffix == ".parquet" else _json_rows(path)
+            rows = _parquet_rows(path, self.columns) if ".parquet" in path.suffixes else _json_rows(path)
             rows = itertools.islice(rows, first, None)
             yield from _record_batches(
                 rows, first, str(path), lambda n, i=index: {**START, "file": i, "record": n}
@@ -205,14 +266,33 @@ def _json_rows(path: Path):
 
 def _parquet_rows(path: Path, columns: tuple[str, ...]):
     # pyarrow here, not at the top: heavy (0.4 s), loaded only for a parquet source
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     try:
-        table = pq.ParquetFile(path)
+        if compression_of(path):  # a compressed parquet file is read whole (its columns need seeking)
+            with open(path, "rb") as raw:
+                table = pq.ParquetFile(pa.BufferReader(open_stream(path, raw).read()))
+        else:
+            table = pq.ParquetFile(path)
+    except UserError:
+        raise
     except Exception as error:
-        raise UserError(f"{path}: not a readable parquet file ({error})") from None
+        raise UserError(
+            f"{path}: not a readable parquet file ({error}); if it was downloaded, it may be cut short "
+            "or damaged: download it again"
+        ) from None
     present = [c for c in columns if c in table.schema_arrow.names]
-    for record_batch in table.iter_batches(batch_size=BATCH_RECORDS, columns=present or None):
+    batches = table.iter_batches(batch_size=BATCH_RECORDS, columns=present or None)
+    while True:
+        try:
+            record_batch = next(batches, None)
+        except Exception as error:
+            raise UserError(
+                f"{path} is damaged: a part of it does not decode ({error}); download or copy it again"
+            ) from None
+        if record_batch is None:
+            return
         yield from record_batch.to_pylist()
 
 
@@ -247,10 +327,38 @@ class HubDataset:
         name = f"{self.name}[{self.split}]"
         yield from _record_batches(rows, start["record"], name, lambda n: {**START, "record": n})
 
+    def folder_holds(self) -> str:
+        """What a local dataset folder given as the name holds, for messages."""
+        if self.config:
+            return (
+                f"a copy of the hub's dataset repository: its README.md and the folder {self.config}/ of its "
+                "parquet files"
+            )
+        return "the dataset's data files (e.g. train.jsonl, or parquet files), as on the hub"
+
+    def check_folder(self) -> str:
+        """UserError when the name is a file, or a path with no folder there that cannot be a hub
+        name either; else a note for the hub's failures where no folder of that name is here."""
+        folder = Path(self.name).expanduser()
+        if folder.is_dir():
+            return ""
+        if folder.exists():
+            raise UserError(
+                f"--dataset {self.name} is a file; give a dataset folder (it holds {self.folder_holds()}) "
+                f"or a Hugging Face hub dataset name. {self.by_hand}"
+            )
+        if not HUB_NAME.fullmatch(self.name) or ".." in self.name or "--" in self.name:
+            raise UserError(
+                f"--dataset {self.name}: no such folder ({folder.absolute()} does not exist); a dataset "
+                f"folder holds {self.folder_holds()}. {self.by_hand}"
+            )
+        return f"there is no folder {self.name} here, and "
+
     def load(self):
         """The dataset (an iterable one when streaming); offline, a cached copy or a UserError at once."""
-        asked_offline = os.environ.get("HF_HUB_OFFLINE", "").upper() in ("1", "ON", "YES", "TRUE")
-        unreachable = not asked_offline and _unreachable_hub()
+        no_folder = self.check_folder()
+        asked_offline = offline_asked()
+        unreachable = not asked_offline and unreachable_hub()
         try:
             # datasets, huggingface_hub here, not at the top: heavy (1.3 s), loaded only when the hub is read
             import datasets
@@ -267,10 +375,10 @@ class HubDataset:
         except Exception as error:
             if unreachable:
                 raise UserError(
-                    f"could not load {self.name!r}: the Hugging Face hub ({unreachable}) did not answer "
-                    f"and no copy is cached here. {self.by_hand}"
+                    f"could not load {self.name!r}: {no_folder}the Hugging Face hub ({unreachable}) did not "
+                    f"answer and no copy is cached here. {self.by_hand}"
                 ) from None
-            raise UserError(self._failure(error)) from None
+            raise UserError(self._failure(error, no_folder)) from None
 
     def guarded(self, rows):
         """`rows` of the loaded dataset, with a failure of `datasets` while reading them turned into
@@ -280,10 +388,11 @@ class HubDataset:
         except Exception as error:
             raise UserError(self._failure(error)) from None
 
-    def _failure(self, error: Exception) -> str:
+    def _failure(self, error: Exception, no_folder: str = "") -> str:
+        either = f"; there is no folder {self.name} here either" if no_folder else ""
         return (
-            f"could not load {self.name!r} through Hugging Face datasets ({type(error).__name__}: {error}). "
-            + self.by_hand
+            f"could not load {self.name!r} through Hugging Face datasets ({type(error).__name__}: {error})"
+            f"{either}. {self.by_hand}"
         )
 
 
@@ -308,17 +417,6 @@ def _offline(*configs: Any, offline: bool) -> Iterator[None]:
     finally:
         for config, value in zip(configs, before, strict=True):
             config.HF_HUB_OFFLINE = value
-
-
-def _unreachable_hub(timeout_s: float = 5.0) -> str | None:
-    """The Hugging Face hub's host:port (HF_ENDPOINT, by default huggingface.co:443) when it does
-    not answer a connection within `timeout_s`; None when it does."""
-    url = urllib.parse.urlsplit(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
-    try:
-        with socket.create_connection((url.hostname or "", url.port or 443), timeout=timeout_s):
-            return None
-    except OSError:
-        return f"{url.hostname}:{url.port or 443}"
 
 
 def total_bytes_of(files: list[Path]) -> int | None:

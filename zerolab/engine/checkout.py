@@ -50,7 +50,13 @@ def ensure_checkout(
         )
         if fetched.returncode != 0:
             say("  the source refused a fetch by commit; fetching its whole history instead")
-            _git(["fetch", "-q", source, "+refs/heads/*:refs/remotes/source/*"], staging)
+            why = "`git fetch` failed, output above; no network access to it?"
+            try:
+                _git(["fetch", "-q", source, "+refs/heads/*:refs/remotes/source/*"], staging)
+                why = "it holds no such commit"
+                _git(["cat-file", "-e", f"{commit}^{{commit}}"], staging)
+            except UserError:
+                raise UserError(fetch_failed(source, commit, what=what, variable=variable, why=why)) from None
         _git(["-c", "advice.detachedHead=false", "checkout", "-q", commit], staging)
         _git(["remote", "add", "origin", source], staging)
         staging.rename(target)
@@ -60,7 +66,25 @@ def ensure_checkout(
     return True
 
 
+def fetch_failed(source: str, commit: str, *, what: str, variable: str, why: str) -> str:
+    """The error of a fetch of `commit` from `source` that failed, with the way round: from
+    upstream (no network access to it?), a local copy named by `variable`; from the local copy
+    `variable` names, one that holds the commit."""
+    holding = f"a local clone or bare repository of {what} holding commit {commit}"
+    if "://" not in source and Path(source).expanduser().exists():
+        return (
+            f"{variable}={source}: fetching {what} {commit} from it failed ({why}): {variable} must name "
+            f"{holding} (`git -C {source} cat-file -e {commit}^{{commit}}` says whether it does); fetch "
+            f"that commit into it, or point {variable} at another copy, and run the command again"
+        )
+    return (
+        f"fetching {what} {commit} from {source} failed ({why}). Without network access to it, set "
+        f"{variable} to {holding} (`git clone --bare {source}` where the network reaches it, then copy "
+        f"it here) and run the command again, e.g. `{variable}=/path/to/{what}.git make demo` (or make setup)"
+    )
+
+
 def _git(args: list[str], cwd: Path) -> None:
     argv = ["git", "-C", str(cwd), *args]
     if subprocess.run(argv, check=False).returncode != 0:
-        raise UserError(f"`{' '.join(argv)}` failed (output above)")
+        raise UserError(f"`{' '.join(argv)}` failed, output above")

@@ -48,21 +48,56 @@ def run_engine_script(
         stderr=subprocess.PIPE,
     )
     said = ""
+    prefix = f"zerolab {name}: "
+    shown = _Echo(prefix)
     assert process.stderr is not None
     # a character split between two reads is decoded whole, with the read that completes it
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
     while raw := os.read(process.stderr.fileno(), 4096):
         chunk = decoder.decode(raw)
         if echo:
-            sys.stderr.write(chunk)
+            sys.stderr.write(shown.text(chunk))
             sys.stderr.flush()
         said = (said + chunk)[-KEPT_STDERR:]
+    if echo:
+        sys.stderr.write(shown.rest())
     code = process.wait()
     request_file.unlink()
     if code != 0:
-        prefix = f"zerolab {name}: "
         lines = [line.strip() for line in said.replace("\r", "\n").splitlines() if line.strip()]
         own = [line.removeprefix(prefix) for line in lines if line.startswith(prefix)]
         raise UserError(
             own[-1] if own else (lines[-1] if lines else "the engine's Python exited without a word")
         )
+
+
+class _Echo:
+    """The script's stderr as it comes, less its own `zerolab NAME: ...` lines: those say why it failed,
+    which the UserError prints (once). A line that may still become one is held until it ends."""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+        self.held = ""
+        self.line_start = True
+
+    def text(self, chunk: str) -> str:
+        """What of `chunk` (and of what was held) to show now."""
+        text, self.held, shown = self.held + chunk, "", []
+        while text:
+            if self.line_start and (text.startswith(self.prefix) or self.prefix.startswith(text)):
+                end = min((i for i in (text.find("\n"), text.find("\r")) if i >= 0), default=-1)
+                if end < 0:
+                    self.held = text  # the script's own line, or the start of one: wait for its end
+                    break
+                text = text[end + 1 :]  # its own line: dropped
+                continue
+            end = min((i for i in (text.find("\n"), text.find("\r")) if i >= 0), default=len(text) - 1)
+            shown.append(text[: end + 1])
+            self.line_start = text[end] in "\r\n"
+            text = text[end + 1 :]
+        return "".join(shown)
+
+    def rest(self) -> str:
+        """What is still held when the script has ended: shown, unless it is the script's own line."""
+        held, self.held = self.held, ""
+        return "" if held.startswith(self.prefix) else held

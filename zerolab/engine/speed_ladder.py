@@ -180,7 +180,6 @@ class _Ladder:
         phase, role = self.roles[self.calls]
         if self.calls == 0 or self.roles[self.calls - 1][0] is not phase:
             self.enter(phase, args[2])
-            self.peak_gib = 0.0
         self.calls += 1
         if role == "profile":
             return self.profiled(phase, train_step, args, kwargs)

@@ -118,22 +118,95 @@ def choice_metrics(answers: list[dict]) -> dict:
     return {"acc": right(None), "acc_norm": right("tokens"), "acc_norm_chars": right("characters")}
 
 
+class UnloadableModel(Exception):
+    """A model transformers cannot load whole: the message names it, what is wrong and the fix."""
+
+
+SHOWN = 4
+"""Tensor names shown of a list; the rest are counted."""
+
+
+def _tensors(names: list[str], what: str) -> str:
+    """`N tensors WHAT (a, b, c, d, and N-4 more)`."""
+    shown = ", ".join(names[:SHOWN]) + (f", and {len(names) - SHOWN} more" if len(names) > SHOWN else "")
+    return f"{len(names)} {'tensor' if len(names) == 1 else 'tensors'} {what} ({shown})"
+
+
+def _first_line(error: Exception) -> str:
+    said = str(error).strip()
+    return f"{type(error).__name__}: {said.splitlines()[0]}" if said else type(error).__name__
+
+
+def not_covered(source: str, loading: dict) -> str | None:
+    """What transformers' loading info says does not fit: tensors the model of config.json has and
+    the weights lack (they would keep their random initial values), tensors the weights hold that it
+    has no place for, tensors of another shape; None when the weights are the model's, tensor for
+    tensor."""
+    mismatched = [
+        f"{name} {list(held)}, not {list(wanted)}" for name, held, wanted in loading["mismatched_keys"]
+    ]
+    found = [
+        _tensors(sorted(names), what)
+        for names, what in (
+            (loading["missing_keys"], "missing, which the model would keep at random initial values"),
+            (loading["unexpected_keys"], "the model has no place for"),
+            (mismatched, "of another shape than config.json's"),
+        )
+        if names
+    ]
+    if not found:
+        return None
+    return (
+        f"{source}: its weights do not match the model its config.json describes: {'; '.join(found)}; "
+        "config.json and the weights are of different models, or a weights file is incomplete: download "
+        "or save the model again (save_pretrained writes both)"
+    )
+
+
+def gpt2_model(source: str) -> GPT2LMHeadModel:
+    """The fp32 GPT2LMHeadModel of `source` (a folder or a hub name), every tensor of it from the
+    weights files; UnloadableModel when transformers cannot read them or they do not cover the model
+    config.json describes (transformers would keep the rest at their random initial values)."""
+    transformers.logging.set_verbosity_error()  # its notes (a long text's length) are not the user's concern
+    transformers.logging.disable_progress_bar()
+    load = {"dtype": torch.float32, "output_loading_info": True}
+    try:
+        model, loading = GPT2LMHeadModel.from_pretrained(source, **load)
+    except (OSError, ValueError) as error:
+        raise UnloadableModel(
+            f"{source}: transformers cannot load it as GPT2LMHeadModel ({_first_line(error)}); give a "
+            "GPT-2 folder (one zerolab export or save_pretrained wrote) or a hub name this machine can fetch"
+        ) from None
+    except Exception as error:  # the safetensors library's own errors among them
+        if "ignore_mismatched_sizes" in str(error):  # a tensor of another shape: load again to learn which
+            _, loading = GPT2LMHeadModel.from_pretrained(source, **load, ignore_mismatched_sizes=True)
+            if not_covered(source, loading):
+                raise UnloadableModel(not_covered(source, loading)) from None
+        raise UnloadableModel(
+            f"{source}: its weights cannot be read ({_first_line(error)}): a file cut short or damaged, as "
+            "a download that did not finish leaves it; download or copy the model again"
+        ) from None
+    problem = not_covered(source, loading)
+    if problem:
+        raise UnloadableModel(problem)
+    return model.eval()
+
+
 def load_gpt2(source: str, command: str):
     """The fp32 GPT2LMHeadModel and tokenizer of `source` (a folder or a hub name), transformers'
     notes and bars silenced; exit 2 with a `zerolab COMMAND:` line when it cannot load."""
-    transformers.logging.set_verbosity_error()  # its notes (a long text's length) are not the user's concern
-    transformers.logging.disable_progress_bar()
     try:
-        model = GPT2LMHeadModel.from_pretrained(source, dtype=torch.float32).eval()
+        model = gpt2_model(source)
         return model, AutoTokenizer.from_pretrained(source)
+    except UnloadableModel as error:
+        print(f"zerolab {command}: {error}", file=sys.stderr)
     except (OSError, ValueError) as error:
-        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         print(
-            f"zerolab {command}: {source}: not a GPT-2 folder here, and transformers could not load it "
-            f"({first}); give a run directory or a GPT-2 folder (zerolab export writes one)",
+            f"zerolab {command}: {source}: no tokenizer transformers can load ({_first_line(error)}); save "
+            "the model's tokenizer beside it (AutoTokenizer.from_pretrained(NAME).save_pretrained(DIR))",
             file=sys.stderr,
         )
-        sys.exit(2)
+    sys.exit(2)
 
 
 def main() -> None:

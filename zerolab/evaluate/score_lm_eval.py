@@ -5,7 +5,8 @@ for score_hf.py, names the model folder, the `hellaswag` task's docs (zerolab's 
 result goes to.
 
 lm-evaluation-harness tokenizes, batches and computes every ending's log-likelihood (its `HFLM`,
-fp32 on CPU) and reports acc and acc_norm; the accuracies kept are `choice_metrics` of its
+fp32 on CPU, of the model score_hf.load_gpt2 loaded, its weights checked to cover the model) and
+reports acc and acc_norm; the accuracies kept are `choice_metrics` of its
 log-likelihoods (score_hf.py, the same as zerolab's scorer), checked equal to the two it reports."""
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import math
 import sys
 from pathlib import Path
 
-from score_hf import choice_metrics
+from score_hf import choice_metrics, load_gpt2
 
 try:
     import datasets
@@ -66,7 +67,11 @@ def main() -> None:
     transformers.logging.disable_progress_bar()
     datasets.disable_progress_bars()
 
-    model = HFLM(pretrained=request["model"], device="cpu", dtype="float32", batch_size=8)
+    # loaded by zerolab's loader, which refuses weights that do not cover the model, and handed over
+    gpt2, tokenizer = load_gpt2(request["model"], "eval")
+    logging.getLogger("lm_eval").setLevel(logging.ERROR)  # its warning that the model came loaded
+    model = HFLM(pretrained=gpt2, tokenizer=tokenizer, batch_size=8)
+    logging.getLogger("lm_eval").setLevel(logging.WARNING)
     tasks = TaskManager().load([_task(docs_file)])
     output = evaluate(model, tasks, log_samples=True, bootstrap_iters=0, verbosity="WARNING")
     answers = []

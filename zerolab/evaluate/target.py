@@ -14,6 +14,7 @@ from pathlib import Path
 
 from zerolab.errors import UserError
 from zerolab.export.run import export_run
+from zerolab.hf_folder import ask_hub, cached_hub_folder, looks_like_path, weights_problem
 from zerolab.rundir import CHECKPOINTS_DIR, STEP_PREFIX, is_run_dir
 
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
@@ -38,9 +39,11 @@ def hf_model(target: str, iteration: int | None = None) -> Iterator[Model]:
     if run_dir is None:
         if iteration is not None:
             raise UserError(f"--iteration {iteration}: {target} is a model folder, not a run directory")
-        if path.exists() or target.startswith((".", "/", "~")) or target.count("/") > 1:
+        if looks_like_path(target):
             check_gpt2_folder(path)
-        yield Model(str(path) if path.exists() else target, None, None)
+            yield Model(str(path), None, None)
+        else:
+            yield Model(_hub_source(target), None, None)
         return
     with tempfile.TemporaryDirectory(prefix="zerolab-eval-") as scratch:
         exported = export_run(run_dir, Path(scratch) / "hf", step)
@@ -58,8 +61,33 @@ def _run_and_step(path: Path, iteration: int | None) -> tuple[Path | None, int |
     return None, None
 
 
+def _hub_source(name: str) -> str:
+    """What the engine's Python loads for hub model `name`: the name, where the hub has it (transformers
+    fetches it), or this machine's cached copy where the hub cannot be reached; UserError at once,
+    naming the model and the fix, otherwise (not after huggingface_hub's retries of about 40 s)."""
+    hub = ask_hub(name)
+    if hub.problem is None:
+        return name
+    cached = None if hub.reached else cached_hub_folder(name)
+    if cached is None:
+        copy = "" if hub.reached else ", nor has this machine a copy in its Hugging Face cache"
+        raise UserError(
+            f"{name}: no such folder here, and {hub.problem}{copy}; give a run directory or a GPT-2 "
+            "folder (`zerolab export RUN_DIR --out DIR` writes one), or a hub name where the hub can be "
+            "reached"
+        )
+    check_gpt2_folder(cached)
+    return str(cached)
+
+
 def check_gpt2_folder(path: Path) -> None:
-    """UserError naming what is missing when `path` is not a Hugging Face GPT-2 folder with its tokenizer."""
+    """UserError naming what is missing when `path` is not a Hugging Face GPT-2 folder with its tokenizer
+    and whole weights files."""
+    if not path.exists():
+        raise UserError(
+            f"{path}: no such folder; give a run directory, one of its checkpoints (RUN/checkpoints/"
+            "global_stepN) or a Hugging Face GPT-2 folder (`zerolab export RUN_DIR --out DIR` writes one)"
+        )
     config_file = path / "config.json"
     if not config_file.is_file():
         raise UserError(
@@ -85,3 +113,6 @@ def check_gpt2_folder(path: Path) -> None:
             f"{path}: no GPT-2 tokenizer (tokenizer.json, or vocab.json and merges.txt); save it beside "
             "the weights: AutoTokenizer.from_pretrained('openai-community/gpt2').save_pretrained(DIR)"
         )
+    unreadable = weights_problem(path)
+    if unreadable:
+        raise UserError(unreadable)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -43,14 +44,44 @@ class CheckpointError(Exception):
     """A checkpoint this cannot read: the message names the file and what is wrong."""
 
 
+ANOTHER_ITERATION = (
+    "copy the checkpoint again if it was copied here, or export another iteration it saved (--iteration)"
+)
+
+
+def _unreadable(path: Path, error: Exception) -> CheckpointError:
+    said = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    return CheckpointError(
+        f"{path}: cut short or damaged, not a checkpoint torch can read ({said}); {ANOTHER_ITERATION}"
+    )
+
+
 def _load(path: Path) -> dict[str, Any]:
     if not path.is_file():
-        raise CheckpointError(f"{path}: missing (the checkpoint is incomplete)")
+        raise CheckpointError(f"{path}: missing (the checkpoint is incomplete); {ANOTHER_ITERATION}")
     try:
         # The run's own file; its `args` is an argparse Namespace, so not weights only.
         return torch.load(path, map_location="cpu", weights_only=False)
     except Exception as error:  # any unreadable file is reported the same way
-        raise CheckpointError(f"{path}: not a checkpoint torch can read ({error})") from error
+        raise _unreadable(path, error) from None
+
+
+def _zero3_state(checkpoints: Path, tag: str) -> dict[str, torch.Tensor]:
+    """The whole model's weights put back together from a ZeRO-3 checkpoint's pieces by DeepSpeed's
+    zero_to_fp32; CheckpointError naming the file it could not read."""
+    try:
+        return get_fp32_state_dict_from_zero_checkpoint(str(checkpoints), tag=tag)
+    except Exception as error:  # name the file: torch.load's own errors do not
+        for path in sorted((checkpoints / tag).glob("*.pt")):
+            try:
+                with zipfile.ZipFile(path):  # torch's files are zip archives; one cut short has lost its end
+                    pass
+            except (OSError, zipfile.BadZipFile) as bad:
+                raise _unreadable(path, bad) from None
+        raise CheckpointError(
+            f"{checkpoints / tag}: DeepSpeed's zero_to_fp32 cannot put its ZeRO-3 pieces together "
+            f"({type(error).__name__}: {error}); {ANOTHER_ITERATION}"
+        ) from None
 
 
 def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, torch.Tensor]:
@@ -70,15 +101,15 @@ def _layer_files_state(step_dir: Path, tensor_rank: int) -> dict[str, torch.Tens
     if not files:
         raise CheckpointError(f"{step_dir}: no layer_*-model_{tensor_rank:02d}-model_states.pt files")
     state: dict[str, torch.Tensor] = {}
-    layer = 0
     for path in files:
         weights = _load(path)
         if "word_embeddings.weight" in weights:
             if "language_model.embedding.word_embeddings.weight" not in state:
                 state |= {f"language_model.embedding.{k}": v for k, v in weights.items()}
         elif "input_layernorm.weight" in weights:
+            # by the file's own index, so that a file missing leaves its layer's weights missing
+            layer = int(path.name.split("-")[0].removeprefix("layer_")) - EMBEDDING_LAYER - 1
             state |= {f"language_model.encoder.layers.{layer}.{k}": v for k, v in weights.items()}
-            layer += 1
         elif set(weights) <= {"weight", "bias"}:
             state |= {f"language_model.encoder.final_layernorm.{k}": v for k, v in weights.items()}
         else:
@@ -178,7 +209,7 @@ def megatron_state(request: dict[str, Any]) -> tuple[dict[str, torch.Tensor], An
         )
     tensor, pipeline = request["tensor_parallel"], request["pipeline_parallel"]
     if zero3:
-        return get_fp32_state_dict_from_zero_checkpoint(str(checkpoints), tag=tag), first["args"]
+        return _zero3_state(checkpoints, tag), first["args"]
     if pipeline > 1:
         ranks = [_layer_files_state(step_dir, rank) for rank in range(tensor)]
     else:
@@ -223,6 +254,21 @@ def hf_state(megatron: dict[str, torch.Tensor], vocab_size: int) -> dict[str, to
         elif name != "word_embeddings_for_head.weight":
             raise CheckpointError(f"a weight GPT-2 has no place for: {name}")
     return out
+
+
+_GPT2_LAYER_NAMES = [f"{module}.{kind}" for module in _LAYER_NAMES.values() for kind in ("weight", "bias")]
+
+
+def gpt2_names(num_layers: int) -> list[str]:
+    """The tensors of GPT2LMHeadModel (its output layer tied to wte) of `num_layers` layers."""
+    layers = [f"transformer.h.{layer}.{name}" for layer in range(num_layers) for name in _GPT2_LAYER_NAMES]
+    ends = ["transformer.ln_f.weight", "transformer.ln_f.bias"]
+    return ["transformer.wte.weight", "transformer.wpe.weight", *layers, *ends]
+
+
+def _layer_order(name: str) -> tuple[int, str]:
+    match = _HF_LAYER.match(name)
+    return (int(match[1]) if match else -1, name)
 
 
 _HF_LAYER = re.compile(r"^transformer\.h\.(\d+)\.(.+)\.(weight|bias)$")
@@ -293,6 +339,14 @@ def export(request: dict[str, Any]) -> None:
         raise CheckpointError("the run is not a GPT-2 (mixture of experts or SwiGLU): nothing to export to")
     vocab_size = request["vocab_size"]
     weights = hf_state(megatron, vocab_size)
+    missing = sorted(set(gpt2_names(args.num_layers)) - set(weights), key=_layer_order)
+    if missing:
+        shown = ", ".join(missing[:4]) + (f", and {len(missing) - 4} more" if len(missing) > 4 else "")
+        step_dir = Path(request["checkpoints"]) / f"global_step{request['iteration']}"
+        raise CheckpointError(
+            f"{step_dir}: {len(missing)} tensors of the run's {args.num_layers}-layer GPT-2 missing "
+            f"({shown}): a file of the checkpoint is missing; {ANOTHER_ITERATION}"
+        )
     out = Path(request["out"])
     save_file(weights, str(out / "model.safetensors"), metadata={"format": "pt"})
     config = hf_config(args, vocab_size) | {"zerolab": request["provenance"]}

@@ -32,17 +32,20 @@ from hf_gpt2 import (
     request_main,
     split_tensor_parallel,
 )
-from transformers import AutoTokenizer, GPT2LMHeadModel
+from transformers import AutoTokenizer
+
+# zerolab eval's loader, which refuses weights that do not cover the model: the evaluation scripts' folder
+sys.path.append(str(Path(__file__).resolve().parents[1] / "evaluate"))
+from score_hf import UnloadableModel, gpt2_model
 
 
 def hf_weights(model_dir: str) -> dict[str, torch.Tensor]:
-    """GPT2LMHeadModel's weights, in fp32, as transformers loads them."""
+    """GPT2LMHeadModel's weights, in fp32, as transformers loads them; CheckpointError when the files
+    cannot be read or do not cover the model config.json describes, tensor for tensor."""
     try:
-        model = GPT2LMHeadModel.from_pretrained(model_dir)
-    except (OSError, ValueError) as error:
-        raise CheckpointError(
-            f"{model_dir}: transformers cannot load it as GPT2LMHeadModel ({error})"
-        ) from None
+        model = gpt2_model(model_dir)
+    except UnloadableModel as error:
+        raise CheckpointError(str(error)) from None
     return {name: tensor.detach().float() for name, tensor in model.state_dict().items()}
 
 

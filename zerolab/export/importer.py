@@ -14,15 +14,18 @@ from pydantic import ValidationError
 from zerolab.engine.paths import engine_missing
 from zerolab.engine.scripts import run_engine_script
 from zerolab.errors import UserError
+from zerolab.export.run import refuse_file_in_out
 from zerolab.files import folder_written_whole
 from zerolab.hf_folder import (
     CONFIG_FILE,
     HUB_FILES,
     TOKENIZER_FILES,
+    ask_hub,
     looks_like_path,
     missing_files,
     read_config,
     shape,
+    weights_problem,
 )
 from zerolab.imported import (
     ImportedLayout,
@@ -43,23 +46,29 @@ ENGINE_EPSILON = 1e-5
 
 
 def resolve_source(model: str) -> Path:
-    """MODEL as a local directory: itself, or the hub's files of that name (downloaded)."""
+    """MODEL as a local directory: itself, or the hub's files of that name (downloaded where the hub
+    can be reached, this machine's cached copy where it cannot)."""
     path = Path(model)
     if path.is_dir():
         return path
     if looks_like_path(model):
-        raise UserError(f"MODEL {model}: not a directory; give a Hugging Face GPT-2 directory or a hub name")
+        found = "not a directory" if path.exists() else "no such directory"
+        raise UserError(f"MODEL {model}: {found}; give a Hugging Face GPT-2 directory or a hub name")
     # huggingface_hub comes with datasets; only a hub name needs it
     from huggingface_hub import snapshot_download
 
+    hub = ask_hub(model)
+    fix = "give a local GPT-2 directory (save_pretrained's) or a hub name this machine can fetch"
+    if hub.problem is not None and hub.reached:
+        raise UserError(f"MODEL {model}: no such directory here, and {hub.problem}; {fix}")
     try:
-        return Path(snapshot_download(model, allow_patterns=HUB_FILES))
-    except Exception as error:  # offline, unknown name, no access: all the same to the user
-        raise UserError(
-            f"MODEL {model}: not a directory, and the Hugging Face hub did not give it "
-            f"({type(error).__name__}: {error}); give a local GPT-2 directory (save_pretrained's) or a "
-            "hub name this machine can fetch"
-        ) from None
+        return Path(
+            snapshot_download(model, allow_patterns=HUB_FILES, local_files_only=hub.problem is not None)
+        )
+    except Exception as error:  # unknown name, no access, not cached: all the same to the user
+        why = hub.problem or f"the Hugging Face hub did not give it ({type(error).__name__}: {error})"
+        cached = ", nor has this machine a copy in its Hugging Face cache" if hub.problem else ""
+        raise UserError(f"MODEL {model}: no such directory here, and {why}{cached}; {fix}") from None
 
 
 def _refuse_other_architecture(path: Path, config: dict[str, Any]) -> None:
@@ -89,11 +98,11 @@ def _refuse_other_architecture(path: Path, config: dict[str, Any]) -> None:
 
 
 def read_shape(folder: Path) -> ImportedShape:
-    """The model's shape from its config.json; UserError for a directory
-    that is not a GPT-2 the engine computes the same way, or has no weights or no tokenizer."""
+    """The model's shape from its config.json; UserError for a directory that is not a GPT-2 the
+    engine computes the same way, or has no weights, weights cut short, or no tokenizer."""
     config = read_config(folder)
     _refuse_other_architecture(folder / CONFIG_FILE, config)
-    missing = missing_files(folder)
+    missing = missing_files(folder) or weights_problem(folder)
     if missing:
         raise UserError(missing)
     try:
@@ -126,6 +135,7 @@ def import_model(
     each), the vocabulary padded to a multiple of `divisible_by` x tensor parallel."""
     if out.exists():
         raise UserError(f"--out {out}: already exists; give a new folder")
+    refuse_file_in_out(out)
     if divisible_by < 1:
         raise UserError(f"--make-vocab-size-divisible-by {divisible_by}: give a whole number of at least 1")
     source = resolve_source(model)

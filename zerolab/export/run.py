@@ -49,6 +49,20 @@ def _iteration(run_dir: Path, asked: int | None) -> int:
 def _refuse_taken(out: Path) -> None:
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise UserError(f"--out {out}: already exists and is not an empty folder; give a new folder")
+    refuse_file_in_out(out)
+
+
+def refuse_file_in_out(out: Path) -> None:
+    """UserError naming the file when a folder above `out` is a file: the output cannot be made there."""
+    for parent in out.absolute().parents:
+        if parent.exists():
+            if not parent.is_dir():
+                shown = next(p for p in (out, *out.parents) if p.absolute() == parent)
+                raise UserError(
+                    f"--out {out}: {shown} is a file, not a folder, so nothing can be written under it; "
+                    "give an --out whose folders are folders (or do not exist yet)"
+                )
+            return
 
 
 def export_run(run_dir: Path, out: Path, iteration: int | None = None) -> Exported:

@@ -156,7 +156,7 @@ REHEARSAL_SCALE = Scale(
         "model.attention=sdpa",
         "hardware.procs_per_node=1",
         "--measured",
-        "2",
+        "1",
         "--rounds",
         "2",
     ],

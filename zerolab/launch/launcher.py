@@ -23,11 +23,12 @@ from zerolab.finetune.request import EXPORTED_MODEL_DIR
 from zerolab.launch.execute import execute
 from zerolab.locations import LOGS_DIR, display_path
 from zerolab.recipe import render, run_facts
+from zerolab.recipe.compose import RecipeProblems
 from zerolab.recipe.extras import check_extras
-from zerolab.recipe.inputs import refuse_missing_inputs
+from zerolab.recipe.inputs import check_inputs, refuse_missing_inputs
 from zerolab.recipe.output import resolved_yaml
 from zerolab.recipe.render import Resume
-from zerolab.recipe.schema import Recipe
+from zerolab.recipe.schema import DEFAULT_MASTER_PORT, Recipe
 from zerolab.recipe.selection import select
 
 
@@ -51,25 +52,51 @@ def prepare(
     being resumed with the words as overrides; every problem is a UserError before anything is
     written. `name` names the run instead of the recipe file (a sweep's cell). Without
     `engine_required` (a dry run), a missing engine is no problem and extras it would judge are
-    left unjudged, with a warning. Warns when the memory estimate exceeds the visible GPU's memory."""
+    left unjudged, with a warning; every other check of a launch applies (a GPU here, the port, the
+    inputs, the training's length from its data). Warns when the memory estimate exceeds the visible
+    GPU's memory."""
 
-    recipe, resumption = select(words, resume, name=name)
-    if engine_required:
-        check_local_gpus(recipe)
-        check_port_free(recipe)
-    refuse_missing_inputs(recipe, "launch")
-    missing = engine_missing()
-    if missing and engine_required:
-        raise UserError(f"cannot launch: {missing}")
-    launcher = recipe.hardware.launcher
-    path = f"{engine_bin_dir()}{os.pathsep}{os.environ.get('PATH', '')}"
-    if not missing and shutil.which(launcher, path=path) is None:
+    try:
+        recipe, resumption = select(words, resume, name=name)
+    except RecipeProblems as refused:  # named together with what else keeps it from launching here
+        more = machine_problems(refused.recipe, engine_required=engine_required)
+        raise refused.adding([*more, *check_inputs(refused.recipe)]) from None
+    machine = machine_problems(recipe, engine_required=engine_required)
+    if machine:
+        problems = [*machine, *check_inputs(recipe)]
+        listed = "\n".join(f"- {problem}" for problem in problems)
         raise UserError(
-            f"`{launcher}` is not in the engine environment ({engine_bin_dir()}); run: make setup"
+            f"cannot launch {recipe.name}: {len(problems)} problem(s) found before launch:\n{listed}"
         )
+    refuse_missing_inputs(recipe, "launch")
+    run_facts(recipe)  # what run.json records: the length of a training in epochs needs its data
     check_extras(recipe, render(recipe), required=engine_required)
     warn_before_launch(recipe)
     return Prepared(recipe, resumption)
+
+
+def machine_problems(recipe: Recipe, *, engine_required: bool = True) -> list[str]:
+    """What keeps `recipe` from launching on this machine (check_local_gpus, check_port_free, the
+    engine not set up or without the recipe's launcher), each refusal's message, so that a launch
+    names them all at once with its recipe's problems and missing inputs. Without `engine_required`
+    (a dry run), a missing engine is none."""
+
+    problems: list[str] = []
+    for check in (check_local_gpus, check_port_free):
+        try:
+            check(recipe)
+        except UserError as error:
+            problems.append(str(error))
+    missing = engine_missing()
+    if missing and engine_required:
+        problems.append(f"the engine is not set up: {missing}")
+    launcher = recipe.hardware.launcher
+    path = f"{engine_bin_dir()}{os.pathsep}{os.environ.get('PATH', '')}"
+    if not missing and shutil.which(launcher, path=path) is None:
+        problems.append(
+            f"`{launcher}` is not in the engine environment ({engine_bin_dir()}); run: make setup"
+        )
+    return problems
 
 
 def check_local_gpus(recipe: Recipe) -> None:
@@ -88,11 +115,12 @@ def check_local_gpus(recipe: Recipe) -> None:
 
 
 def check_port_free(recipe: Recipe) -> None:
-    """Refuse a one-node launch whose rendezvous port is already listened on here (another run:
-    its ranks would fail to start theirs, after the launcher had started them)."""
-    if recipe.hardware.nodes != 1:
-        return
+    """Refuse a one-node launch whose rendezvous port, set by the user, is already listened on here
+    (another run: its ranks would fail to start theirs, after the launcher had started them). A
+    port not set is taken free at launch (with_free_port)."""
     port = recipe.hardware.master_port
+    if recipe.hardware.nodes != 1 or port is None:
+        return
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a port in TIME_WAIT is free
         try:
@@ -101,8 +129,22 @@ def check_port_free(recipe: Recipe) -> None:
             raise UserError(
                 f"cannot launch {recipe.name}: hardware.master_port {port} is in use on this machine "
                 f"({error.strerror}; another run?). Pass another port, e.g. hardware.master_port={port + 1}, "
-                "or wait for the other run to end"
+                "hardware.master_port=null to take a free one, or wait for the other run to end"
             ) from None
+
+
+def with_free_port(recipe: Recipe) -> Recipe:
+    """The recipe as it launches: where it runs on one node and sets no hardware.master_port, a copy
+    with a port free on this machine now, as torchrun --standalone takes one (several nodes need the
+    port they agreed on: the one set, else the default)."""
+    if recipe.hardware.nodes != 1 or recipe.hardware.master_port is not None:
+        return recipe
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("", 0))
+        port = probe.getsockname()[1]
+    ported = recipe.model_copy(deep=True)
+    ported.hardware.master_port = port
+    return ported
 
 
 def launch(
@@ -116,24 +158,29 @@ def launch(
     """Create the run directory, write its files, run the training; returns (run dir, status).
     `doctor` is the doctor report to record (default: collected now; a sweep collects it once)."""
 
-    recipe = prepared.recipe
-    directory = rundir.claim(run_dir) if run_dir else rundir.create(logs_root, prepared.name)
-    rendered = render(recipe, run_dir=str(directory), resume=prepared.resume)
-    env = rendered.process_env(dict(os.environ))
-    launcher = shutil.which(rendered.argv[0], path=env["PATH"]) or rendered.argv[0]
-    facts = run_facts(recipe)
-    rundir.write_recipe(directory, resolved_yaml(recipe))
-    rendered.write_config(directory, os.environ)
-    resuming = f" (resuming {display_path(prepared.resume.run_dir)})" if prepared.resume else ""
-    note = f"{prepared.name}{resuming}, launched {rundir.now_iso()} by zerolab {__version__}"
-    rundir.write_command(directory, rendered.script(Path.cwd(), note))
-    rundir.write_doctor(directory, doctor if doctor is not None else collect(cached=True))
-    rundir.write_facts(directory, facts)
-
+    check_port_free(prepared.recipe)  # free when checked; a sweep checked it before its first cell
+    recipe = with_free_port(prepared.recipe)
+    port = recipe.hardware.master_port or DEFAULT_MASTER_PORT
+    facts = run_facts(recipe).model_copy(update={"master_port": port})
     say = echo or _print
-    if rendered.request is not None and rendered.request.exported:
-        export_model(Path(rendered.request.model), directory, say)
-    say(f"zerolab: launching {prepared.name} ({facts.world_size} ranks) into {display_path(directory)}\n")
+    with rundir.made(logs_root, prepared.name, run_dir) as directory:
+        rendered = render(recipe, run_dir=str(directory), resume=prepared.resume)
+        env = rendered.process_env(dict(os.environ))
+        launcher = shutil.which(rendered.argv[0], path=env["PATH"]) or rendered.argv[0]
+        # the recipe as given: a port it leaves unset stays unset (a resume takes a free one again)
+        rundir.write_recipe(directory, resolved_yaml(prepared.recipe))
+        rendered.write_config(directory, os.environ)
+        resuming = f" (resuming {display_path(prepared.resume.run_dir)})" if prepared.resume else ""
+        note = f"{prepared.name}{resuming}, launched {rundir.now_iso()} by zerolab {__version__}"
+        rundir.write_command(directory, rendered.script(Path.cwd(), note))
+        rundir.write_doctor(directory, doctor if doctor is not None else collect(cached=True))
+        rundir.write_facts(directory, facts)
+        if rendered.request is not None and rendered.request.exported:
+            export_model(Path(rendered.request.model), directory, say)
+    say(
+        f"zerolab: launching {prepared.name} ({facts.world_size} ranks, rendezvous port {port}) into "
+        f"{display_path(directory)}\n"
+    )
     started = time.monotonic()
     status = execute(directory, [launcher, *rendered.argv[1:]], env, Path.cwd(), echo=echo)
     seconds = time.monotonic() - started
@@ -148,14 +195,11 @@ def launch(
 
 def export_model(source: Path, directory: Path, say: Callable[[str], None]) -> None:
     """A fine-tuning's model given as a run directory: its last checkpoint exported into the new run
-    directory's model/ before the ranks start; when that fails, the run is recorded as refused."""
+    directory's model/ before the ranks start (when that fails, the launch is refused and its run
+    directory removed: rundir.made)."""
     out = directory / EXPORTED_MODEL_DIR
     say(f"zerolab: exporting the checkpoint of {display_path(source)} into {display_path(out)}\n")
-    try:
-        export_run(source, out)
-    except UserError as error:
-        rundir.write_refusal(directory, str(error))
-        raise
+    export_run(source, out)
 
 
 def _print(text: str) -> None:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from zerolab.engine.megatron_entry import FLASH_V2
 from zerolab.errors import UserError
+from zerolab.locations import CONFIGS_DIR, RECIPES_DIR, display_path
 from zerolab.recipe.inputs import vocabulary_size
 from zerolab.recipe.length import train_iters
 from zerolab.recipe.provenance import Sources, source_of
@@ -29,7 +31,8 @@ class Problem:
             f"{key}={_value(recipe, key)!r} ({source_of(sources, tuple(key.split('.')))})"
             for key in self.keys
         )
-        return f"- {self.message}\n    keys: {shown}\n    fix: {self.fix}"
+        keys = f"\n    keys: {shown}" if shown else ""
+        return f"- {self.message}{keys}\n    fix: {self.fix}"
 
 
 def _value(recipe: Recipe, key: str) -> Any:
@@ -70,21 +73,109 @@ def tokenizer_check(function: Check) -> Check:
     return check(function)
 
 
+FINETUNING_CHECKS: list[Check] = []
+"""Checks of a fine-tuning recipe against the pretraining keys it cannot take: all of them fail at
+once when a pretraining recipe is given a `finetune` key (finetune_switch)."""
+
+
+def finetuning_check(function: Check) -> Check:
+    """Register a check of a fine-tuning recipe against pretraining's keys."""
+    FINETUNING_CHECKS.append(function)
+    return check(function)
+
+
 def check_recipe(
-    recipe: Recipe, *, scheduler_places_nodes: bool = False, tokenizer_known: bool = True
+    recipe: Recipe,
+    *,
+    scheduler_places_nodes: bool = False,
+    tokenizer_known: bool = True,
+    sources: Sources | None = None,
 ) -> list[Problem]:
     """Every problem the checks find (empty when the recipe can be rendered). With
     `scheduler_places_nodes`, the node addresses and hostfile are left to the job; without
-    `tokenizer_known` (settings read from a log), the model is not checked against the tokenizer."""
+    `tokenizer_known` (settings read from a log), the model is not checked against the tokenizer.
+    With the `sources` of its keys, a pretraining recipe made a fine-tuning one by a `finetune` key
+    (finetune_switch) gets one problem naming that key, not one per pretraining key it holds."""
     skipped = [
         *(RENDEZVOUS_CHECKS if scheduler_places_nodes else []),
         *([] if tokenizer_known else TOKENIZER_CHECKS),
     ]
-    return [
-        problem
+    found = [
+        (function, problem)
         for function in CHECKS
         if function not in skipped and (problem := function(recipe)) is not None
     ]
+    switch = finetune_switch(sources) if sources is not None and recipe.finetune is not None else None
+    switched = [problem for function, problem in found if function in FINETUNING_CHECKS]
+    if switch is None or not switched:
+        return [problem for _, problem in found]
+    made = _made_finetuning(recipe, switch, switched, sources or {})
+    kept = [problem for function, problem in found if function not in FINETUNING_CHECKS]
+    return [made, *kept]
+
+
+def finetune_switch(sources: Sources) -> dict[str, list[str]] | None:
+    """What made a recipe a fine-tuning one when its building blocks did not: each file or override
+    that set a `finetune` key, with the keys it set; None when a block of the recipe's `base` set one
+    (the recipe is a fine-tuning one by its blocks)."""
+    blocks = f"{display_path(CONFIGS_DIR)}/"
+    setters: dict[str, list[str]] = {}
+    for path, source in sources.items():
+        if path[:1] != ("finetune",):
+            continue
+        if source.startswith(blocks) and "(override `" not in source:
+            return None
+        setters.setdefault(source, []).append(".".join(path))
+    return setters or None
+
+
+def _made_finetuning(
+    recipe: Recipe, switch: dict[str, list[str]], problems: list[Problem], sources: Sources
+) -> Problem:
+    """The one problem of a pretraining recipe that a `finetune` key made a fine-tuning one."""
+    overrides = [source for source in switch if "override `" in source]
+    files = [source for source in switch if "override `" not in source]
+    causes = [f"the `finetune` section of {source} ({', '.join(switch[source])})" for source in files]
+    causes += [_override_of(source) for source in overrides]
+    cause = " and ".join(causes)
+    refused = [
+        key
+        for problem in problems
+        for key in problem.keys
+        if source_of(sources, tuple(key.split("."))) != "schema default"
+    ]
+    pretraining = ", ".join(dict.fromkeys(refused))
+    given = [_override_of(source).removeprefix("override ").strip("`") for source in overrides]
+    carried = [shlex.quote(override) for override in given if override.startswith("finetune.")]
+    example = shlex.join(["zerolab", "render", _finetuning_twin(recipe)]) + "".join(f" {o}" for o in carried)
+    undo = " and ".join(
+        [
+            *(f"drop the {_override_of(source)}" for source in overrides),
+            *(f"remove the `finetune` section from {source}" for source in files),
+        ]
+    )
+    return Problem(
+        tuple(key for keys in switch.values() for key in keys if key != "finetune"),  # not `finetune: {}`
+        f"{cause} made this pretraining recipe a fine-tuning one: a recipe with a `finetune` section "
+        "fine-tunes a Hugging Face GPT-2 on a GLUE task instead of pretraining (docs/fine-tuning.md), "
+        f"and fine-tuning refuses the pretraining keys it holds ({pretraining})",
+        f"to pretrain, {undo}; to fine-tune, start from a fine-tuning recipe (recipes/finetune/, whose "
+        f"base is finetune/glue and train/glue or train/tiny-glue), e.g. `{example}`",
+    )
+
+
+def _override_of(source: str) -> str:
+    """`override `KEY=VALUE`` of a source that is an override or a block an override merged."""
+    return source[source.index("override `") :].rstrip(")")
+
+
+def _finetuning_twin(recipe: Recipe) -> str:
+    """The shipped fine-tuning recipe closest to `recipe`: on its device, with its ZeRO setup."""
+    zero = recipe.zero
+    setup = "dp" if zero.stage == 0 else f"z{zero.stage}" + ("_offload" if zero.offload_optimizer else "")
+    family = "finetune/cpu/tiny_wnli" if recipe.hardware.device == "cpu" else "finetune/gpt2_xl_mrpc"
+    name = f"{family}_{setup}"
+    return name if (RECIPES_DIR / f"{name}.yaml").is_file() else f"{family}_dp"
 
 
 @check
@@ -672,7 +763,7 @@ def _replaced_keys(rendered: dict[str, Any], extra: dict[str, Any], prefix: str 
     return clashes
 
 
-@check
+@finetuning_check
 def _finetune_length_in_epochs(recipe: Recipe) -> Problem | None:
     train = recipe.train
     whole_epochs = train.epochs is not None and train.epochs.is_integer()
@@ -685,7 +776,7 @@ def _finetune_length_in_epochs(recipe: Recipe) -> Problem | None:
     )
 
 
-@check
+@finetuning_check
 def _finetune_schedule_ends_at_zero(recipe: Recipe) -> Problem | None:
     if recipe.finetune is None or recipe.train.min_lr == 0:
         return None
@@ -716,8 +807,15 @@ NOT_READ_BY_FINETUNING: dict[str, tuple[str, ...]] = {
 """The keys a fine-tuning does not read (the loop is not Megatron): a value other than the
 default is refused rather than silently ignored (train.iters and train.tokens: the length check)."""
 
+READ_AS_FINETUNING_DOES: dict[str, dict[str, Any]] = {
+    "activation_checkpointing": {"method": "uniform", "num_layers": 1},
+}
+"""Values of NOT_READ_BY_FINETUNING's keys that say what fine-tuning does anyway: transformers'
+gradient checkpointing keeps each layer's input (uniform, one layer a chunk), as the block
+activation_checkpointing/full says, so `activation_checkpointing=full` is taken as it is."""
 
-@check
+
+@finetuning_check
 def _finetune_reads_not(recipe: Recipe) -> Problem | None:
     if recipe.finetune is None:
         return None
@@ -726,6 +824,7 @@ def _finetune_reads_not(recipe: Recipe) -> Problem | None:
         for section, names in NOT_READ_BY_FINETUNING.items()
         for name in names
         if _differs_from_default(getattr(recipe, section), name)
+        and getattr(getattr(recipe, section), name) != READ_AS_FINETUNING_DOES.get(section, {}).get(name, ...)
     ]
     if recipe.activation_checkpointing.granularity == "selective":
         unread.append("activation_checkpointing.granularity")

@@ -17,7 +17,7 @@ from zerolab.locations import CONFIGS_DIR, RECIPES_DIR, display_path
 from zerolab.recipe.checks import check_recipe
 from zerolab.recipe.finetuning import adopt_model
 from zerolab.recipe.naming import run_name
-from zerolab.recipe.provenance import KeyPath, Sources, source_of
+from zerolab.recipe.provenance import KeyPath, Sources, record, source_of
 from zerolab.recipe.schema import MODEL_SHAPE_KEYS, SECTIONS, Recipe, section_at
 from zerolab.recipe.yaml_io import parse_yaml, read_yaml_mapping
 
@@ -31,10 +31,34 @@ def resolve_recipe_path(spec: str | Path) -> Path:
     for candidate in candidates:
         if candidate.is_file():
             return candidate
+    for candidate in candidates[:2]:
+        if candidate.is_dir():
+            raise UserError(_a_directory(spec, candidate))
     known = sorted(str(p.relative_to(RECIPES_DIR).with_suffix("")) for p in RECIPES_DIR.rglob("*.yaml"))
     close = difflib.get_close_matches(given.stem, known, n=1)
     hint = f"; did you mean `{close[0]}`?" if close else f"; shipped recipes: {', '.join(known)}"
     raise UserError(f"{spec}: no such recipe file{hint}")
+
+
+def _a_directory(spec: str | Path, directory: Path) -> str:
+    """The refusal of a directory given as a recipe: the recipes inside it, as each can be named (a
+    shipped one by its name under recipes/, another by its path)."""
+    inside = sorted(directory.rglob("*.yaml"))
+    if not inside:
+        return f"{spec}: a directory, not a recipe file, and it holds no recipe (*.yaml); name a recipe file"
+    shipped = RECIPES_DIR.resolve()
+
+    def named(path: Path) -> str:
+        resolved = path.resolve()
+        if resolved.is_relative_to(shipped):
+            return str(resolved.relative_to(shipped).with_suffix(""))
+        return str(path)
+
+    names = [named(path) for path in inside]
+    return (
+        f"{spec}: a directory, not a recipe file; name a recipe in it, e.g. `{names[0]}` "
+        f"({len(names)} there: {', '.join(names)})"
+    )
 
 
 def load_recipe(
@@ -62,22 +86,25 @@ def load_recipe(
     recipe._name = name or run_name(recipe_file.stem, overrides)
     recipe._path = path_shown or display_path(recipe_file)
     recipe._overrides = tuple(overrides)
-    problems = check_recipe(recipe, scheduler_places_nodes=scheduler_places_nodes)
+    problems = check_recipe(recipe, scheduler_places_nodes=scheduler_places_nodes, sources=sources)
     if problems:
-        lines = [f"{recipe._path}: {len(problems)} problem(s) found before launch:"]
-        for problem in problems:
-            lines.append(problem.describe(recipe, sources))
-        raise RecipeProblems("\n".join(lines), recipe)
+        raise RecipeProblems(recipe, [problem.describe(recipe, sources) for problem in problems])
     return recipe
 
 
 class RecipeProblems(UserError):
     """A recipe that composed and validated but failed the checks across keys; `recipe` is it,
-    unchecked (`zerolab show` still prints it)."""
+    unchecked (`zerolab show` still prints it), `described` its problems, each as message lines."""
 
-    def __init__(self, message: str, recipe: Recipe) -> None:
-        super().__init__(message)
+    def __init__(self, recipe: Recipe, described: list[str]) -> None:
+        lines = [f"{recipe.path}: {len(described)} problem(s) found before launch:", *described]
+        super().__init__("\n".join(lines))
         self.recipe = recipe
+        self.described = described
+
+    def adding(self, more: list[str]) -> RecipeProblems:
+        """These problems and `more` (one line each: what else keeps the recipe from launching here)."""
+        return RecipeProblems(self.recipe, [*self.described, *(f"- {problem}" for problem in more)])
 
 
 def model_name(recipe: Recipe) -> str:
@@ -126,15 +153,25 @@ def compose(recipe_file: Path, overrides: tuple[str, ...] | list[str] = ()) -> t
         raise UserError(f"{where}: `base` must be a list of building blocks such as `model/gpt2-1.5b`")
     merged: dict[str, Any] = {}
     sources: Sources = {}
+    refused: list[str] = []  # every block and override that cannot be merged, reported together
     for entry in base:
-        block_file = _block_file(entry, f"{where}: base")
-        block = read_yaml_mapping(block_file)
-        if "base" in block:
-            raise UserError(f"{display_path(block_file)}: a building block cannot have its own `base`")
+        try:
+            block_file = _block_file(entry, f"{where}: base")
+            block = read_yaml_mapping(block_file)
+            if "base" in block:
+                raise UserError(f"{display_path(block_file)}: a building block cannot have its own `base`")
+        except UserError as error:
+            refused.append(str(error))
+            continue
         deep_merge(merged, block, display_path(block_file), sources)
     deep_merge(merged, own, where, sources)
     for override in overrides:
-        apply_override(merged, override, sources)
+        try:
+            apply_override(merged, override, sources)
+        except UserError as error:
+            refused.append(str(error))
+    if refused:
+        raise UserError("\n".join(refused))
     return merged, sources
 
 
@@ -166,7 +203,7 @@ def apply_override(merged: dict[str, Any], override: str, sources: Sources) -> N
             node[part] = {}
         node = node[part]
     node[path[-1]] = value
-    _record(sources, path, value, source)
+    record(sources, path, value, source)
 
 
 def _drop_block_keys(merged: dict[str, Any], sources: Sources, section: str) -> None:
@@ -217,7 +254,7 @@ def deep_merge(
             deep_merge(target[key], value, source, sources, path)
         else:
             target[key] = _copy(value)
-            _record(sources, path, value, source)
+            record(sources, path, value, source)
 
 
 def validate(merged: dict[str, Any], sources: Sources) -> Recipe:
@@ -256,11 +293,40 @@ def _describe_error(item: dict[str, Any], sources: Sources) -> str:
             f"{where}: `{key}` = {shown!r}: YAML read this token as a {type(shown).__name__}, and each "
             f"token is passed to Megatron as text: quote it, e.g. '{shown}'"
         )
+    if isinstance(shown, dict) and section_at(loc) is None and loc[:2] != ("extra", "ds_config"):
+        return f"{where}: `{key}` = {shown!r}: {item['msg']}; {_one_value_hint(key, shown, where)}"
     if item["type"] == "literal_error" and isinstance(shown, str):
         close = difflib.get_close_matches(shown, _literal_values(loc), n=1)
         if close:
             return f"{where}: `{key}` = {shown!r}: {item['msg']}; did you mean `{close[0]}`?"
     return f"{where}: `{key}` = {shown!r}: {item['msg']}"
+
+
+def _one_value_hint(key: str, given: dict[str, Any], where: str) -> str:
+    """The fix for a mapping given where a recipe key takes one value, as DeepSpeed's config writes
+    its switches (`bf16: {enabled: true}`, `offload_optimizer: {device: cpu}`), written as `where`
+    (a file or an override) takes it."""
+
+    def written(value: str) -> str:
+        return f"`{key}={value}`" if where.startswith("override `") else f"`{key}: {value}`"
+
+    one_value = "a recipe key takes one value, not DeepSpeed's mapping: write"
+    if "enabled" in given:
+        return f"{one_value} {written(_yaml_scalar(given['enabled']))}"
+    if "device" in given:
+        offloaded = str(given["device"]).lower() not in ("none", "null", "false")
+        return (
+            f"{one_value} {written(_yaml_scalar(offloaded))} (zerolab renders DeepSpeed's `device: cpu` "
+            "from it, and `pin_memory` from zero.pin_memory)"
+        )
+    return (
+        f"a recipe key takes one value here, not a mapping: write {written('VALUE')} "
+        "(docs/recipe-reference.md)"
+    )
+
+
+def _yaml_scalar(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) or value is None else str(value)
 
 
 def _literal_values(loc: KeyPath) -> list[str]:
@@ -313,16 +379,6 @@ def _first_nul(value: Any, path: KeyPath = ()) -> KeyPath | None:
         if found is not None:
             return found
     return None
-
-
-def _record(sources: Sources, path: KeyPath, value: Any, source: str) -> None:
-    """Record `source` for the values at and below `path`; a mapping's keys are recorded, not the
-    mapping itself, so that a key nobody set is a schema default rather than its section's."""
-    if isinstance(value, dict) and value:
-        for key, child in value.items():
-            _record(sources, (*path, str(key)), child, source)
-    else:
-        sources[path] = source
 
 
 def _copy(value: Any) -> Any:

@@ -48,12 +48,15 @@ class ModelSource:
         return cached_hub_folder(self.spec) if self.kind == "hub" else None
 
 
-def model_source(spec: str) -> ModelSource:
-    """What `spec` names: a run directory, a folder (or a path that can only be one), or a hub name."""
+def model_source(spec: str, command: str | None = None) -> ModelSource:
+    """What `spec` names: a run directory, a folder, or a hub name. A folder is any path that
+    hf_folder.looks_like_path takes for one (`./m`, `/m`, `~/m`, `a/b/c`, `exports/tiny-demo`), and
+    the folder `command` (finetune.model_command) writes; only an `owner/name` (or `name`) that is
+    none of these is a hub name."""
     path = Path(spec)
     if path.is_dir() and rundir.is_run_dir(path):
         return ModelSource(spec, "run")
-    return ModelSource(spec, "folder" if looks_like_path(spec) else "hub")
+    return ModelSource(spec, "folder" if looks_like_path(spec) or writes(command, spec) else "hub")
 
 
 def model_shape(source: ModelSource) -> dict[str, Any] | None:
@@ -79,18 +82,22 @@ def adopt_model(recipe: Recipe, sources: Sources) -> None:
     block (configs/model/: the shape before the model is at hand) yields to the model's; one the
     recipe or an override set must agree. UserError naming the key otherwise."""
     assert recipe.finetune is not None
-    source = model_source(recipe.finetune.model)
+    source = model_source(recipe.finetune.model, recipe.finetune.model_command)
     known = model_shape(source) or {}
     blocks = f"{display_path(CONFIGS_DIR)}/"
+    disagree = []
     for key, value in known.items():
         given = getattr(recipe.model, key)
         where = source_of(sources, ("model", key))
         if given != value and where != "schema default" and not where.startswith(blocks):
-            raise UserError(
+            disagree.append(
                 f"{where}: model.{key}={given}, but the model of finetune.model ({source.spec}) has "
                 f"{key} {value}: fine-tuning takes the model's own shape; remove model.{key}"
             )
-        setattr(recipe.model, key, value)
+        else:
+            setattr(recipe.model, key, value)
+    if disagree:
+        raise UserError("\n".join(disagree))
     recipe.model.name = source.name
 
 
@@ -98,7 +105,7 @@ def model_problems(finetune: FinetuneSection, task: GlueTask) -> list[str]:
     """What keeps the model of `finetune` from fine-tuning on `task`: a folder missing, not a GPT-2,
     without weights or tokenizer, or with a classification head of another label count; a run
     directory without a checkpoint."""
-    source = model_source(finetune.model)
+    source = model_source(finetune.model, finetune.model_command)
     if source.kind == "run":
         if not rundir.saved_iterations(Path(source.spec)):
             return [
@@ -113,7 +120,9 @@ def model_problems(finetune: FinetuneSection, task: GlueTask) -> list[str]:
         make = (
             f"make it with `{finetune.model_command}`"
             if writes(finetune.model_command, finetune.model)
-            else "save a Hugging Face GPT-2 there (save_pretrained), give a hub name (gpt2-xl) or a run "
+            else f"export a run of zerolab into it with `zerolab export RUN_DIR --out {finetune.model}` (the "
+            f"CPU demo's: `make demo && zerolab export logs/sweeps/demo/zero-z0 --out {finetune.model}`), "
+            "save a Hugging Face GPT-2 there (save_pretrained), or give a hub name (gpt2-xl) or a run "
             "directory of zerolab launch"
         )
         return [f"finetune.model: {folder} not found; {make}"]

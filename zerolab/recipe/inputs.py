@@ -11,11 +11,11 @@ import shlex
 from pathlib import Path
 
 from zerolab.assets import GPT2_MERGES, GPT2_VOCAB
-from zerolab.data_prep.indexed import read_index
+from zerolab.data_prep.indexed import dataset_problems, read_index
 from zerolab.data_prep.pipeline import SUFFIX, manifest_source
 from zerolab.data_prep.tokenizer import VOCAB_SIZE
 from zerolab.errors import UserError
-from zerolab.imported import layout_tag, read_manifest, tokenizer_digest
+from zerolab.imported import import_hint, layout_tag, read_manifest, tokenizer_digest
 from zerolab.locations import display_path
 from zerolab.recipe.finetuning import finetune_inputs_problems
 from zerolab.recipe.schema import MODEL_SHAPE_KEYS, Recipe
@@ -67,16 +67,24 @@ def dataset_paths(recipe: Recipe) -> dict[str, str]:
     return {key: getattr(recipe.data, key) for key in DATASET_KEYS if getattr(recipe.data, key) is not None}
 
 
-def prepare_hint(recipe: Recipe, key: str) -> str:
-    """How to make the dataset of data.`key`: data.prepare_command when that writes it, else
-    `zerolab prep` with the output prefix that writes it."""
+def _own_dataset(recipe: Recipe, key: str) -> bool:
+    """Whether data.prepare_command writes the dataset of data.`key`."""
     data = recipe.data
     path = getattr(data, key)
     words = shlex.split(data.prepare_command)
     out = words[words.index("--out") + 1] if "--out" in words[:-1] else None
     split = next((name for name in ("train", "valid", "test") if path.endswith(f"_{name}{SUFFIX}")), None)
     written = [f"{out}{SUFFIX}", *([f"{out}_{split}{SUFFIX}"] if split else [])] if out else []
-    if path in written:
+    return path in written
+
+
+def prepare_hint(recipe: Recipe, key: str) -> str:
+    """How to make the dataset of data.`key`: data.prepare_command when that writes it, else
+    `zerolab prep` with the output prefix that writes it."""
+    data = recipe.data
+    path = getattr(data, key)
+    split = next((name for name in ("train", "valid", "test") if path.endswith(f"_{name}{SUFFIX}")), None)
+    if _own_dataset(recipe, key):
         return f"prepare the dataset with `{data.prepare_command}`"
     if key != "path" and split is not None:
         prefix = path.removesuffix(f"_{split}{SUFFIX}")
@@ -96,6 +104,40 @@ def prepare_hint(recipe: Recipe, key: str) -> str:
     )
 
 
+def damaged_hint(recipe: Recipe, key: str) -> str:
+    """How to make again the damaged dataset of data.`key`, over the damaged files (--force)."""
+    data = recipe.data
+    path = getattr(data, key)
+    if _own_dataset(recipe, key):
+        return f"prepare it again with `{data.prepare_command} --force`"
+    made = manifest_source(path)
+    if made:
+        return (
+            f"prepare it again as it was made ({made}), with --force, or point data.{key} at an intact "
+            "dataset"
+        )
+    out = path.removesuffix(SUFFIX) if path.endswith(SUFFIX) else "OUT"
+    return (
+        f"prepare it again with `zerolab prep CORPUS --out {out} --force` (CORPUS: dolly, openwebtext, "
+        f"jsonl or text), or point data.{key} at an intact dataset"
+    )
+
+
+def dataset_damage(recipe: Recipe) -> list[str]:
+    """One message per prepared dataset of the recipe whose .bin and .idx are damaged or disagree (a
+    truncated or corrupt .idx, a .bin shorter than its index says), as `zerolab prep inspect` finds
+    them; from the .idx and the size of the .bin, not reading the .bin."""
+    problems = []
+    for key, path in dataset_paths(recipe).items():
+        _, damage = dataset_problems(Path(path))
+        if damage:
+            problems.append(
+                f"data.{key}: {path} is damaged or cut short: {'; '.join(damage)}. The engine cannot read "
+                f"it; {damaged_hint(recipe, key)} (`zerolab prep inspect {path}` checks it)"
+            )
+    return problems
+
+
 def refuse_missing_inputs(recipe: Recipe, action: str, *, scheduler_places_nodes: bool = False) -> None:
     """UserError (`cannot ACTION, ...`) listing every problem of `check_inputs`, if any."""
     problems = check_inputs(recipe, scheduler_places_nodes=scheduler_places_nodes)
@@ -107,7 +149,7 @@ def refuse_missing_inputs(recipe: Recipe, action: str, *, scheduler_places_nodes
 
 
 def check_inputs(recipe: Recipe, *, scheduler_places_nodes: bool = False) -> list[str]:
-    """One message per missing input file, naming the key and how to make the file. With
+    """One message per missing (or damaged) input file, naming the key and how to make the file. With
     `scheduler_places_nodes` (an sbatch script) the job writes the hostfile."""
     problems = (
         finetune_inputs_problems(recipe)
@@ -132,6 +174,8 @@ def pretraining_inputs_problems(recipe: Recipe) -> list[str]:
             files = " and ".join(f"{path}{suffix}" for suffix in missing)
             problems.append(f"data.{key}: {files} not found; {prepare_hint(recipe, key)}")
     if not problems:
+        problems += dataset_damage(recipe)
+    if not problems:
         problems += size_problems(recipe)
     for key in BUNDLED_TOKENIZER_FILES:
         value = tokenizer_file(recipe, key)
@@ -153,8 +197,7 @@ def init_problems(recipe: Recipe) -> list[str]:
     try:
         weights = read_manifest(Path(folder))
     except ValueError as error:
-        command = recipe.model.import_command or f"zerolab import MODEL --out {folder}"
-        return [f"model.init_from: {error}; write it with `{command}`"]
+        return [f"model.init_from: {error}; {import_hint(Path(folder), recipe.model.import_command)}"]
     tensor, pipeline = recipe.parallel.tensor, recipe.parallel.pipeline
     layout = weights.layout(tensor, pipeline)
     if layout is None:

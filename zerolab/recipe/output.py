@@ -11,7 +11,7 @@ from zerolab.finetune.request import REQUEST_FILE
 from zerolab.recipe.inputs import check_inputs
 from zerolab.recipe.length import train_iters
 from zerolab.recipe.render import HF_ATTENTION, RUN_DIR_PLACEHOLDER, Launch, as_text, shell_word
-from zerolab.recipe.schema import Recipe
+from zerolab.recipe.schema import DEFAULT_MASTER_PORT, Recipe
 from zerolab.recipe.yaml_io import dump_yaml
 
 
@@ -107,7 +107,10 @@ def render_text(recipe: Recipe, launch: Launch) -> str:
             "with the engine's bin directory first on PATH (command.sh does)."
         )
         guard = ""
-    header = "".join(commented(line) for line in [*description_lines(recipe), summary_line(recipe), where])
+    header = "".join(
+        commented(line)
+        for line in [*description_lines(recipe), summary_line(recipe), where, *port_note(recipe)]
+    )
     request = ""
     if launch.request is not None:
         request_path = shell_word(f"{launch.run_dir}/{REQUEST_FILE}")
@@ -119,6 +122,19 @@ def render_text(recipe: Recipe, launch: Launch) -> str:
         f"{header}{guard}mkdir -p {shell_word(launch.run_dir)} && cat > {config} <<'{CONFIG_END}' &&\n"
         f"{json.dumps(launch.ds_config, indent=2)}\n{CONFIG_END}\n{request}{launch.shell()}\n"
     )
+
+
+def port_note(recipe: Recipe) -> list[str]:
+    """Where the rendezvous port printed is not the one a launch uses: one node, hardware.master_port
+    not set (zerolab.launch.launcher takes a free one)."""
+    hw = recipe.hardware
+    if hw.nodes != 1 or hw.master_port is not None:
+        return []
+    return [
+        "hardware.master_port is not set: zerolab launch takes a free port in place of "
+        f"{DEFAULT_MASTER_PORT} (as torchrun --standalone does) and records it in command.sh and run.json; "
+        "set it to keep one."
+    ]
 
 
 def read_render_text(text: str) -> tuple[dict, str]:

@@ -35,7 +35,7 @@ from zerolab.recipe.destinations import DeepSpeed, Megatron, destinations, one_t
 from zerolab.recipe.finetuning import model_source
 from zerolab.recipe.inputs import tokenizer_file
 from zerolab.recipe.length import save_interval, train_iters
-from zerolab.recipe.schema import Recipe, ZeroSection
+from zerolab.recipe.schema import DEFAULT_MASTER_PORT, Recipe, ZeroSection
 
 ENTRY_MODULE = "zerolab.engine.megatron_entry"
 FINETUNE_MODULE = "zerolab.finetune.loop"
@@ -271,13 +271,15 @@ def render(
 
 
 def launcher_args(recipe: Recipe, placement: Placement, module: str = ENTRY_MODULE) -> list[str]:
-    """torchrun or deepspeed, up to and including the entry `module`."""
+    """torchrun or deepspeed, up to and including the entry `module`; the rendezvous port is
+    hardware.master_port, else the default (a one-node `zerolab launch` sets a free one first)."""
     hw = recipe.hardware
+    port = str(hw.master_port if hw.master_port is not None else DEFAULT_MASTER_PORT)
     if hw.launcher == "torchrun":
         argv = ["torchrun", "--nnodes", str(hw.nodes), "--nproc-per-node", str(hw.procs_per_node)]
         if hw.nodes > 1:
             argv += ["--node-rank", placement.node_rank, "--master-addr", placement.master_addr]
-        return [*argv, "--master-port", str(hw.master_port), "-m", module]
+        return [*argv, "--master-port", port, "-m", module]
     argv = ["deepspeed"]
     if placement.hostfile is not None:
         argv += ["--hostfile", placement.hostfile]
@@ -286,7 +288,7 @@ def launcher_args(recipe: Recipe, placement: Placement, module: str = ENTRY_MODU
     argv += ["--num_nodes", str(hw.nodes), "--num_gpus", str(hw.procs_per_node)]
     if hw.nodes > 1:
         argv += ["--master_addr", placement.master_addr]
-    return [*argv, "--master_port", str(hw.master_port), "--module", module]
+    return [*argv, "--master_port", port, "--module", module]
 
 
 def remote_env_file(recipe: Recipe, placement: Placement, run_dir: str) -> dict[str, str]:

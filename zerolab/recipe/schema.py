@@ -660,6 +660,11 @@ class TrainSection(Section):
     )
 
 
+DEFAULT_MASTER_PORT = 29500
+"""The rendezvous port where hardware.master_port is null and the launch does not choose one: several
+nodes need one port agreed beforehand (torchrun's and DeepSpeed's default)."""
+
+
 class HardwareSection(Section):
     """Where it runs and how it is launched (configs/hardware/)."""
 
@@ -706,9 +711,12 @@ class HardwareSection(Section):
         to=(Launcher("--master-addr / --master_addr (several nodes)"),),
         names_run=False,
     )
-    master_port: int = field(
-        29500,
-        "rendezvous port on node 0",
+    master_port: int | None = field(
+        None,
+        "rendezvous port on node 0; null: a one-node `zerolab launch` takes a free port (as torchrun "
+        "--standalone does) and records it in command.sh and run.json, and several nodes (and a SLURM "
+        f"job, a render) use {DEFAULT_MASTER_PORT}. A port given is kept, and a one-node launch refused "
+        "when it is in use",
         "port",
         gt=0,
         lt=65536,

@@ -3,7 +3,6 @@ read the run directories, and order the rows by setup."""
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,7 +46,7 @@ def summarize_paths(
 ) -> Collection:
     """Summarize every run under `paths` (UserError when a path is missing or holds none)."""
     collection = Collection(options=options)
-    for run in discover(paths):
+    for run in discover(paths, collection.skipped):
         if progress:
             progress(run)
         facts = read_run_dir(run.run_dir) if run.run_dir else None
@@ -66,12 +65,27 @@ def summarize_paths(
         collection.runs.append(summarize_run(run, log, facts, options))
     collection.runs.sort(key=setup_rank)
     collection.sweeps = attach_sweeps(collection.runs)
+    if len(collection.sweeps) > 1:  # cells of several sweeps: `demo/zero-z0`, not `zero-z0` twice
+        for sweep in collection.sweeps:
+            for summary in sweep.runs:
+                summary.row["name"] = f"{sweep.plan.name}/{summary.row['name']}"
     _disambiguate(collection.runs)
     return collection
 
 
 def _disambiguate(runs: list[RunSummary]) -> None:
-    counts = Counter(summary.row["name"] for summary in runs)
+    """Runs of one name told apart by the end of their path: `tiny_z1 (20260101-000000)`, or as many
+    of its last parts as it takes (`zero-z0 (a/demo/zero-z0)`)."""
+    groups: dict[str, list[RunSummary]] = {}
     for summary in runs:
-        if counts[summary.row["name"]] > 1:
-            summary.row["name"] = f"{summary.row['name']} ({Path(summary.row['path']).name})"
+        groups.setdefault(summary.row["name"], []).append(summary)
+    for name, group in groups.items():
+        if len(group) < 2:
+            continue
+        parts = [Path(summary.row["path"]).parts for summary in group]
+        depth = next(
+            (n for n in range(1, max(map(len, parts)) + 1) if len({p[-n:] for p in parts}) == len(parts)),
+            max(map(len, parts)),
+        )
+        for summary, path in zip(group, parts, strict=True):
+            summary.row["name"] = f"{name} ({'/'.join(path[-depth:])})"

@@ -13,19 +13,21 @@ from typing import Any, Literal
 
 from zerolab.files import generated_doc_main
 from zerolab.locations import REPO_ROOT
-from zerolab.rundir import COMPLETED, FAILED, REFUSED
+from zerolab.rundir import COMPLETED, FAILED, KILLED, REFUSED
 from zerolab.sweep.values import value_text
 
 Row = dict[str, Any]
 
 RUNNING_OR_CUT_OFF, TRUNCATED = "running_or_cut_off", "truncated"
-"""A summary's own statuses of a run, beside status.json's (rundir) completed, failed and refused."""
+"""A summary's own statuses of a run, beside status.json's (rundir) completed, failed, killed and
+refused."""
 
 STATUS_LABELS = {
     COMPLETED: "completed",
     RUNNING_OR_CUT_OFF: "running or cut off",
     TRUNCATED: "log ends early",
     FAILED: "failed",
+    KILLED: "killed",
     REFUSED: "refused",
 }
 """The words a summary shows for each status of a run."""
@@ -83,7 +85,8 @@ class Column:
     """A metric: `zerolab compare` divides it by the baseline's."""
     terminal: int | None = None
     """Its rank in the printed table (summary.md has every labelled column): where the terminal is
-    too narrow for all of them, the lowest ranks are kept; None: summary.md only."""
+    too narrow for all of them, the lowest ranks are kept, those up to TERMINAL_ALWAYS always (the
+    table goes on in another); None: summary.md only."""
     plot: Plot | None = None
 
     @property
@@ -193,7 +196,7 @@ COLUMNS: tuple[Column, ...] = (
         "model parallelism",
         label="setup",
         show=lambda value: value or "",
-        terminal=4,
+        terminal=9,
     ),
     Column("path", "the run directory or log file"),
     Column(
@@ -214,7 +217,7 @@ COLUMNS: tuple[Column, ...] = (
         label="GPUs",
         companions=("nodes",),
         cell=_ranks,
-        terminal=13,
+        terminal=16,
     ),
     Column("tensor_parallel", "tensor- and pipeline-parallel sizes", companions=("pipeline_parallel",)),
     Column("zero_stage", "ZeRO stage", label="ZeRO"),
@@ -231,16 +234,18 @@ COLUMNS: tuple[Column, ...] = (
         label="micro/global batch",
         companions=("global_batch_size",),
         cell=_batch,
-        terminal=14,
+        terminal=17,
     ),
-    Column("precision", "`fp32`, `bf16` or `fp16`", label="precision", show=lambda v: v or "", terminal=15),
+    Column("precision", "`fp32`, `bf16` or `fp16`", label="precision", show=lambda v: v or "", terminal=18),
     Column(
         "status",
         "`completed`, `running_or_cut_off`, `truncated` (status.json says completed, but the log ends "
-        "before the last iteration), `failed` or `refused` (a sweep's cell whose recipe the checks "
-        "refused: nothing ran); a failure's kind: `out_of_memory`, `nan_or_overflow`, `nccl_timeout`, "
-        "`gpu_error`, `signal` (a rank killed by a signal), `killed` or `exception`; the cause with the "
-        "line that says it (a refusal: the checks' message)",
+        "before the last iteration), `failed`, `killed` (status.json says it was stopped: Ctrl-C, SIGTERM, "
+        "a cancelled SLURM job; its cause says by what, whatever the launcher printed as it stopped) or "
+        "`refused` (a sweep's cell whose recipe the checks refused: nothing ran); a failure's kind: "
+        "`out_of_memory`, `nan_or_overflow`, `nccl_timeout`, `gpu_error`, `signal` (a rank killed by a "
+        "signal), `killed` or `exception`; the cause with the line that says it (a refusal: the checks' "
+        "message; a killed run: status.json's cause). A log without status.json is read from its lines",
         label="status",
         companions=("cause_kind", "cause"),
         cell=_status,
@@ -255,7 +260,7 @@ COLUMNS: tuple[Column, ...] = (
         "the last logged iteration, and the run's target",
         label="iterations",
         companions=("train_iters",),
-        terminal=16,
+        terminal=19,
     ),
     Column(
         "warmup_until_iteration",
@@ -287,7 +292,7 @@ COLUMNS: tuple[Column, ...] = (
         label="ms/iteration",
         companions=("ms_per_iter_p10", "ms_per_iter_p90"),
         better="lower",
-        terminal=6,
+        terminal=8,
     ),
     Column(
         "epoch_time_s",
@@ -298,7 +303,7 @@ COLUMNS: tuple[Column, ...] = (
         companions=("epoch_tokens", "epoch_tokens_source"),
         show=duration,
         better="lower",
-        terminal=9,
+        terminal=12,
         plot=Plot(
             "epoch_time.png",
             "Time for one epoch of the training data",
@@ -314,7 +319,7 @@ COLUMNS: tuple[Column, ...] = (
         companions=("tflops_per_gpu_p10", "tflops_per_gpu_p90", "tflops_per_gpu_source"),
         show=number,
         better="higher",
-        terminal=10,
+        terminal=13,
     ),
     Column(
         "mfu_pct",
@@ -325,7 +330,7 @@ COLUMNS: tuple[Column, ...] = (
         companions=("peak_tflops", "peak_tflops_source"),
         show=number,
         better="higher",
-        terminal=11,
+        terminal=14,
     ),
     Column(
         "max_allocated_GiB",
@@ -352,7 +357,7 @@ COLUMNS: tuple[Column, ...] = (
         label="estimate GiB (error %)",
         companions=("estimate_error_pct",),
         cell=_estimate,
-        terminal=12,
+        terminal=15,
     ),
     Column(
         "peak_host_GiB",
@@ -361,7 +366,7 @@ COLUMNS: tuple[Column, ...] = (
         companions=("peak_host_source",),
         show=number,
         better="lower",
-        terminal=7,
+        terminal=6,
         plot=Plot(
             "host_memory.png",
             "Peak host memory",
@@ -377,7 +382,7 @@ COLUMNS: tuple[Column, ...] = (
         show=_loss_value,
         cell=_loss,
         better="lower",
-        terminal=8,
+        terminal=7,
     ),
     Column(
         "val_loss",
@@ -408,7 +413,7 @@ COLUMNS: tuple[Column, ...] = (
         companions=("eval_wikitext_loss", "eval_wikitext_data"),
         cell=_scored("eval_wikitext_ppl", "eval_wikitext_data", lambda value: number(value, 4)),
         better="lower",
-        terminal=17,
+        terminal=10,
     ),
     Column(
         "eval_hellaswag_acc_norm",
@@ -426,7 +431,7 @@ COLUMNS: tuple[Column, ...] = (
         ),
         cell=_scored("eval_hellaswag_acc_norm", "eval_hellaswag_data", lambda value: f"{value:.3f}"),
         better="higher",
-        terminal=18,
+        terminal=11,
     ),
     Column(
         "task_score",
@@ -438,7 +443,7 @@ COLUMNS: tuple[Column, ...] = (
         companions=("task", "task_metric", "task_scores"),
         cell=_task_score,
         better="higher",
-        terminal=19,
+        terminal=4,
     ),
     Column(
         "notes",
@@ -447,19 +452,25 @@ COLUMNS: tuple[Column, ...] = (
     ),
 )
 
+TERMINAL_ALWAYS = 8
+"""The printed table's columns ranked up to this (run, status, and the numbers a user came for:
+tokens/s per GPU, GLUE score, max allocated and peak host memory, loss, ms/iteration) are never
+left out for want of width, unless empty for every run: where they do not fit one table, the table
+goes on in another, the run's name first in each. Columns ranked after them are left out first."""
+
 TABLE: tuple[Column, ...] = tuple(column for column in COLUMNS if column.label)
 """summary.md's columns, in order (the printed table has those with a `terminal` rank)."""
 
 
 def swept_column(key: str) -> Column:
     """The table column of a swept key: each row's value of it (empty outside the sweep); ranked
-    with the run's name, so a narrow terminal keeps it."""
+    with the setup, after the numbers (a cell's name says its values too)."""
 
     def cell(row: Row) -> str:
         values = row["sweep"] or {}
         return value_text(values[key]) if key in values else ""
 
-    return Column(f"sweep.{key}", f"the swept key `{key}`", label=key, cell=cell, terminal=1)
+    return Column(f"sweep.{key}", f"the swept key `{key}`", label=key, cell=cell, terminal=9)
 
 
 def table_columns(sweep_keys: list[str]) -> tuple[Column, ...]:

@@ -31,9 +31,15 @@ def _run_in(directory: Path) -> Run:
     return Run(log if log.is_file() else None, directory)
 
 
-def discover(paths: list[Path]) -> list[Run]:
-    """Every run under `paths`, in a stable order; UserError for a path that does not exist."""
+NOTHING = f"no run directory (with run.json or train.log) and no log file ({', '.join(LOG_SUFFIXES)})"
+"""What a folder holding no run lacks."""
+
+
+def discover(paths: list[Path], skipped: list[tuple[str, str]] | None = None) -> list[Run]:
+    """Every run under `paths`, in a stable order; UserError for a path that does not exist. A
+    folder given that holds no run is added to `skipped` (path, why) when there are runs elsewhere."""
     runs: list[Run] = []
+    empty: list[Path] = []
     for given in paths:
         if not given.exists():
             raise UserError(
@@ -44,15 +50,17 @@ def discover(paths: list[Path]) -> list[Run]:
         elif rundir.is_run_dir(given):
             runs.append(_run_in(given))
         else:
-            runs.extend(_walk(given))
+            found = _walk(given)
+            runs.extend(found)
+            if not found:
+                empty.append(given)
     unique: dict[Path, Run] = {}
     for run in runs:
         unique.setdefault(run.path.resolve(), run)
     if not unique:
-        raise UserError(
-            f"no run directory (with run.json or train.log) and no log file ({', '.join(LOG_SUFFIXES)}) "
-            f"under {', '.join(str(p) for p in paths)}"
-        )
+        raise UserError(f"{NOTHING} under {', '.join(str(p) for p in paths)}")
+    if skipped is not None:
+        skipped += [(str(folder), f"{NOTHING} under it") for folder in empty]
     return list(unique.values())
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
+from rich.text import Text
 
 from zerolab.errors import UserError
 from zerolab.files import write_atomic
@@ -36,8 +37,8 @@ class Report:
 
 
 def collect(paths: list[Path], options: Options) -> Collection:
-    """Every run under `paths`, summarized, with a progress bar (on a terminal) and each run's
-    warnings on stderr; UserError when none could be summarized."""
+    """Every run under `paths`, summarized, with a progress bar (on a terminal), and on stderr each
+    run's warnings and each input not summarized, with why; UserError when none could be summarized."""
     console = Console(stderr=True)
     # off a terminal a transient bar would only leave a blank line (before an error, too)
     with Progress(console=console, transient=True, disable=not console.is_terminal) as progress:
@@ -47,14 +48,13 @@ def collect(paths: list[Path], options: Options) -> Collection:
             progress.update(task, description=f"parsing {run.path}")
 
         collection = summarize_paths(paths, options, advance)
-    for summary in collection.runs:
-        for warning in summary.warnings:
-            console.print(
-                f"warning: {warning}", style="yellow", markup=False, highlight=False, soft_wrap=True
-            )
     if not collection.runs:
         reasons = "; ".join(f"{path}: {reason}" for path, reason in collection.skipped)
         raise UserError(f"no run could be summarized: {reasons}")
+    warnings = [warning for summary in collection.runs for warning in summary.warnings]
+    warnings += [f"not summarized: {path}: {reason}" for path, reason in collection.skipped]
+    for warning in warnings:
+        console.print(f"warning: {warning}", style="yellow", markup=False, highlight=False, soft_wrap=True)
     return collection
 
 
@@ -96,15 +96,15 @@ def print_report(report: Report, *, as_json: bool = False) -> None:
     grid = tables.models_by_setups(report.collection)
     if grid is not None:
         headers, rows = grid
-        table = Table(*headers, title=tables.FINE_TUNING_TITLE, caption=tables.FINE_TUNING_NOTE)
+        table = Table(*map(Text, headers), title=tables.FINE_TUNING_TITLE, caption=tables.FINE_TUNING_NOTE)
         for row in rows:
-            table.add_row(*row)
+            table.add_row(*map(Text, row))
         console.print(table)
-    console.print(f"wrote {', '.join(str(report.out / n) for n in OUTPUT_FILES)}", soft_wrap=True)
-    for path in report.plots:
-        console.print(f"wrote {path}", soft_wrap=True)
-    for reason in report.skipped_plots:
-        console.print(f"no plot {reason}", soft_wrap=True)
+    lines = [f"wrote {', '.join(str(report.out / n) for n in OUTPUT_FILES)}"]
+    lines += [f"wrote {path}" for path in report.plots]
+    lines += [f"no plot {reason}" for reason in report.skipped_plots]
+    for line in lines:  # paths and names as they are (no rich markup)
+        console.print(line, soft_wrap=True, markup=False)
 
 
 def summarize_sweep(directory: Path) -> Report | None:

@@ -52,15 +52,24 @@ def _rounded(value: float | None, digits: int = 10) -> float | None:
 
 
 def _status(log: ParsedLog, facts: RunDirFacts | None) -> dict[str, Any]:
+    """The run's status and cause. status.json's own account wins where it has one: a run it says was
+    stopped (`killed`: Ctrl-C, SIGTERM, a cancelled job) is killed by what it names, whatever the
+    launcher printed as it stopped (torchrun's `SignalException`); a log without status.json (not
+    launched by zerolab) is read from its lines."""
     failure = log.ending.failure
     state = (facts.status.get("state") if facts else None) or None
     if facts and state == REFUSED:  # a sweep's cell the checks refused: nothing ran
         return {"status": REFUSED, "cause_kind": None, "cause": facts.status.get("cause")}
+    if facts and state == KILLED:
+        cause = facts.status.get("cause")
+        if not cause and facts.status.get("exit_code") is not None:
+            cause = f"exit code {facts.status['exit_code']}"
+        return {"status": KILLED, "cause_kind": "killed", "cause": cause}
     completed_by_count = bool(
         log.iteration_count and log.train_iters and log.iterations["iteration"][-1] >= log.train_iters
     )
-    if state in (FAILED, KILLED) or (state is None and failure):
-        kind = failure.kind if failure else ("killed" if state == KILLED else "exception")
+    if state == FAILED or (state is None and failure):
+        kind = failure.kind if failure else "exception"
         detail = failure.detail if failure else (facts.status.get("cause") if facts else None)
         if not detail and facts and facts.status.get("exit_code") is not None:
             detail = f"exit code {facts.status['exit_code']}"
@@ -74,6 +83,19 @@ def _status(log: ParsedLog, facts: RunDirFacts | None) -> dict[str, Any]:
     if state == COMPLETED or (state is None and (log.ending.completed or completed_by_count)):
         return {"status": COMPLETED, "cause_kind": None, "cause": None}
     return {"status": RUNNING_OR_CUT_OFF, "cause_kind": None, "cause": None}
+
+
+BEFORE_STOPPED = ("out_of_memory", "nan_or_overflow", "nccl_timeout", "gpu_error")
+"""Failure kinds a log of a run that was then stopped is worth a note for: a trouble of its own
+before the stop (what the launcher printed as it stopped is not)."""
+
+
+def _before_stopped(log: ParsedLog, status: dict[str, Any]) -> list[str]:
+    """A note for a killed run whose log shows a failure of its own before it was stopped."""
+    failure = log.ending.failure
+    if status["status"] != KILLED or failure is None or failure.kind not in BEFORE_STOPPED:
+        return []
+    return [f"{log.path.name}:{failure.line}: before it was stopped: {failure.label}"]
 
 
 def _ends_early(log: ParsedLog) -> str:
@@ -236,6 +258,18 @@ def _evaluation(scores: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
+def _scored_as(scores: dict[str, Any]) -> list[str]:
+    """A note where eval.json's scores are another run's: its checkpoint holds the same weights."""
+    for score in scores.values():
+        if score.get("same_weights_as"):
+            difference = score.get("weights_difference") or 0.0
+            return [
+                f"eval scores: those of {score['same_weights_as']}, whose checkpoint holds the same weights "
+                f"(largest difference {difference:.1g}): scored once"
+            ]
+    return []
+
+
 def _run_name(run: Run, facts: RunDirFacts | None) -> str:
     if run.run_dir is not None:
         name = facts.run.get("name") if facts else None
@@ -283,7 +317,9 @@ def summarize_run(run: Run, log: ParsedLog, facts: RunDirFacts | None, options: 
     row: dict[str, Any] = {"name": _run_name(run, facts), "setup": setup_label(cfg), "path": str(run.path)}
     row["sweep"] = None  # a sweep's cell: zerolab.summarize.sweeps
     row.update({k: v for k, v in cfg.items() if k not in ("recompute", "epoch_tokens")})
-    row.update(_status(log, facts))
+    status = _status(log, facts)
+    row.update(status)
+    notes += _before_stopped(log, status)
     row["anomalies"] = _anomalies(log)
     row["iterations_done"] = int(steps[-1]) if steps else None
     row["train_iters"] = log.train_iters or (facts.run.get("train_iters") if facts else None)
@@ -323,7 +359,13 @@ def summarize_run(run: Run, log: ParsedLog, facts: RunDirFacts | None, options: 
         notes.append(
             f"{log.path.name}:{log.ends_mid_line}: the file ends inside this iteration line (left out)"
         )
-    row["notes"] = notes + estimate_notes + problems + _bad_values(log, log.path.name)
+    row["notes"] = [
+        *notes,
+        *estimate_notes,
+        *_scored_as(facts.evaluation if facts else {}),
+        *problems,
+        *_bad_values(log, log.path.name),
+    ]
     curve = (
         [it for it, loss in zip(iterations, log.iterations["loss"], strict=True) if math.isfinite(loss)],
         [loss for loss in log.iterations["loss"] if math.isfinite(loss)],

@@ -9,11 +9,13 @@ import json
 from typing import Any
 
 from rich.cells import cell_len
+from rich.console import Group
 from rich.table import Table
+from rich.text import Text
 
 from zerolab.rundir import COMPLETED
 from zerolab.summarize.collect import Collection
-from zerolab.summarize.columns import ROW_KEYS, Column, number, table_columns
+from zerolab.summarize.columns import ROW_KEYS, TERMINAL_ALWAYS, Column, number, table_columns
 
 JSON_SCHEMA_VERSION = 1
 
@@ -29,9 +31,22 @@ def _footnotes(collection: Collection) -> list[str]:
     return notes
 
 
+def shown_columns(collection: Collection) -> tuple[Column, ...]:
+    """The tables' columns: TABLE with a column per swept key after the run's name, less `setup`
+    where a swept key's column says the same in every row (a sweep over `zero`: its `z1` is the
+    setup's `z1`)."""
+    columns = table_columns(collection.sweep_keys)
+    setup = next(column for column in columns if column.key == "setup")
+    texts = [setup.table_cell(summary.row) for summary in collection.runs]
+    for column in columns:
+        if column.key.startswith("sweep.") and [column.table_cell(s.row) for s in collection.runs] == texts:
+            return tuple(column for column in columns if column is not setup)
+    return columns
+
+
 def to_markdown(collection: Collection) -> str:
     """summary.md: the table and its footnotes, then the fine-tuning runs' models x setups table."""
-    columns = table_columns(collection.sweep_keys)
+    columns = shown_columns(collection)
     headers = [column.table_header for column in columns]
     text = _markdown(headers, [[column.table_cell(s.row) for column in columns] for s in collection.runs])
     text += "\n" + "\n".join(f"- {note}" for note in _footnotes(collection)) + "\n"
@@ -129,6 +144,10 @@ MAX_WORD = 24
 """In the printed table a longer word (a path in a failure's cause) is folded, not a wider column."""
 MAX_CELL = 40
 """A longer cell (a failure's cause) wraps rather than widening its column past this."""
+PLACED = 20
+"""Where the terminal is narrow, a column first gets what its cells need up to this width (a number
+with its spread, a loss's first → last, unwrapped), a longer text (a failure's cause) wraps; it is
+widened only with the room left once the numbers have theirs."""
 
 
 def _widths(column: Column, cells: list[str]) -> tuple[int, int]:
@@ -138,43 +157,107 @@ def _widths(column: Column, cells: list[str]) -> tuple[int, int]:
     return narrowest, max(narrowest, min(MAX_CELL, max((cell_len(cell) for cell in cells), default=0)))
 
 
-def terminal_columns(collection: Collection, width: int | None) -> tuple[dict[str, int], list[Column]]:
-    """({key: width} of the printed table's columns that fit `width` cells; the columns left out).
-    Columns are taken by their `terminal` rank while they fit at their narrowest; the room left
-    widens them up to what their cells need, those needing least first (the most columns without a
-    wrapped cell). None: every column, rich's widths."""
-    table = table_columns(collection.sweep_keys)
-    columns = sorted((column for column in table if column.terminal), key=lambda column: column.terminal or 0)
+def terminal_columns(collection: Collection, width: int | None) -> tuple[list[dict[str, int]], list[Column]]:
+    """The printed tables for a terminal `width` cells wide: for each, {key: width} of its columns;
+    and the columns left out. The run's name begins every table. The columns ranked up to
+    TERMINAL_ALWAYS (the numbers a user came for) come first, each into the first table with room
+    for what its cells need (up to PLACED), else for its narrowest (no word broken), else into a new
+    table; the name
+    and then they are widened up to what their cells need (those needing least first: the most
+    columns without a wrapped cell). The other columns, by rank, take the room left where they fit
+    (one empty for every run: only in the first table), and are widened with what remains; the rest
+    are left out.
+    None: one table of every column, rich's widths."""
+    table = shown_columns(collection)
+    cells = {c.key: [c.table_cell(s.row) for s in collection.runs] for c in table if c.terminal}
+    empty = {key for key, texts in cells.items() if not any(texts)}
+    ranked = sorted(
+        (column for column in table if column.terminal),
+        key=lambda column: (column.key in empty, column.terminal or 0),
+    )
     if width is None:
-        return {column.key: 0 for column in columns}, []
-    needs = {c.key: _widths(c, [c.table_cell(summary.row) for summary in collection.runs]) for c in columns}
-    kept: dict[str, int] = {}
-    room = width - 1  # the table's left border; each column adds its padding (2) and right border (1)
-    for column in columns:
-        narrowest = needs[column.key][0]
-        if narrowest + 3 <= room:
-            kept[column.key] = narrowest
-            room -= narrowest + 3
-    for key in sorted(kept, key=lambda key: needs[key][1] - kept[key]):  # most columns unwrapped
-        extra = min(room, needs[key][1] - kept[key])
-        kept[key] += extra
-        room -= extra
-    return kept, [column for column in table if column.terminal and column.key not in kept]
+        return [{column.key: 0 for column in ranked}], []
+    needs = {column.key: _widths(column, cells[column.key]) for column in ranked}
+    name, *others = ranked
+    essential = [c for c in others if c.key not in empty and (c.terminal or 0) <= TERMINAL_ALWAYS]
+    name_width = needs[name.key][0]
+    # the table's left border; each column adds its padding (2) and right border (1)
+    fresh = width - 1 - (name_width + 3)
+    tables: list[dict[str, int]] = [{}]
+    rooms = [fresh]
+
+    def place(column: Column, candidates: int, may_open: bool) -> None:
+        """Into the first table with room for what its cells need (up to PLACED), else for its
+        narrowest, else (`may_open`) into a new table."""
+        narrowest, widest = needs[column.key]
+        placed = max(narrowest, min(widest, PLACED))
+        for cells_width in (placed, narrowest):
+            at = next((i for i, room in enumerate(rooms[:candidates]) if cells_width + 3 <= room), None)
+            if at is not None:
+                break
+        else:
+            if not may_open:
+                return
+            tables.append({})
+            rooms.append(fresh)
+            at = len(tables) - 1
+            cells_width = max(1, min(placed, fresh - 3))  # wider than the terminal: folded
+        tables[at][column.key] = cells_width
+        rooms[at] -= cells_width + 3
+
+    def widen() -> None:
+        for at, kept in enumerate(tables):
+            for key in sorted(kept, key=lambda key: needs[key][1] - kept[key]):  # most unwrapped
+                extra = max(0, min(rooms[at], needs[key][1] - kept[key]))
+                kept[key] += extra
+                rooms[at] -= extra
+
+    for column in essential:
+        place(column, len(rooms), may_open=True)
+    extra = max(0, min(*rooms, needs[name.key][1] - name_width))
+    name_width += extra
+    rooms = [room - extra for room in rooms]
+    widen()
+    for column in others:
+        if column not in essential:
+            place(column, 1 if column.key in empty else len(rooms), may_open=False)
+    widen()
+    shown = {key for kept in tables for key in kept}
+    left_out = [
+        column for column in table if column.terminal and column is not name and column.key not in shown
+    ]
+    return [{name.key: name_width} | kept for kept in tables], left_out
 
 
 def rich_table(collection: Collection, width: int | None = None) -> Any:
-    """The table for a terminal `width` cells wide (a rich Table): the columns that fit, and a
-    caption naming those left out (None: every column)."""
+    """The table for a terminal `width` cells wide (rich renderables): the columns that fit, going
+    on in further tables where the columns ranked up to TERMINAL_ALWAYS do not fit one, and a caption
+    naming those left out (None: every column). Every text is shown as it is (no rich markup: a
+    header's `[p10-p90]` or a cause's `[rank1]` stays)."""
 
     widths, left_out = terminal_columns(collection, width)
-    columns = [column for column in table_columns(collection.sweep_keys) if column.key in widths]
+    shown = shown_columns(collection)
     notes = _footnotes(collection)
-    if left_out:
-        names = ", ".join(column.table_header for column in left_out)
+    empty = [column for column in left_out if not any(column.table_cell(s.row) for s in collection.runs)]
+    if empty:
+        names = ", ".join(column.table_header for column in empty)
+        notes.insert(0, f"not shown, empty for every run: {names}")
+    if len(left_out) > len(empty):
+        names = ", ".join(column.table_header for column in left_out if column not in empty)
         notes.insert(0, f"left out at this width: {names} (every column is in summary.md)")
-    table = Table(title="zerolab summary", caption="\n".join(notes), caption_justify="left")
-    for column in columns:
-        table.add_column(column.table_header, overflow="fold", width=widths[column.key] or None)
-    for summary in collection.runs:
-        table.add_row(*(column.table_cell(summary.row) for column in columns))
-    return table
+    parts = []
+    for index, kept in enumerate(widths):
+        last = index == len(widths) - 1
+        title = "zerolab summary" + (f" ({index + 1} of {len(widths)})" if len(widths) > 1 else "")
+        table = Table(
+            title=title,
+            caption=Text("\n".join(notes)) if last else None,
+            caption_justify="left",
+        )
+        columns = [column for column in shown if column.key in kept]
+        for column in columns:
+            table.add_column(Text(column.table_header), overflow="fold", width=kept[column.key] or None)
+        for summary in collection.runs:
+            table.add_row(*(Text(column.table_cell(summary.row)) for column in columns))
+        parts.append(table)
+    return Group(*parts)

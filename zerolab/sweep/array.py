@@ -13,10 +13,19 @@ from typing import Any
 from zerolab.cluster.slurm import ArrayTask, sbatch_array
 from zerolab.files import write_atomic
 from zerolab.locations import display_path
+from zerolab.recipe import run_facts
 from zerolab.recipe.inputs import check_inputs
 from zerolab.recipe.selection import select
 from zerolab.sweep.cells import Sweep
-from zerolab.sweep.check import REFUSE, RUN, Checked, check_cells, checked_and_locked, record_refusal
+from zerolab.sweep.check import (
+    REFUSE,
+    RUN,
+    Checked,
+    check_cells,
+    checked_and_locked,
+    checking_line,
+    record_refusal,
+)
 from zerolab.sweep.plan import SBATCH_FILE, PlannedCell, cell_dir, previous_prefix, write_plan
 from zerolab.sweep.run import planned
 
@@ -32,8 +41,11 @@ def write_array_job(
     plan, directory, recorded = planned(sweep, name)
 
     def check(cell: PlannedCell) -> Any:
-        return select([plan.recipe, *cell.overrides], None, scheduler_places_nodes=True, name=cell.name)[0]
+        recipe = select([plan.recipe, *cell.overrides], None, scheduler_places_nodes=True, name=cell.name)[0]
+        run_facts(recipe)  # the job's run.json: a length in epochs counted from the data here
+        return recipe
 
+    print(checking_line(plan), file=sys.stderr, flush=True)
     if dry_run:
         checked = check_cells(plan, directory, check, retry_failed=retry_failed)
         script = _script(plan.name, directory, checked, options)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import math
 import re
 from collections import Counter
 from dataclasses import dataclass
@@ -68,8 +69,13 @@ class Sweep:
 
     def default_name(self) -> str:
         """The sweep's name when none is given: the recipe's name and the swept keys."""
-        stem = resolve_recipe_path(self.recipe).stem
-        return safe_name("-".join([stem, *self.keys]), digest_of=self.recipe + " " + " ".join(self.words))
+        return default_name(self.recipe, self.keys, self.words)
+
+
+def default_name(recipe: str, keys: tuple[str, ...], words: tuple[str, ...]) -> str:
+    """A sweep's name when none is given: the recipe's name and the swept keys."""
+    stem = resolve_recipe_path(recipe).stem
+    return safe_name("-".join([stem, *keys]), digest_of=recipe + " " + " ".join(words))
 
 
 def split_values(text: str) -> list[str]:
@@ -102,9 +108,40 @@ def split_values(text: str) -> list[str]:
     return [*pieces, text[start:]]
 
 
+@dataclass(frozen=True)
+class Words:
+    """A sweep command's words, read and checked, before its cells are made: the recipe, the words,
+    the swept keys by their word's position, the fixed overrides; `count`, how many cells."""
+
+    recipe: str
+    words: tuple[str, ...]
+    swept: dict[int, Swept]
+    fixed: tuple[str, ...]
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        """The swept keys, in the order given."""
+        return tuple(entry.key for entry in self.swept.values())
+
+    @property
+    def count(self) -> int:
+        """The number of cells: the product of the swept keys' value counts."""
+        return math.prod(len(entry.texts) for entry in self.swept.values())
+
+    def default_name(self) -> str:
+        """The sweep's name when none is given: the recipe's name and the swept keys."""
+        return default_name(self.recipe, self.keys, self.words)
+
+
 def expand(recipe: str, words: list[str]) -> Sweep:
     """The sweep of `recipe` with `words`; UserError for a word that is ambiguous, a value that
     is not valid for its key on its own, a key swept twice, or no swept key at all."""
+    return cells_of(read_words(recipe, words))
+
+
+def read_words(recipe: str, words: list[str]) -> Words:
+    """The words of a sweep of `recipe`, read and checked (as `expand` refuses them), its cells not
+    made yet: how many there are is known at once."""
     resolve_recipe_path(recipe)  # a recipe that does not exist is named before anything else
     swept: dict[int, Swept] = {}
     for position, word in enumerate(words):
@@ -135,6 +172,13 @@ def expand(recipe: str, words: list[str]) -> Sweep:
         problem = override_problem(word)
         if problem is not None:
             raise UserError(problem)
+    return Words(recipe, tuple(words), swept, fixed)
+
+
+def cells_of(read: Words) -> Sweep:
+    """The sweep of words read: one cell per combination of the swept values, the first swept key
+    varying slowest."""
+    swept, words = read.swept, read.words
     cells = []
     order = list(swept)
     for choice in itertools.product(*(range(len(swept[position].texts)) for position in order)):
@@ -146,7 +190,7 @@ def expand(recipe: str, words: list[str]) -> Sweep:
         values = {swept[position].key: swept[position].values[picked[position]] for position in order}
         cells.append(Cell(_cell_name(values, overrides), overrides, values))
     _make_unique(cells)
-    return Sweep(recipe, tuple(words), tuple(swept[position] for position in order), fixed, tuple(cells))
+    return Sweep(read.recipe, words, tuple(swept[position] for position in order), read.fixed, tuple(cells))
 
 
 def _refuse_ambiguous(word: str, key: str, pieces: list[str]) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 from zerolab import rundir
 from zerolab.errors import UserError, headline
 from zerolab.sweep.plan import Plan, PlannedCell, cell_dir, cell_state, locked, move_aside
+from zerolab.sweep.progress import CheckProgress
 
 SKIP, RUN, REFUSE = "skip", "run", "refuse"
 
@@ -42,17 +43,19 @@ def check_cells(
 ) -> list[Checked]:
     """Each cell with its action: completed cells (and failed ones without `retry_failed`) are
     skipped; every other cell is checked by `check`, which returns what to run or raises the
-    UserError that refuses it."""
+    UserError that refuses it. Their progress is shown on stderr (CheckProgress)."""
     checked = []
-    for number, cell in enumerate(plan.cells, start=1):
-        state = cell_state(directory, cell)
-        if state == rundir.COMPLETED or (state == rundir.FAILED and not retry_failed):
-            checked.append(Checked(number, cell, state, SKIP))
-            continue
-        try:
-            checked.append(Checked(number, cell, state, RUN, ready=check(cell)))
-        except UserError as error:
-            checked.append(Checked(number, cell, state, REFUSE, refusal=str(error)))
+    with CheckProgress(len(plan.cells)) as progress:
+        for number, cell in enumerate(plan.cells, start=1):
+            state = cell_state(directory, cell)
+            if state == rundir.COMPLETED or (state == rundir.FAILED and not retry_failed):
+                checked.append(Checked(number, cell, state, SKIP))
+            else:
+                try:
+                    checked.append(Checked(number, cell, state, RUN, ready=check(cell)))
+                except UserError as error:
+                    checked.append(Checked(number, cell, state, REFUSE, refusal=str(error)))
+            progress.checked()
     return checked
 
 
@@ -75,6 +78,12 @@ def checked_and_locked(
         yield checked
 
 
+def checking_line(plan: Plan) -> str:
+    """Said before the checks begin: how many cells, of which keys."""
+    keys = " x ".join(plan.keys)
+    return f"zerolab sweep {plan.name}: checking {len(plan.cells):,} cells ({keys}) as zerolab launch would"
+
+
 def record_refusal(directory: Path, item: Checked) -> rundir.Status:
     """status.json `refused` in the cell's run directory, its cause the refusal's problems (the
     whole message, with the keys and the fix: the dry run). An earlier refusal for the same cause
@@ -93,16 +102,22 @@ def record_refusal(directory: Path, item: Checked) -> rundir.Status:
     return rundir.write_refusal(run_dir, cause)
 
 
+def nothing_runs(checked: list[Checked]) -> bool:
+    """Whether no cell runs now and none ran before: every cell refused (the sweep is refused)."""
+    return not any(item.action == RUN or item.state in (rundir.COMPLETED, rundir.FAILED) for item in checked)
+
+
 def refuse_if_nothing_runs(checked: list[Checked]) -> None:
     """UserError when no cell runs now and none ran before: every cell refused."""
-    if any(item.action == RUN or item.state in (rundir.COMPLETED, rundir.FAILED) for item in checked):
+    if not nothing_runs(checked):
         return
     first = checked[0]
     raise UserError(f"every cell was refused, nothing to run; the first, {first.cell.name}:\n{first.refusal}")
 
 
-def dry_run_text(plan: Plan, directory: Path, checked: list[Checked], note: str | None) -> str:
-    """What `zerolab sweep --dry-run` prints: each cell, its overrides and its check or state."""
+def dry_run_head(plan: Plan, directory: Path, note: str | None) -> str:
+    """The first lines `zerolab sweep --dry-run` prints, before the checks: the sweep, its size, the
+    fixed overrides."""
     keys = " x ".join(plan.keys)
     lines = [
         f"zerolab sweep {plan.name}: {len(plan.cells)} cells of {plan.recipe} ({keys}) into {directory}/",
@@ -111,6 +126,13 @@ def dry_run_text(plan: Plan, directory: Path, checked: list[Checked], note: str 
         lines.append(f"every cell: {' '.join(plan.fixed)}")
     if note:
         lines.append(note)
+    return "\n".join(lines) + "\n"
+
+
+def dry_run_text(checked: list[Checked]) -> str:
+    """What `zerolab sweep --dry-run` prints after its head: each cell, its overrides and its check
+    or state, then the counts."""
+    lines: list[str] = []
     width = max(len(item.cell.name) for item in checked)
     for item in checked:
         head = f"{item.number:>4}  {item.cell.name:<{width}}  "

@@ -1,11 +1,15 @@
-"""A sweep's terminal: a rich progress bar over the cells it runs, the running cell's iteration
+"""A sweep's terminal: a progress bar over its checks (on stderr; off a terminal, a line every
+CHECK_REPORT_S seconds), a rich progress bar over the cells it runs, the running cell's iteration
 and loss beside it, and one line per finished cell (name, state, seconds, cause). Every rank's
 output goes to the cell's train.log, not the terminal."""
 
 from __future__ import annotations
 
+import sys
+import time
 from typing import Any
 
+from rich.console import Console
 from rich.markup import escape
 from rich.progress import (
     BarColumn,
@@ -21,6 +25,57 @@ from zerolab.locations import display_path
 from zerolab.logs.megatron import find_iteration, parse_iteration
 
 _STATE_STYLE = {rundir.COMPLETED: "green", rundir.REFUSED: "yellow"}
+
+CHECK_REPORT_S = 10.0
+"""Off a terminal, the checks' progress is a line this often (a terminal gets a bar)."""
+
+
+class CheckProgress:
+    """The progress of a sweep's checks on stderr, over `total` cells: a transient bar on a terminal,
+    else a line every CHECK_REPORT_S seconds (none for checks done sooner); use as a context manager,
+    calling `checked` after each cell."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.done = 0
+        self.started = self.reported = time.monotonic()
+        self.console = Console(stderr=True, highlight=False)
+        self.bar: Progress | None = None
+        if self.console.is_terminal:
+            self.bar = Progress(
+                SpinnerColumn(),
+                TextColumn("checking cells"),
+                BarColumn(bar_width=24),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                console=self.console,
+                transient=True,
+            )
+            self.task = self.bar.add_task("", total=total)
+
+    def __enter__(self) -> CheckProgress:
+        if self.bar is not None:
+            self.bar.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+    def checked(self, _: Any = None) -> None:
+        """One more cell checked."""
+        self.done += 1
+        if self.bar is not None:
+            self.bar.advance(self.task)
+            return
+        now = time.monotonic()
+        if now - self.reported >= CHECK_REPORT_S:
+            self.reported = now
+            print(
+                f"zerolab sweep: checked {self.done:,} of {self.total:,} cells ({now - self.started:.0f} s)",
+                file=sys.stderr,
+                flush=True,
+            )
 
 
 def finished_line(name: str, status: rundir.Status, seconds: float | None, run_dir: Any = None) -> str:

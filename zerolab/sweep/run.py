@@ -6,13 +6,14 @@ Re-running the same command resumes: completed cells are skipped, failed ones to
 earlier attempt moved into .previous/. Ctrl-C stops the running cell (its status `killed`) and
 the sweep with it. Exit status: 0 when every cell that could run completed (refused cells
 included), 1 when any failed, the stopped cell's (130 on Ctrl-C) when stopped; bad input, or
-every cell refused, is a UserError (2) before anything is written."""
+every cell refused, is a UserError (2) before anything is written (the dry run's too), and every
+cell refused at its launch (a failed export of its model) is 2 as well."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,10 @@ from zerolab.sweep.check import (
     Checked,
     check_cells,
     checked_and_locked,
+    checking_line,
+    dry_run_head,
     dry_run_text,
+    nothing_runs,
     record_refusal,
 )
 from zerolab.sweep.plan import (
@@ -59,14 +63,26 @@ def planned(sweep: Sweep, name: str | None) -> tuple[Plan, Path, bool]:
 
 
 def dry_run(sweep: Sweep, name: str | None, *, retry_failed: bool) -> int:
-    """Print each cell with its check (ok, or refused with the message) or why it is skipped;
-    write nothing."""
+    """Print each cell with its check (ok, or refused with the message: every check of a launch that
+    can be made without launching, a GPU here and the port included) or why it is skipped; write
+    nothing. Returns 0, or refuses (UserError, 2) where the sweep would be refused: every cell refused."""
 
     plan, directory, _ = planned(sweep, name)
     missing = engine_missing()
-    note = f"the engine is not set up ({missing}): cells checked without it" if missing else None
+    note = (
+        f"the engine is not set up ({missing}): cells checked without it, and the sweep itself refused "
+        "until it is (make setup)"
+        if missing
+        else None
+    )
+    print(dry_run_head(plan, directory, note), end="", flush=True)
     checked = check_cells(plan, directory, _checker(plan, engine_required=False), retry_failed=retry_failed)
-    print(dry_run_text(plan, directory, checked, note), end="")
+    print(dry_run_text(checked), end="", flush=True)
+    if nothing_runs(checked):
+        raise UserError(
+            f"every cell would be refused (above), nothing to run: `zerolab sweep` without --dry-run is "
+            f"refused too; fix the first, {checked[0].cell.name}, as its message says"
+        )
     return 0
 
 
@@ -88,6 +104,7 @@ def run_sweep(sweep: Sweep, name: str | None, *, retry_failed: bool, console: An
     missing = engine_missing()
     if missing:
         raise UserError(f"cannot run the sweep: {missing}")
+    console.print(checking_line(plan), soft_wrap=True, markup=False)
     with checked_and_locked(plan, directory, _checker(plan), retry_failed=retry_failed) as checked:
         return _run(plan, directory, checked, console, recorded)
 
@@ -130,9 +147,16 @@ def _run(plan: Plan, directory: Path, checked: list[Checked], console: Any, reco
                 move_aside(directory, item.cell, item.state)
             progress.start(item.cell.name)
             started = time.monotonic()
-            run_dir, status = launch(
-                item.ready, run_dir=cell_dir(directory, item.cell), echo=progress.echo, doctor=doctor
-            )
+            try:
+                run_dir, status = launch(
+                    item.ready, run_dir=cell_dir(directory, item.cell), echo=progress.echo, doctor=doctor
+                )
+            except UserError as error:  # refused at its launch (its model's export): nothing left of it
+                status = record_refusal(
+                    directory, replace(item, state=None, action=REFUSE, refusal=str(error))
+                )
+                progress.done(finished_line(item.cell.name, status, None))
+                continue
             progress.done(finished_line(item.cell.name, status, time.monotonic() - started, run_dir))
             if status.state == rundir.KILLED:
                 left = len(to_run) - to_run.index(item) - 1
@@ -147,7 +171,8 @@ def _run(plan: Plan, directory: Path, checked: list[Checked], console: Any, reco
 
 
 def _finish(plan: Plan, directory: Path, console: Any) -> SweepRun:
-    """Count the cells' states; exit status 1 when a cell failed, else 0."""
+    """Count the cells' states; exit status 1 when a cell failed, 2 when every cell was refused
+    (some at their launch), else 0."""
     states = [cell_state(directory, cell) for cell in plan.cells]
     counts = {state: states.count(state) for state in dict.fromkeys(states)}
     console.print(
@@ -155,4 +180,6 @@ def _finish(plan: Plan, directory: Path, console: Any) -> SweepRun:
         soft_wrap=True,
         markup=False,
     )
+    if all(state == rundir.REFUSED for state in states):
+        return SweepRun(2, directory, ended=True)
     return SweepRun(1 if rundir.FAILED in states else 0, directory, ended=True)
