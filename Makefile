@@ -27,7 +27,7 @@ lint: dev  ## ruff, the import layers (import-linter: pyproject.toml), shellchec
 test: lint  ## set up .venv, lint, and run every test (engine tests skip, with the reason, without the engine)
 	$(BIN)/pytest
 
-test-fast: dev  ## the fast tier: every test that does not need the engine (1094 tests, about 80 s on 2 cores)
+test-fast: dev  ## the fast tier: every test that does not need the engine (1210 tests, about 80 s on 2 cores)
 	$(BIN)/pytest -m "not real_engine"
 
 cluster-setup:  ## as root on Debian or Ubuntu: the packages the two-node cluster tests start (slurm-wlm, munge, openssh-server, pdsh; the tests run their own daemons, in namespaces)

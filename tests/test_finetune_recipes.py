@@ -326,3 +326,15 @@ def test_a_model_under_exports_is_a_folder_checked_before_launch(tmp_path, capsy
     # an owner/name that is no local path is a hub name: transformers downloads it at launch
     assert main(["render", "finetune/cpu/tiny_wnli_dp", data, "finetune.model=openai-community/gpt2"]) == 0
     assert "finetune.model" not in capsys.readouterr().err
+
+
+def test_the_fine_tuning_page_quotes_the_estimates_as_they_are():
+    page = " ".join((REPO_ROOT / "docs" / "fine-tuning.md").read_text().split())
+    setups = ("dp", "z3", "z3_offload")
+    peaks = {setup: estimate_memory(load_recipe(f"finetune/gpt2_xl_mrpc_{setup}")) for setup in setups}
+    said = (
+        f"a peak of {peaks['dp'].gpu_peak_gib:.2f} GiB allocated per GPU under ZeRO 0, "
+        f"{peaks['z3'].gpu_peak_gib:.2f} GiB under ZeRO 3, {peaks['z3_offload'].gpu_peak_gib:.2f} GiB under "
+        f"ZeRO 3 + optimizer offload; host {peaks['dp'].host_peak_gib():.1f} GiB per node while loading"
+    )
+    assert said in page

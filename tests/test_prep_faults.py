@@ -70,6 +70,20 @@ def test_rerun_is_a_no_op_unless_forced_and_other_options_are_refused(tmp_path, 
     assert "--force" in capsys.readouterr().err
 
 
+def test_the_same_input_named_another_way_is_already_prepared(tmp_path, monkeypatch, capsys):
+    # `make demo` names the bundled sample by its absolute path, a user by a relative one or a link
+    (tmp_path / "link").symlink_to(SAMPLE.parent)
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "dolly"
+    assert prep("dolly", "--input", str(SAMPLE), "--out", str(out)) == 0
+    bin_path = tmp_path / "dolly_text_document.bin"
+    first = bin_path.stat().st_mtime_ns
+    for spelling in ("link/dolly151.jsonl", f"./link/{SAMPLE.name}"):
+        capsys.readouterr()
+        assert prep("dolly", "--input", spelling, "--out", str(out)) == 0, capsys.readouterr().err
+        assert bin_path.stat().st_mtime_ns == first
+
+
 def test_missing_input_and_bad_options_exit_2(tmp_path, capsys):
     assert prep("jsonl", str(tmp_path / "nope.jsonl"), "--out", str(tmp_path / "o")) == 2
     assert "nope.jsonl does not exist" in capsys.readouterr().err

@@ -10,7 +10,8 @@ import shutil
 
 from engine_patch_helpers import run_on_engine
 
-from zerolab.evaluate.same_weights import SAME_WEIGHTS, differences_from_first
+from zerolab.evaluate.same_weights import differences_from_first
+from zerolab.rundir import SAME_WEIGHTS
 
 
 def test_a_copy_is_the_same_model_and_a_nudged_one_is_not(engine, hf_model, tmp_path):

@@ -32,6 +32,7 @@ from zerolab.recipe.length import save_interval
 from zerolab.summarize.collect import summarize_paths
 from zerolab.summarize.summary import Options
 from zerolab.summarize.sweep_plots import axis, points
+from zerolab.summarize.tables import to_markdown
 from zerolab.sweep.values import value_text
 
 NAME = "tiny"
@@ -246,5 +247,10 @@ def test_the_demo_scores_checkpoints_holding_the_same_weights_once(work, retried
         assert score.metrics == good.tasks[task].metrics and good.tasks[task].same_weights_as is None
     assert f"{CELLS[(BROKEN, 2)]}  the same weights as {CELLS[(GOOD, 2)]}" in out.getvalue()
     assert out.getvalue().count("val ppl") == 1  # scored once
-    rows = {run.row["name"]: run.row for run in summarize_paths([directory], Options()).runs}
+    collection = summarize_paths([directory], Options())
+    rows = {run.row["name"]: run.row for run in collection.runs}
     assert f"eval scores: those of {CELLS[(GOOD, 2)]}" in " ".join(rows[CELLS[(BROKEN, 2)]]["notes"])
+    said = (
+        f"- {CELLS[(BROKEN, 2)]}: eval scores: those of {CELLS[(GOOD, 2)]}, whose checkpoint holds the same"
+    )
+    assert said in to_markdown(collection)  # summary.md says so

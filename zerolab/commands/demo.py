@@ -16,11 +16,11 @@ from rich.console import Console
 
 from zerolab.commands.prep import run_prep
 from zerolab.evaluate.run import evaluate
-from zerolab.evaluate.same_weights import SAME_WEIGHTS, differences_from_first
+from zerolab.evaluate.same_weights import differences_from_first
 from zerolab.evaluate.tasks import TASKS
 from zerolab.export.run import export_run
 from zerolab.locations import SAMPLES_DIR, display_path
-from zerolab.rundir import COMPLETED, last_checkpoint, read_eval, write_eval
+from zerolab.rundir import COMPLETED, SAME_WEIGHTS, last_checkpoint, read_eval, write_eval
 from zerolab.summarize.report import summarize_sweep
 from zerolab.sweep.cells import check_name, expand
 from zerolab.sweep.plan import cell_dir, cell_state, read_plan, sweep_dir
@@ -89,7 +89,8 @@ def evaluate_cells(directory: Path, console: Any) -> None:
             same = {"same_weights_as": first_name, "weights_difference": difference, "iteration": saved}
             write_eval(run_dir, {task: score.model_copy(update=same) for task, score in first_scores.items()})
             console.print(
-                f"{name}  the same weights as {first_name} (largest difference {difference:.1g}): its scores",
+                f"{name}  the same weights as {first_name} (within {SAME_WEIGHTS:g}, largest difference "
+                f"{difference:.1g}): its scores",
                 soft_wrap=True,
                 markup=False,
             )

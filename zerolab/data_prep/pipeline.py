@@ -74,9 +74,20 @@ class PrepJob:
             "dtype": token_dtype(VOCAB_SIZE).name,
         }
 
-    def fingerprint(self) -> str:
-        facts = {"options": self.options(), "source": self.source.describe(), "tokenizer": tokenizer_facts()}
+    def fingerprint(self, *, as_given: bool = False) -> str:
+        """What makes this job's output: its options, its input, the tokenizer. An input file is
+        named by its real path, so that another spelling of it is the same input (`as_given`: by
+        the path as given, as zerolab 0.1.0's manifests before 2026-11-26 name it)."""
+        source = self.source.describe()
+        if not as_given:
+            source = {**source, "files": [_real(file) for file in source.get("files", [])]}
+        facts = {"options": self.options(), "source": source, "tokenizer": tokenizer_facts()}
         return hashlib.sha256(json.dumps(facts, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _real(file: dict) -> dict:
+    """A file's facts (sources.file_facts) with its path resolved (links, `..`, relative)."""
+    return {**file, "path": os.path.realpath(file["path"])} if "path" in file else file
 
 
 @dataclass
@@ -121,7 +132,7 @@ def run(*jobs: PrepJob) -> int:
     pending = []
     for job in jobs:
         outputs, fingerprint = job.outputs(), job.fingerprint()
-        if _finished(outputs, fingerprint, job.force):
+        if _finished(outputs, {fingerprint, job.fingerprint(as_given=True)}, job.force):
             _say(job, f"[green]already prepared[/]: {', '.join(f'{p}.bin' for p in outputs.values())} "
                  "(pass --force to rebuild)")  # fmt: skip
             continue
@@ -264,7 +275,7 @@ def _input_names(job: PrepJob) -> str:
     return str(described.get("dataset"))
 
 
-def _finished(outputs: dict[str, Path], fingerprint: str, force: bool) -> bool:
+def _finished(outputs: dict[str, Path], fingerprints: set[str], force: bool) -> bool:
     """Whether a complete output of this very job exists (then a rerun is a no-op); UserError when
     any of its outputs is there from another input or options, or no longer matches its manifest
     (without --force: nothing is overwritten that this job did not make)."""
@@ -285,7 +296,7 @@ def _finished(outputs: dict[str, Path], fingerprint: str, force: bool) -> bool:
                 f"{manifest_path} is not a manifest of `zerolab prep`; pass --force to rebuild {prefix}, or "
                 "choose another --out"
             ) from None
-        if made[0] != fingerprint:
+        if made[0] not in fingerprints:
             raise UserError(
                 f"{prefix}.bin exists, made from another input or with other options "
                 f"(see {manifest_path}); pass --force to rebuild it, or choose another --out"

@@ -1,6 +1,6 @@
-"""Whether Hugging Face GPT-2 folders hold the same weights: the largest absolute difference of
+"""How far apart the weights of Hugging Face GPT-2 folders are: the largest absolute difference of
 each folder's tensors from the first folder's, computed in the engine's Python
-(evaluate/weight_difference.py)."""
+(evaluate/weight_difference.py). Within rundir.SAME_WEIGHTS they are one model."""
 
 from __future__ import annotations
 
@@ -11,9 +11,6 @@ from pathlib import Path
 from zerolab.engine.scripts import run_engine_script
 
 SCRIPT = Path(__file__).resolve().with_name("weight_difference.py")
-SAME_WEIGHTS = 1e-6
-"""Weights no further apart than this (in any tensor, absolute) are the same model: far below
-what a score printed to four digits can show, and what one optimizer step of the demo moves."""
 
 
 def differences_from_first(folders: list[Path]) -> list[float]:

@@ -10,7 +10,7 @@ from typing import Any
 from zerolab.estimate.runs import estimated_peak_gib
 from zerolab.logs.failures import cause_text
 from zerolab.logs.parse import ParsedLog
-from zerolab.rundir import COMPLETED, EVAL_METRICS, FAILED, KILLED, REFUSED
+from zerolab.rundir import COMPLETED, EVAL_METRICS, FAILED, KILLED, REFUSED, SAME_WEIGHTS
 from zerolab.summarize.columns import ROW_KEYS, RUNNING_OR_CUT_OFF, TRUNCATED
 from zerolab.summarize.config import config_columns, setup_label
 from zerolab.summarize.discover import Run
@@ -258,14 +258,18 @@ def _evaluation(scores: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
+SCORED_AS = "eval scores: those of "
+"""How a run's note begins where its eval.json holds another run's scores (summary.md gathers them)."""
+
+
 def _scored_as(scores: dict[str, Any]) -> list[str]:
     """A note where eval.json's scores are another run's: its checkpoint holds the same weights."""
     for score in scores.values():
         if score.get("same_weights_as"):
             difference = score.get("weights_difference") or 0.0
             return [
-                f"eval scores: those of {score['same_weights_as']}, whose checkpoint holds the same weights "
-                f"(largest difference {difference:.1g}): scored once"
+                f"{SCORED_AS}{score['same_weights_as']}, whose checkpoint holds the same weights "
+                f"within {SAME_WEIGHTS:g} (largest difference {difference:.1g}): scored once"
             ]
     return []
 

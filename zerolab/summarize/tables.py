@@ -16,6 +16,7 @@ from rich.text import Text
 from zerolab.rundir import COMPLETED
 from zerolab.summarize.collect import Collection
 from zerolab.summarize.columns import ROW_KEYS, TERMINAL_ALWAYS, Column, number, table_columns
+from zerolab.summarize.summary import SCORED_AS
 
 JSON_SCHEMA_VERSION = 1
 
@@ -28,6 +29,12 @@ def _footnotes(collection: Collection) -> list[str]:
         "memory); host memory is the launcher's process tree when samples.csv exists.",
     ]
     notes += [f"Not summarized: {path}: {reason}" for path, reason in collection.skipped]
+    scored_as: dict[str, list[str]] = {}
+    for summary in collection.runs:
+        for note in summary.row["notes"]:
+            if note.startswith(SCORED_AS):
+                scored_as.setdefault(note, []).append(summary.row["name"])
+    notes += [f"{', '.join(names)}: {note}" for note, names in scored_as.items()]
     return notes
 
 
