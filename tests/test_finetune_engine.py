@@ -194,3 +194,26 @@ def test_a_tokenizer_that_encodes_nothing_fails_the_run_naming_the_file(engine, 
     assert status["state"] == "failed"
     log = (run_dir / "train.log").read_text()
     assert "wnli_train.jsonl: example 1 is no tokens at all once tokenized by the model's tokenizer" in log
+
+
+def test_weights_that_do_not_cover_the_config_fail_the_run_naming_the_tensors(engine, hf_model, tmp_path):
+    # config.json says 4 layers, the weights hold 2: layers 2 and 3 would fine-tune from random values
+    model = tmp_path / "short"
+    shutil.copytree(hf_model, model)
+    config = json.loads((model / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps({**config, "n_layer": 4}))
+    run_dir = tmp_path / "run"
+    argv = [
+        "launch",
+        "finetune/cpu/tiny_wnli_dp",
+        f"finetune.model={model}",
+        f"hardware.master_port={free_port()}",
+    ]
+    assert main([*argv, "--run-dir", str(run_dir)]) != 0
+    status = json.loads((run_dir / "status.json").read_text())
+    assert status["state"] == "failed", status
+    assert (
+        f"{model}: its weights do not cover the model its config.json describes: 24 tensor(s)"
+        in status["cause"]
+    )
+    assert "transformer.h.2." in status["cause"]

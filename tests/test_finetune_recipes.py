@@ -338,3 +338,11 @@ def test_the_fine_tuning_page_quotes_the_estimates_as_they_are():
         f"ZeRO 3 + optimizer offload; host {peaks['dp'].host_peak_gib():.1f} GiB per node while loading"
     )
     assert said in page
+
+
+def test_a_model_and_data_under_the_home_folder_are_read_there(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    overrides = ["finetune.model=~/models/tiny", "finetune.data=~/glue"]
+    recipe = load_recipe("finetune/cpu/tiny_wnli_dp", overrides)
+    assert recipe.finetune.model == str(tmp_path / "models" / "tiny")
+    assert recipe.finetune.data == str(tmp_path / "glue")

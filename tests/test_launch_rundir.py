@@ -43,6 +43,14 @@ def test_a_given_run_directory_that_exists_is_refused(tmp_path):
     assert claim(tmp_path / "new" / "run").is_dir()
 
 
+def test_a_run_directory_under_a_file_is_refused_naming_the_file(tmp_path, capsys):
+    (tmp_path / "notes.txt").write_text("mine")
+    run_dir = tmp_path / "notes.txt" / "sub" / "run"
+    with pytest.raises(UserError, match=r"notes.txt is a file, so no folder can be made there"):
+        claim(run_dir)
+    assert (tmp_path / "notes.txt").read_text() == "mine"
+
+
 def test_dry_run_prints_the_render_and_writes_nothing(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert main(["launch", "cpu/tiny_z3", "--dry-run", "--run-dir", str(tmp_path / "run")]) == 0

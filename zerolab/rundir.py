@@ -218,11 +218,20 @@ def made(logs_root: Path, name: str, path: Path | None = None) -> Iterator[Path]
 
 
 def claim(path: Path) -> Path:
-    """Create the run directory `path` given by the user; an existing one is refused, never reused."""
+    """Create the run directory `path` given by the user; an existing one is refused, never reused,
+    and so is a path under a file or one that cannot be made."""
     if path.exists():
         raise UserError(f"{path} already exists: a run directory is never overwritten; choose a new path")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.mkdir()
+    taken = next((parent for parent in path.parents if parent.exists() and not parent.is_dir()), None)
+    if taken is not None:
+        raise UserError(
+            f"--run-dir {path}: {taken} is a file, so no folder can be made there; choose another path"
+        )
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.mkdir()
+    except OSError as error:
+        raise UserError(f"--run-dir {path}: cannot make it ({error.strerror}); choose another path") from None
     return path
 
 

@@ -113,6 +113,17 @@ def _example_losses(task: GlueTask, logits: Any, labels: Any) -> Any:
     return F.cross_entropy(logits, labels, reduction="none")
 
 
+def not_from_the_weights(loading: dict[str, Any]) -> str | None:
+    """The tensors from_pretrained's loading report says were not read from the weights files (the
+    new classification head `score` aside), named (the first four and how many), or None."""
+    missing = [key for key in loading.get("missing_keys", ()) if not key.startswith("score.")]
+    missing += [str(entry[0]) for entry in loading.get("mismatched_keys", ())]
+    if not missing:
+        return None
+    more = f", and {len(missing) - 4} more" if len(missing) > 4 else ""
+    return f"{len(missing)} tensor(s) ({', '.join(missing[:4])}{more})"
+
+
 def load_model(request: FinetuneRequest, model_dir: str, task: GlueTask) -> tuple[Any, Any]:
     """The tokenizer and the model, whole on every rank: deepspeed.initialize partitions it under
     ZeRO-3. (Partitioned as it loads, through HfDeepSpeedConfig and zero.Init in from_pretrained, it
@@ -127,9 +138,16 @@ def load_model(request: FinetuneRequest, model_dir: str, task: GlueTask) -> tupl
         problem_type="regression" if task.is_regression else "single_label_classification",
         **request.config,
     )
-    model = GPT2ForSequenceClassification.from_pretrained(
-        model_dir, config=config, attn_implementation=request.attention
+    model, loading = GPT2ForSequenceClassification.from_pretrained(
+        model_dir, config=config, attn_implementation=request.attention, output_loading_info=True
     )
+    uncovered = not_from_the_weights(loading)
+    if uncovered:
+        raise RuntimeError(
+            f"{model_dir}: its weights do not cover the model its config.json describes: {uncovered} would "
+            "keep their random initial values; give the folder the model was saved into whole (config.json "
+            "and every weights file)"
+        )
     if request.gradient_checkpointing:
         model.gradient_checkpointing_enable()
     return tokenizer, model

@@ -3,10 +3,11 @@ and meaning. docs/recipe-reference.md is generated from it (`make docs`)."""
 
 from __future__ import annotations
 
+import os
 import typing
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, create_model
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, create_model, field_validator
 
 from zerolab.engine.megatron_entry import FLASH_V2
 from zerolab.engine.speed_switches import SPEED_ENV, SWITCHES
@@ -791,6 +792,12 @@ class FinetuneSection(Section):
         "Face's Trainer does; false: in file order",
         to=(Zerolab("request.json's shuffle"),),
     )
+
+    @field_validator("model", "data")
+    @classmethod
+    def _home_folder(cls, value: str) -> str:
+        """A path starting with `~` (or `~user`) starts in a home folder, as in a shell."""
+        return os.path.expanduser(value) if value.startswith("~") else value
 
 
 class Recipe(Section):
