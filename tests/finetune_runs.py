@@ -34,3 +34,18 @@ def fine_tune(model: Path, setup: str, run_dir: Path, *overrides: str) -> list[d
     records = scan_records(run_dir, problems)
     assert not problems, problems
     return records
+
+
+def failed_fine_tune(model: Path, run_dir: Path) -> tuple[dict[str, Any], str]:
+    """status.json and train.log of `zerolab launch finetune/cpu/tiny_wnli_dp` fine-tuning `model`
+    into `run_dir`, a run that must start and fail."""
+    argv = [
+        "launch",
+        "finetune/cpu/tiny_wnli_dp",
+        f"finetune.model={model}",
+        f"hardware.master_port={free_port()}",
+    ]
+    assert main([*argv, "--run-dir", str(run_dir)]) != 0
+    status = json.loads((run_dir / "status.json").read_text())
+    assert status["state"] == "failed", status
+    return status, (run_dir / "train.log").read_text(errors="replace")

@@ -12,10 +12,8 @@ import math
 import shutil
 import subprocess
 
-from finetune_runs import fine_tune
-from launch_helpers import free_port
+from finetune_runs import failed_fine_tune, fine_tune
 
-from zerolab.cli import main
 from zerolab.engine.paths import engine_python_env
 from zerolab.finetune.glue import glue_task
 from zerolab.locations import REPO_ROOT
@@ -182,17 +180,7 @@ def test_a_tokenizer_that_encodes_nothing_fails_the_run_naming_the_file(engine, 
         str(assets / "merges.txt"),
     ]
     subprocess.run(command, env=engine_python_env(), check=True, capture_output=True, timeout=300)
-    run_dir = tmp_path / "run"
-    argv = [
-        "launch",
-        "finetune/cpu/tiny_wnli_dp",
-        f"finetune.model={model}",
-        f"hardware.master_port={free_port()}",
-    ]
-    assert main([*argv, "--run-dir", str(run_dir)]) != 0
-    status = json.loads((run_dir / "status.json").read_text())
-    assert status["state"] == "failed"
-    log = (run_dir / "train.log").read_text()
+    _, log = failed_fine_tune(model, tmp_path / "run")
     assert "wnli_train.jsonl: example 1 is no tokens at all once tokenized by the model's tokenizer" in log
 
 
@@ -202,16 +190,7 @@ def test_weights_that_do_not_cover_the_config_fail_the_run_naming_the_tensors(en
     shutil.copytree(hf_model, model)
     config = json.loads((model / "config.json").read_text())
     (model / "config.json").write_text(json.dumps({**config, "n_layer": 4}))
-    run_dir = tmp_path / "run"
-    argv = [
-        "launch",
-        "finetune/cpu/tiny_wnli_dp",
-        f"finetune.model={model}",
-        f"hardware.master_port={free_port()}",
-    ]
-    assert main([*argv, "--run-dir", str(run_dir)]) != 0
-    status = json.loads((run_dir / "status.json").read_text())
-    assert status["state"] == "failed", status
+    status, _ = failed_fine_tune(model, tmp_path / "run")
     assert (
         f"{model}: its weights do not cover the model its config.json describes: 24 tensor(s)"
         in status["cause"]

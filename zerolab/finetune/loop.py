@@ -116,8 +116,8 @@ def _example_losses(task: GlueTask, logits: Any, labels: Any) -> Any:
 def not_from_the_weights(loading: dict[str, Any]) -> str | None:
     """The tensors from_pretrained's loading report says were not read from the weights files (the
     new classification head `score` aside), named (the first four and how many), or None."""
-    missing = [key for key in loading.get("missing_keys", ()) if not key.startswith("score.")]
-    missing += [str(entry[0]) for entry in loading.get("mismatched_keys", ())]
+    missing = sorted(key for key in loading.get("missing_keys", ()) if not key.startswith("score."))
+    missing += sorted(str(entry[0]) for entry in loading.get("mismatched_keys", ()))
     if not missing:
         return None
     more = f", and {len(missing) - 4} more" if len(missing) > 4 else ""
