@@ -1,40 +1,25 @@
 """A run's settings as its log states them: the one reader of Megatron's argument dump, DeepSpeed's
 config dump and the user json it printed, for the summary's config columns and for the estimate of
-a plain log. A setting the log does not state is None, never a guess."""
+a plain log. They are run.json's facts (zerolab.rundir.RunFacts) as the log states them, and the
+few only a log states, so that a summary reads one typed record whichever source it came from. A
+setting the log does not state is None, never a guess."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from zerolab.logs.parse import ParsedLog
+from zerolab.rundir import RunFacts
 
 
-@dataclass(frozen=True)
-class LogSettings:
-    """What the log says the run was; None where it does not say."""
+class LogSettings(RunFacts):
+    """What the log says the run was: run.json's facts (those a log states: sizes, parallelism, ZeRO
+    stage and offload, batches, `precision` `bf16`, `fp16` or `fp32`, `recompute_granularity`) and
+    what only the log states; None where it does not say."""
 
-    num_layers: int | None
-    hidden_size: int | None
-    num_attention_heads: int | None
-    ffn_hidden_size: int | None
-    kv_channels: int | None
-    seq_length: int | None
-    max_position_embeddings: int | None
-    padded_vocab_size: int | None
-    world_size: int | None
-    tensor_parallel: int | None
-    pipeline_parallel: int | None
-    zero_stage: int | None
-    offload_optimizer: bool | None
-    offload_param: bool | None
-    micro_batch_size: int | None
-    global_batch_size: int | None
-    precision: str | None
-    """`bf16`, `fp16` or `fp32`."""
-    full_recompute: bool
-    """Whole layers recomputed in the backward pass (`--recompute-granularity full` or the older
-    `--checkpoint-activations`)."""
+    ffn_hidden_size: int | None = None
+    kv_channels: int | None = None
+    max_position_embeddings: int | None = None
 
 
 def first_stated(*values: Any) -> Any:
@@ -99,7 +84,9 @@ def read_settings(log: ParsedLog) -> LogSettings:
     )
     batches = log.iterations["global_batch_size"]
     last_batch = whole_number(batches[-1]) if len(batches) and batches[-1] == batches[-1] else None
-    return LogSettings(
+    recompute = args.get("recompute_granularity")
+    # built without run.json's ranges: a log's values are whatever it printed, each read as a number here
+    return LogSettings.model_construct(
         num_layers=whole_number(args.get("num_layers")),
         hidden_size=whole_number(args.get("hidden_size")),
         num_attention_heads=whole_number(args.get("num_attention_heads")),
@@ -132,6 +119,8 @@ def read_settings(log: ParsedLog) -> LogSettings:
             )
         ),
         precision=_precision(args, ds, ds_json),
-        full_recompute=args.get("recompute_granularity") == "full"
-        or bool(args.get("checkpoint_activations")),
+        # whole layers recomputed: `--recompute-granularity full`, or the older `--checkpoint-activations`
+        recompute_granularity="full"
+        if args.get("checkpoint_activations")
+        else (recompute if isinstance(recompute, str) else None),
     )

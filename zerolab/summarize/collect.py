@@ -35,10 +35,10 @@ class Collection:
 
 def setup_rank(summary: RunSummary) -> tuple[int, str]:
     """The ZeRO setups first (z0 ... z3_offload_param, in that order), then other setups, then unknown."""
-    setup = summary.row["setup"]
+    setup = summary.row.setup
     if setup in SETUP_ORDER:
-        return SETUP_ORDER.index(setup), summary.row["name"]
-    return (len(SETUP_ORDER), summary.row["name"]) if setup else (len(SETUP_ORDER) + 1, summary.row["name"])
+        return SETUP_ORDER.index(setup), summary.row.name
+    return (len(SETUP_ORDER), summary.row.name) if setup else (len(SETUP_ORDER) + 1, summary.row.name)
 
 
 def summarize_paths(
@@ -59,7 +59,7 @@ def summarize_paths(
                 collection.skipped.append((str(run.log), f"cannot read: {error.strerror or error}"))
                 continue
             reason = log.understood()
-            if reason and not (facts and facts.run):
+            if reason and not (facts and facts.run is not None):
                 collection.skipped.append((str(run.log), reason))
                 continue
         collection.runs.append(summarize_run(run, log, facts, options))
@@ -68,7 +68,7 @@ def summarize_paths(
     if len(collection.sweeps) > 1:  # cells of several sweeps: `demo/zero-z0`, not `zero-z0` twice
         for sweep in collection.sweeps:
             for summary in sweep.runs:
-                summary.row["name"] = f"{sweep.plan.name}/{summary.row['name']}"
+                summary.row.name = f"{sweep.plan.name}/{summary.row.name}"
     _disambiguate(collection.runs)
     return collection
 
@@ -78,14 +78,14 @@ def _disambiguate(runs: list[RunSummary]) -> None:
     of its last parts as it takes (`zero-z0 (a/demo/zero-z0)`)."""
     groups: dict[str, list[RunSummary]] = {}
     for summary in runs:
-        groups.setdefault(summary.row["name"], []).append(summary)
+        groups.setdefault(summary.row.name, []).append(summary)
     for name, group in groups.items():
         if len(group) < 2:
             continue
-        parts = [Path(summary.row["path"]).parts for summary in group]
+        parts = [Path(summary.row.path).parts for summary in group]
         depth = next(
             (n for n in range(1, max(map(len, parts)) + 1) if len({p[-n:] for p in parts}) == len(parts)),
             max(map(len, parts)),
         )
         for summary, path in zip(group, parts, strict=True):
-            summary.row["name"] = f"{name} ({'/'.join(path[-depth:])})"
+            summary.row.name = f"{name} ({'/'.join(path[-depth:])})"

@@ -14,9 +14,8 @@ from typing import Any, Literal
 from zerolab.files import generated_doc_main
 from zerolab.locations import REPO_ROOT
 from zerolab.rundir import COMPLETED, FAILED, KILLED, REFUSED
+from zerolab.summarize.row import SummaryRow
 from zerolab.sweep.values import value_text
-
-Row = dict[str, Any]
 
 RUNNING_OR_CUT_OFF, TRUNCATED = "running_or_cut_off", "truncated"
 """A summary's own statuses of a run, beside status.json's (rundir) completed, failed, killed and
@@ -79,7 +78,7 @@ class Column:
     """Further row keys documented with this one (its spread, where it came from)."""
     show: Callable[[Any], str] | None = None
     """How a value is written in a table or comparison (default: `number`)."""
-    cell: Callable[[Row], str] | None = None
+    cell: Callable[[SummaryRow], str] | None = None
     """How the table cell is made from the whole row, when it combines keys."""
     better: Literal["higher", "lower"] | None = None
     """A metric: `zerolab compare` divides it by the baseline's."""
@@ -103,7 +102,7 @@ class Column:
         """One value as a table or comparison shows it."""
         return (self.show or (lambda v: number(v, 4)))(value)
 
-    def table_cell(self, row: Row) -> str:
+    def table_cell(self, row: SummaryRow) -> str:
         """This column's cell for `row`."""
         return self.cell(row) if self.cell else self.text(row[self.key])
 
@@ -113,44 +112,45 @@ class Column:
         return f"{self.better} is better"
 
 
-def _spread(key: str) -> Callable[[Row], str]:
-    def cell(row: Row) -> str:
-        if row[key] is None:
+def _spread(key: str) -> Callable[[SummaryRow], str]:
+    def cell(row: SummaryRow) -> str:
+        median, p10, p90 = row[key], row[f"{key}_p10"], row[f"{key}_p90"]
+        if median is None:
             return ""
-        if row[f"{key}_p10"] is None or row[f"{key}_p10"] == row[f"{key}_p90"]:
-            return number(row[key], 4)
-        return f"{number(row[key], 4)} [{number(row[f'{key}_p10'], 4)}-{number(row[f'{key}_p90'], 4)}]"
+        if p10 is None or p10 == p90:
+            return number(median, 4)
+        return f"{number(median, 4)} [{number(p10, 4)}-{number(p90, 4)}]"
 
     return cell
 
 
-def _batch(row: Row) -> str:
-    if row["micro_batch_size"] is None and row["global_batch_size"] is None:
+def _batch(row: SummaryRow) -> str:
+    if row.micro_batch_size is None and row.global_batch_size is None:
         return ""
-    return f"{number(row['micro_batch_size'])}/{number(row['global_batch_size'])}"
+    return f"{number(row.micro_batch_size)}/{number(row.global_batch_size)}"
 
 
-def _ranks(row: Row) -> str:
+def _ranks(row: SummaryRow) -> str:
     """`2`, or `2 on 2 nodes` for a run over several nodes."""
-    nodes = row["nodes"]
-    return number(row["world_size"]) + (f" on {nodes} nodes" if nodes and nodes > 1 else "")
+    nodes = row.nodes
+    return number(row.world_size) + (f" on {nodes} nodes" if nodes and nodes > 1 else "")
 
 
-def _loss(row: Row) -> str:
-    if row["first_loss"] is None:
+def _loss(row: SummaryRow) -> str:
+    if row.first_loss is None:
         return ""
-    return f"{row['first_loss']:.3f} → {row['last_loss']:.3f}"
+    return f"{row.first_loss:.3f} → {row.last_loss:.3f}"
 
 
-def _val(row: Row) -> str:
-    parts = [f"{row['val_loss']:.3f}" if row["val_loss"] is not None else "", number(row["val_ppl"], 4)]
+def _val(row: SummaryRow) -> str:
+    parts = [f"{row.val_loss:.3f}" if row.val_loss is not None else "", number(row.val_ppl, 4)]
     return " / ".join(parts) if any(parts) else ""
 
 
-def _scored(key: str, data_key: str, show: Callable[[Any], str]) -> Callable[[Row], str]:
+def _scored(key: str, data_key: str, show: Callable[[Any], str]) -> Callable[[SummaryRow], str]:
     """An eval.json metric's cell, `(sample)` after it when it was scored on zerolab's shipped sample."""
 
-    def cell(row: Row) -> str:
+    def cell(row: SummaryRow) -> str:
         if row[key] is None:
             return ""
         return show(row[key]) + (" (sample)" if row[data_key] == "sample" else "")
@@ -158,27 +158,27 @@ def _scored(key: str, data_key: str, show: Callable[[Any], str]) -> Callable[[Ro
     return cell
 
 
-def _task_score(row: Row) -> str:
+def _task_score(row: SummaryRow) -> str:
     """`mrpc f1 0.873`."""
-    if row["task_score"] is None:
+    if row.task_score is None:
         return ""
-    return f"{row['task']} {row['task_metric']} {row['task_score']:.3f}"
+    return f"{row.task} {row.task_metric} {row.task_score:.3f}"
 
 
-def _estimate(row: Row) -> str:
+def _estimate(row: SummaryRow) -> str:
     """`7.89 (+0.8%)`: zerolab estimate's predicted peak and its error against max allocated."""
-    if row["estimated_peak_GiB"] is None:
+    if row.estimated_peak_GiB is None:
         return ""
-    error = row["estimate_error_pct"]
-    return number(row["estimated_peak_GiB"]) + (f" ({error:+.1f}%)" if error is not None else "")
+    error = row.estimate_error_pct
+    return number(row.estimated_peak_GiB) + (f" ({error:+.1f}%)" if error is not None else "")
 
 
-def _status(row: Row) -> str:
+def _status(row: SummaryRow) -> str:
 
-    text = STATUS_LABELS[row["status"]]
-    if row["cause"]:
-        text += f": {row['cause']}"
-    if row["anomalies"]:
+    text = STATUS_LABELS[row.status]
+    if row.cause:
+        text += f": {row.cause}"
+    if row.anomalies:
         text += " (NaN or overflow seen)"
     return text
 
@@ -466,8 +466,8 @@ def swept_column(key: str) -> Column:
     """The table column of a swept key: each row's value of it (empty outside the sweep); ranked
     with the setup, after the numbers (a cell's name says its values too)."""
 
-    def cell(row: Row) -> str:
-        values = row["sweep"] or {}
+    def cell(row: SummaryRow) -> str:
+        values = row.sweep or {}
         return value_text(values[key]) if key in values else ""
 
     return Column(f"sweep.{key}", f"the swept key `{key}`", label=key, cell=cell, terminal=9)

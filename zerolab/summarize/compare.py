@@ -29,7 +29,7 @@ def _runs_at(runs: list[RunSummary], path: Path) -> list[RunSummary]:
         found = {run.path.resolve() for run in discover([path])}
     except UserError:  # a folder holding no run: named as not summarized
         return []
-    return [summary for summary in runs if Path(summary.row["path"]).resolve() in found]
+    return [summary for summary in runs if Path(summary.row.path).resolve() in found]
 
 
 def in_given_order(runs: list[RunSummary], paths: list[Path]) -> list[RunSummary]:
@@ -43,26 +43,26 @@ def in_given_order(runs: list[RunSummary], paths: list[Path]) -> list[RunSummary
     return list(ordered.values())
 
 
-def _status_text(row: dict[str, Any]) -> str:
-    return STATUS_LABELS[row["status"]] + (f": {row['cause']}" if row["cause"] else "")
+def _status_text(status: str, cause: str | None) -> str:
+    return STATUS_LABELS[status] + (f": {cause}" if cause else "")
 
 
 def _baseline(runs: list[RunSummary], baseline: str | None) -> RunSummary:
     """--baseline as the name the summary shows, the run's own name, or a path; else the first run."""
     if baseline is None:
         return runs[0]
-    matches = [summary for summary in runs if summary.row["name"] == baseline]
+    matches = [summary for summary in runs if summary.row.name == baseline]
     if not matches:
         matches = [summary for summary in runs if summary.run_name == baseline]
     if not matches and Path(baseline).exists():
         matches = _runs_at(runs, Path(baseline))
     if not matches:
-        names = ", ".join(summary.row["name"] for summary in runs)
+        names = ", ".join(summary.row.name for summary in runs)
         raise UserError(
             f"--baseline {baseline!r} is not one of the runs: {names} (or give its run directory)"
         )
     if len(matches) > 1:
-        listing = "; ".join(f"{summary.row['name']}: {summary.row['path']}" for summary in matches)
+        listing = "; ".join(f"{summary.row.name}: {summary.row.path}" for summary in matches)
         raise UserError(
             f"--baseline {baseline} names {len(matches)} runs: {listing}. Give one run: its run directory, "
             "or its name as the summary shows it"
@@ -80,7 +80,7 @@ def comparison(
     ratio = value / baseline's value; None when either is unknown, the baseline's is 0, or the run
     did not complete. UserError when the baseline did not complete."""
     runs = in_given_order(collection.runs, given or [])
-    names = [summary.row["name"] for summary in runs]
+    names = [summary.row.name for summary in runs]
     if len(names) < 2:
         skipped = ", ".join(path for path, _ in collection.skipped)
         raise UserError(
@@ -88,12 +88,12 @@ def comparison(
             + (f"; not summarized: {skipped} (why: in the warnings above)" if skipped else "")
         )
     base = _baseline(runs, baseline).row
-    if base["status"] != COMPLETED:
-        completed = [summary.row["name"] for summary in runs if summary.row["status"] == COMPLETED]
+    if base.status != COMPLETED:
+        completed = [summary.row.name for summary in runs if summary.row.status == COMPLETED]
         choices = ", ".join(f"--baseline {shlex.quote(name)}" for name in completed)
         raise UserError(
-            f"baseline {base['name']} did not complete ({_status_text(base)}): its numbers stop where it "
-            f"stopped, so ratios to them would mislead; choose a completed run: "
+            f"baseline {base.name} did not complete ({_status_text(base.status, base.cause)}): its numbers "
+            f"stop where it stopped, so ratios to them would mislead; choose a completed run: "
             f"{choices or 'none of the runs completed'}"
         )
     metrics = {}
@@ -102,18 +102,16 @@ def comparison(
         for summary in runs:
             row = summary.row
             value, reference = row[column.key], base[column.key]
-            ratio = (
-                value / reference if value is not None and reference and row["status"] == COMPLETED else None
-            )
-            values[row["name"]] = {"value": value, "ratio": None if ratio is None else round(ratio, 4)}
+            ratio = value / reference if value is not None and reference and row.status == COMPLETED else None
+            values[row.name] = {"value": value, "ratio": None if ratio is None else round(ratio, 4)}
         metrics[column.key] = {
             "label": column.label,
             "higher_is_better": column.better == "higher",
             "values": values,
         }
-    status = {s.row["name"]: {"status": s.row["status"], "cause": s.row["cause"]} for s in runs}
+    status = {s.row.name: {"status": s.row.status, "cause": s.row.cause} for s in runs}
     skipped = [{"path": path, "reason": reason} for path, reason in collection.skipped]
-    return {"baseline": base["name"], "runs": names, "status": status, "metrics": metrics, "skipped": skipped}
+    return {"baseline": base.name, "runs": names, "status": status, "metrics": metrics, "skipped": skipped}
 
 
 def _widths(texts: list[str]) -> tuple[int, int]:
@@ -133,7 +131,7 @@ def rich_comparison(result: dict[str, Any], width: int | None = None) -> Any:
     labels = ["status", *(f"{column.label} [{column.better_words}]" for column in METRICS)]
     cells: dict[str, list[str]] = {}
     for name in result["runs"]:
-        cells[name] = [_status_text(result["status"][name])]
+        cells[name] = [_status_text(**result["status"][name])]
         for column in METRICS:
             entry = result["metrics"][column.key]["values"][name]
             if entry["value"] is None:

@@ -6,7 +6,7 @@ epoch, per validation split, becomes the row's score."""
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, NamedTuple
 
 from zerolab.errors import UserError
 from zerolab.finetune.glue import glue_task
@@ -36,10 +36,19 @@ def records_as_iterations(log: ParsedLog, records: list[dict[str, Any]], world_s
             log.train_iters = steps
 
 
-def task_columns(task: str | None, records: list[dict[str, Any]]) -> dict[str, Any]:
+class TaskResult(NamedTuple):
     """The row's task columns: the GLUE task, its official metric (the first of them: CoLA's Matthews
     correlation, MRPC's F1...) and that metric on the first validation split after the last epoch,
-    and every split's last scores (`task_scores`: {split: {metric: value}})."""
+    and every split's last scores ({split: {metric: value}})."""
+
+    task: str | None
+    metric: str | None
+    score: float | None
+    scores: dict[str, dict[str, Any]] | None
+
+
+def task_results(task: str | None, records: list[dict[str, Any]]) -> TaskResult:
+    """A fine-tuning run's task columns from its records (all None for pretraining)."""
     last: dict[str, dict[str, Any]] = {}
     for record in records:
         if record.get("kind") == "eval" and isinstance(record.get("split"), str):
@@ -55,12 +64,12 @@ def task_columns(task: str | None, records: list[dict[str, Any]]) -> dict[str, A
     metric = found.metrics[0] if found else None
     first = next((last[split] for split in (found.eval_splits if found else ()) if split in last), None)
     score = first.get(metric) if first and metric else None
-    return {
-        "task": task,
-        "task_metric": metric if score is not None else None,
-        "task_score": score if isinstance(score, int | float) and math.isfinite(score) else None,
-        "task_scores": last or None,
-    }
+    return TaskResult(
+        task=task,
+        metric=metric if score is not None else None,
+        score=score if isinstance(score, int | float) and math.isfinite(score) else None,
+        scores=last or None,
+    )
 
 
 def _number(value: Any) -> float:

@@ -85,12 +85,12 @@ def shorten(text: str, width: int, lines: int = 1) -> list[str]:
 
 
 def _completed(summary: RunSummary) -> bool:
-    return summary.row["status"] == COMPLETED
+    return summary.row.status == COMPLETED
 
 
 def _with_status(summary: RunSummary) -> str:
     """`name (failed)`: a run that did not complete, with its status."""
-    return f"{shorten(summary.row['name'], LEGEND_CHARS)[0]} ({STATUS_LABELS[summary.row['status']]})"
+    return f"{shorten(summary.row.name, LEGEND_CHARS)[0]} ({STATUS_LABELS[summary.row.status]})"
 
 
 def _not_drawn(runs: list[RunSummary]) -> str:
@@ -121,7 +121,7 @@ def _duration_unit(seconds: list[float]) -> tuple[str, float]:
 
 
 def _bar_label(summary: RunSummary) -> str:
-    name, setup = summary.row["name"], summary.row["setup"]
+    name, setup = summary.row.name, summary.row.setup
     lines = shorten(name, LABEL_CHARS, LABEL_LINES)
     if setup and setup not in name:
         lines.append(f"({shorten(setup, LABEL_CHARS - 2)[0]})")
@@ -198,9 +198,9 @@ def _bar_chart(
 
 
 def _legend_label(summary: RunSummary) -> str:
-    name, setup = summary.row["name"], summary.row["setup"]
+    name, setup = summary.row.name, summary.row.setup
     parts = [setup] if setup and setup not in name else []
-    parts += [] if _completed(summary) else [STATUS_LABELS[summary.row["status"]]]
+    parts += [] if _completed(summary) else [STATUS_LABELS[summary.row.status]]
     return shorten(name, LEGEND_CHARS)[0] + (f" ({', '.join(parts)})" if parts else "")
 
 
@@ -238,8 +238,8 @@ def _loss_chart(runs: list[RunSummary], run_styles: dict[int, Style]) -> Any:
         ax.set_xlabel(f"iteration (log scale: the runs' last iterations differ {ratio:,.0f}-fold)")
     else:
         ax.set_xlabel("iteration")
-    tasks = sorted({summary.row["task"] for summary in runs if summary.row["task"]})
-    pretraining = any(not summary.row["task"] for summary in runs)
+    tasks = sorted({summary.row.task for summary in runs if summary.row.task})
+    pretraining = any(not summary.row.task for summary in runs)
     kinds = (["lm loss"] if pretraining else []) + [f"{task} loss" for task in tasks]  # fine-tuning's task
     ax.set_ylabel(f"training loss ({', '.join(kinds)}, per logged interval)")
     ax.grid(alpha=0.3)

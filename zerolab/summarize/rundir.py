@@ -22,14 +22,15 @@ MAX_SAMPLE_PROBLEMS = 3
 
 @dataclass
 class RunDirFacts:
-    """What the run directory says; `problems` lists files that could not be read."""
+    """What the run directory says, typed as zerolab.rundir reads it (None: the file is absent or
+    unreadable); `problems` lists files that could not be read."""
 
-    run: dict[str, Any] = field(default_factory=dict)
-    status: dict[str, Any] = field(default_factory=dict)
+    run: rundir.RunFacts | None = None
+    status: rundir.Status | None = None
     peak_host_rss_MiB: float | None = None
     device_name: str | None = None
     device_peak_tflops: float | None = None
-    evaluation: dict[str, Any] = field(default_factory=dict)
+    evaluation: dict[str, rundir.TaskScore] = field(default_factory=dict)
     """eval.json's scores by task (`zerolab eval`)."""
     finetune: list[dict[str, Any]] = field(default_factory=list)
     """A fine-tuning run's records (finetune.jsonl), in order."""
@@ -87,15 +88,11 @@ def _read_doctor(path: Path, problems: list[str]) -> Any:
 def read_run_dir(directory: Path) -> RunDirFacts:
     """The facts of one run directory; missing files leave their fields empty."""
     facts = RunDirFacts()
-    run, problems = rundir.read_facts(directory)
-    facts.run = run.model_dump(exclude_none=True) if run else {}
-    status, status_problems = rundir.read_status(directory)
-    facts.status = status.model_dump() if status else {}
+    facts.run, problems = rundir.read_facts(directory)
+    facts.status, status_problems = rundir.read_status(directory)
     facts.problems = problems + status_problems
     evaluation, eval_problems = rundir.read_eval(directory)
-    facts.evaluation = (
-        {task: score.model_dump() for task, score in evaluation.tasks.items()} if evaluation else {}
-    )
+    facts.evaluation = evaluation.tasks if evaluation else {}
     facts.problems += eval_problems
     facts.finetune = scan_records(directory, facts.problems)
     samples = directory / rundir.SAMPLES_FILE

@@ -85,7 +85,7 @@ def series(plan: Plan, key: str, rows: list[RunSummary]) -> Iterator[tuple[str, 
     for cell in plan.cells:
         groups.setdefault(tuple(value_text(cell.values[other]) for other in others), [])
     for summary in rows:
-        values = summary.row["sweep"]
+        values = summary.row.sweep
         groups[tuple(value_text(values[other]) for other in others)].append(summary)
     for combination, members in groups.items():
         label = ", ".join(f"{other}={value}" for other, value in zip(others, combination, strict=True))
@@ -97,10 +97,10 @@ def points(metric: str, key: str, xs: dict[str, float], rows: list[RunSummary]) 
     drawn = []
     for summary in rows:
         row = summary.row
-        if row["status"] != COMPLETED or row[metric] is None:
+        if row.status != COMPLETED or row[metric] is None:
             continue
         low, high = (row[end] for end in SPREAD[metric]) if metric in SPREAD else (None, None)
-        drawn.append(Point(xs[value_text(row["sweep"][key])], row[metric], low, high))
+        drawn.append(Point(xs[value_text(row.sweep[key])], row[metric], low, high))
     return sorted(drawn, key=lambda point: point.x)
 
 
@@ -108,8 +108,8 @@ def not_drawn(key: str, rows: list[RunSummary]) -> dict[str, list[str]]:
     """Per value of `key` (as text), the status of each of its cells that is not a measurement."""
     missing: dict[str, list[str]] = {}
     for summary in rows:
-        if summary.row["status"] != COMPLETED:
-            missing.setdefault(value_text(summary.row["sweep"][key]), []).append(summary.row["status"])
+        if summary.row.status != COMPLETED:
+            missing.setdefault(value_text(summary.row.sweep[key]), []).append(summary.row.status)
     return missing
 
 
@@ -128,7 +128,7 @@ def write_sweep_plots(collection: Collection, out: Path) -> tuple[list[Path], li
         plan, rows = sweep.plan, sweep.runs
         for key in plan.keys:
             path = out / plot_file(plan, key, several)
-            if not any(s.row["status"] == COMPLETED for s in rows):
+            if not any(s.row.status == COMPLETED for s in rows):
                 skipped.append(f"{path.name}: no cell of sweep {plan.name} completed")
                 continue
             figure = sweep_figure(plan, key, rows)
@@ -151,7 +151,7 @@ def sweep_figure(plan: Plan, key: str, rows: list[RunSummary]) -> Any:
     values, positions, scale = axis(plan, key)
     xs = {value_text(value): x for value, x in zip(values, positions, strict=True)}
     groups = list(series(plan, key, rows))
-    measured = [label for label, members in groups if any(m.row["status"] == COMPLETED for m in members)]
+    measured = [label for label, members in groups if any(m.row.status == COMPLETED for m in members)]
     missing = not_drawn(key, rows)
     fig, axes = plt.subplots(2, 2, figsize=(12.0, 8.2), sharex=True, layout="constrained")
     palette = matplotlib.colormaps["tab10"]

@@ -29,14 +29,14 @@ def attach_sweeps(runs: list[RunSummary]) -> list[SweepRuns]:
     met: list[SweepRuns] = []
     member: dict[int, SweepRuns] = {}
     for position, summary in enumerate(runs):
-        run_dir = Path(summary.row["path"])
+        run_dir = Path(summary.row.path)
         parent = run_dir.parent.resolve()
         if parent not in plans:
             plans[parent] = read_plan(run_dir.parent)
             first[parent] = position
         plan, problem = plans[parent]
         if problem:
-            summary.row["notes"].append(problem)
+            summary.row.notes.append(problem)
         cells = {cell.run_dir: index for index, cell in enumerate(plan.cells)} if plan else {}
         if plan is None or run_dir.name not in cells:
             place[id(summary)] = (position, 0, 0)
@@ -46,7 +46,7 @@ def attach_sweeps(runs: list[RunSummary]) -> list[SweepRuns]:
             sweep = SweepRuns(plan)
             met.append(sweep)
         member[id(summary)] = sweep
-        summary.row["sweep"] = dict(plan.cells[cells[run_dir.name]].values)
+        summary.row.sweep = dict(plan.cells[cells[run_dir.name]].values)
         place[id(summary)] = (first[parent], 1, cells[run_dir.name])
     runs.sort(key=lambda summary: place[id(summary)])
     for summary in runs:

@@ -31,9 +31,9 @@ def _footnotes(collection: Collection) -> list[str]:
     notes += [f"Not summarized: {path}: {reason}" for path, reason in collection.skipped]
     scored_as: dict[str, list[str]] = {}
     for summary in collection.runs:
-        for note in summary.row["notes"]:
+        for note in summary.row.notes:
             if note.startswith(SCORED_AS):
-                scored_as.setdefault(note, []).append(summary.row["name"])
+                scored_as.setdefault(note, []).append(summary.row.name)
     notes += [f"{', '.join(names)}: {note}" for note, names in scored_as.items()]
     return notes
 
@@ -74,20 +74,20 @@ FINE_TUNING_NOTE = (
 def models_by_setups(collection: Collection) -> tuple[list[str], list[list[str]]] | None:
     """The fine-tuning runs as a table (headers, rows): a row per model and task, a column per ZeRO
     setup; None without fine-tuning runs."""
-    runs = [summary.row for summary in collection.runs if summary.row["task"]]
+    runs = [summary.row for summary in collection.runs if summary.row.task]
     if not runs:
         return None
-    setups = list(dict.fromkeys(row["setup"] or "?" for row in runs))
+    setups = list(dict.fromkeys(row.setup or "?" for row in runs))
     cells: dict[tuple[str, str], dict[str, str]] = {}
     for row in runs:
-        line = cells.setdefault((row["model"] or "?", row["task"]), {})
-        if row["status"] == COMPLETED:
+        line = cells.setdefault((row.model or "?", row.task), {})
+        if row.status == COMPLETED:
             parts = [
-                f"{row['task_metric']} {row['task_score']:.3f}" if row["task_score"] is not None else "",
-                f"{number(row['tokens_per_s_per_gpu'])} tok/s" if row["tokens_per_s_per_gpu"] else "",
-                f"{number(row['max_allocated_GiB'])} GiB" if row["max_allocated_GiB"] is not None else "",
+                f"{row.task_metric} {row.task_score:.3f}" if row.task_score is not None else "",
+                f"{number(row.tokens_per_s_per_gpu)} tok/s" if row.tokens_per_s_per_gpu else "",
+                f"{number(row.max_allocated_GiB)} GiB" if row.max_allocated_GiB is not None else "",
             ]
-            line[row["setup"] or "?"] = ", ".join(part for part in parts if part)
+            line[row.setup or "?"] = ", ".join(part for part in parts if part)
     headers = ["model", "task", *setups]
     rows = [
         [model, task, *(line.get(setup, "") for setup in setups)] for (model, task), line in cells.items()
@@ -110,7 +110,7 @@ def to_csv(collection: Collection) -> str:
     writer = csv.DictWriter(buffer, fieldnames=keys, lineterminator="\n")
     writer.writeheader()
     for summary in collection.runs:
-        values = summary.row["sweep"] or {}
+        values = summary.row.sweep or {}
         row = {name: values.get(key) for name, key in swept.items()} | {
             k: v for k, v in summary.row.items() if k != "sweep"
         }
@@ -137,7 +137,7 @@ def to_json(collection: Collection) -> dict[str, Any]:
             {"name": plan.name, "recipe": plan.recipe, "swept": [entry.model_dump() for entry in plan.swept]}
             for plan in (sweep.plan for sweep in collection.sweeps)
         ],
-        "runs": [summary.row for summary in collection.runs],
+        "runs": [dict(summary.row.items()) for summary in collection.runs],
         "skipped": [{"path": path, "reason": reason} for path, reason in collection.skipped],
     }
 
