@@ -1,8 +1,11 @@
-"""The recipe's facts that a run directory's run.json holds (zerolab.rundir.RunFacts)."""
+"""The recipe's facts that a run directory's run.json holds (zerolab.rundir.RunFacts): a key of
+the model, zero, train and hardware blocks is taken as the recipe states it where run.json holds it
+under the same name; the others are derived here."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from zerolab.errors import UserError
 from zerolab.imported import read_manifest
@@ -11,9 +14,16 @@ from zerolab.recipe.schema import Recipe
 from zerolab.rundir import RunFacts
 
 
+def _same_named(recipe: Recipe) -> dict[str, Any]:
+    """The keys of the recipe's model, zero, train and hardware blocks that run.json holds under
+    the same name (`model.num_layers`: `num_layers`), as the recipe states them."""
+    blocks = (recipe.model, recipe.zero, recipe.train, recipe.hardware)
+    return {key: value for block in blocks for key, value in block if key in RunFacts.model_fields}
+
+
 def run_facts(recipe: Recipe) -> RunFacts:
     """run.json for a run of `recipe`; a value that is not known (the epoch size without data) is None."""
-    model, train = recipe.model, recipe.train
+    model = recipe.model
     try:
         epoch_tokens: int | None = train_split_tokens(recipe)
     except UserError:
@@ -25,36 +35,25 @@ def run_facts(recipe: Recipe) -> RunFacts:
             init_source = read_manifest(Path(model.init_from)).source
         except ValueError:
             init_source = None  # a dry run of a folder not imported yet
-    return RunFacts(
+    derived = dict(
         name=recipe.name,
         recipe=recipe.path,
         model=model.name,
-        num_layers=model.num_layers,
-        hidden_size=model.hidden_size,
-        num_attention_heads=model.num_attention_heads,
-        seq_length=model.seq_length,
         padded_vocab_size=recipe.padded_vocab_size,
         world_size=recipe.world_size,
-        nodes=recipe.hardware.nodes,
-        procs_per_node=recipe.hardware.procs_per_node,
         tensor_parallel=recipe.parallel.tensor,
         pipeline_parallel=recipe.parallel.pipeline,
         data_parallel=recipe.data_parallel_size,
         zero_stage=recipe.zero.stage,
-        offload_optimizer=recipe.zero.offload_optimizer,
-        offload_param=recipe.zero.offload_param,
         recompute_granularity=recipe.activation_checkpointing.granularity,
-        attention=model.attention,
-        micro_batch_size=train.micro_batch_size,
-        global_batch_size=train.global_batch_size,
         gradient_accumulation_steps=recipe.gradient_accumulation_steps,
         precision=recipe.precision_name,
-        device=recipe.hardware.device,
         train_iters=train_iters(recipe),
-        log_interval=train.log_interval,
         epoch_tokens=epoch_tokens,
         init_from=init_from,
         init_source=init_source,
+        master_port=None,  # the port the launch used: launch.launcher records it
         task=recipe.finetune.task if recipe.finetune else None,
         model_source=recipe.finetune.model if recipe.finetune else None,
     )
+    return RunFacts(**(_same_named(recipe) | derived))
