@@ -2,7 +2,8 @@
 person reads, the label with its unit, how a cell shows it, and whether higher or lower is
 better. summary.json and summary.csv hold the keys in this order; the tables, `zerolab compare`,
 the plots and docs/summarize.md (`python -m zerolab.summarize.columns`) loop over this list.
-Adding a metric is one Column here and its value in summary.py."""
+Adding a metric is one Column here, its field in row.py (SummaryRow, in this order) and its value
+in summary.py."""
 
 from __future__ import annotations
 
