@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from zerolab.engine.speed_switches import SWITCH_NAMES
-from zerolab.recipe import load_recipe, render
+from zerolab.recipe.compose import load_recipe
 from zerolab.recipe.destinations import Env, Megatron, destinations
+from zerolab.recipe.render import render
 from zerolab.recipe.schema import Recipe
 
 RENDER_SOURCE = Path(inspect.getfile(load_recipe)).with_name("render.py")

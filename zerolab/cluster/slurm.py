@@ -22,7 +22,7 @@ from string import Template
 from zerolab import rundir
 from zerolab.errors import UserError
 from zerolab.finetune.request import REQUEST_FILE
-from zerolab.recipe import run_facts
+from zerolab.recipe.facts import run_facts
 from zerolab.recipe.finetuning import model_source
 from zerolab.recipe.inputs import dataset_paths, tokenizer_file
 from zerolab.recipe.output import REQUEST_END, resolved_yaml
