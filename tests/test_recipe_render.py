@@ -18,7 +18,7 @@ from zerolab.engine.speed_switches import SWITCHES
 from zerolab.errors import UserError
 from zerolab.recipe.compose import load_recipe
 from zerolab.recipe.facts import run_facts
-from zerolab.recipe.inputs import check_inputs
+from zerolab.recipe.job import check_inputs
 from zerolab.recipe.render import render
 
 REPO = Path(__file__).resolve().parents[1]

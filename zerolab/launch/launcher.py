@@ -25,9 +25,10 @@ from zerolab.locations import LOGS_DIR, display_path
 from zerolab.recipe.compose import RecipeProblems
 from zerolab.recipe.extras import check_extras
 from zerolab.recipe.facts import run_facts
-from zerolab.recipe.inputs import check_inputs, refuse_missing_inputs
+from zerolab.recipe.job import check_inputs, refuse_missing_inputs
 from zerolab.recipe.output import resolved_yaml
-from zerolab.recipe.render import Resume, render
+from zerolab.recipe.render import render
+from zerolab.recipe.resumption import Resume
 from zerolab.recipe.schema import DEFAULT_MASTER_PORT, Recipe
 from zerolab.recipe.selection import select
 

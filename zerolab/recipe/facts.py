@@ -6,16 +6,16 @@ from pathlib import Path
 
 from zerolab.errors import UserError
 from zerolab.imported import read_manifest
-from zerolab.recipe.length import train_iters, train_split_tokens
+from zerolab.recipe.job import job_of
 from zerolab.recipe.schema import Recipe
 from zerolab.rundir import RunFacts
 
 
 def run_facts(recipe: Recipe) -> RunFacts:
     """run.json for a run of `recipe`; a value that is not known (the epoch size without data) is None."""
-    model, train = recipe.model, recipe.train
+    model, train, job = recipe.model, recipe.train, job_of(recipe)
     try:
-        epoch_tokens: int | None = train_split_tokens(recipe)
+        epoch_tokens: int | None = job.epoch_tokens()
     except UserError:
         epoch_tokens = None
     init_from = init_source = None
@@ -50,11 +50,10 @@ def run_facts(recipe: Recipe) -> RunFacts:
         gradient_accumulation_steps=recipe.gradient_accumulation_steps,
         precision=recipe.precision_name,
         device=recipe.hardware.device,
-        train_iters=train_iters(recipe),
+        train_iters=job.train_iters(),
         log_interval=train.log_interval,
         epoch_tokens=epoch_tokens,
         init_from=init_from,
         init_source=init_source,
-        task=recipe.finetune.task if recipe.finetune else None,
-        model_source=recipe.finetune.model if recipe.finetune else None,
+        **job.run_facts(),
     )
