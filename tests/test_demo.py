@@ -4,8 +4,9 @@
 from __future__ import annotations
 
 from zerolab.commands.demo import DATA_OUT, NAME, RECIPE, demo_sweep
-from zerolab.recipe import load_recipe, render
+from zerolab.recipe.compose import load_recipe
 from zerolab.recipe.inputs import SUFFIX
+from zerolab.recipe.render import render
 
 FIVE_RECIPES = ("cpu/tiny_dp", "cpu/tiny_z1", "cpu/tiny_z2", "cpu/tiny_z3", "cpu/tiny_z3_offload")
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from engine_runs import SHORT, Trained, same_losses, train
 
-from zerolab.recipe import load_recipe
+from zerolab.recipe.compose import load_recipe
 
 pytestmark = pytest.mark.usefixtures(
     "engine"

@@ -11,7 +11,7 @@ import pytest
 
 from zerolab.cli import main
 from zerolab.estimate.gpu import _visible, memory_warning
-from zerolab.recipe import load_recipe
+from zerolab.recipe.compose import load_recipe
 from zerolab.recipe.output import resolved_yaml
 from zerolab.rundir import RECIPE_FILE
 

@@ -18,7 +18,7 @@ from zerolab.estimate.from_log import recipe_from_log
 from zerolab.estimate.parts import FORWARD, GIB, STEP
 from zerolab.estimate.shape import Shape
 from zerolab.logs.parse import parse_log
-from zerolab.recipe import load_recipe
+from zerolab.recipe.compose import load_recipe
 
 LOGS = Path(__file__).parent / "fixtures" / "logs"
 STATES = ("weights", "gradients", "master_weights", "optimizer_states")

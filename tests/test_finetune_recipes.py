@@ -17,8 +17,10 @@ from zerolab.estimate.gpu import finetune_fit_problem
 from zerolab.estimate.memory import estimate_memory
 from zerolab.finetune.request import REQUEST_FILE
 from zerolab.locations import REPO_ROOT
-from zerolab.recipe import load_recipe, render, run_facts
+from zerolab.recipe.compose import load_recipe
+from zerolab.recipe.facts import run_facts
 from zerolab.recipe.output import REQUEST_END, read_render_text, render_text
+from zerolab.recipe.render import render
 
 SETUPS = ("dp", "z1", "z2", "z3", "z3_offload")
 ASSETS = REPO_ROOT / "zerolab" / "assets" / "gpt2"

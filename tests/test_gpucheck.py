@@ -28,7 +28,7 @@ from zerolab.gpucheck.check import (
     SWEEP_NAME,
     torchrun_script,
 )
-from zerolab.recipe import load_recipe
+from zerolab.recipe.compose import load_recipe
 
 PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
 

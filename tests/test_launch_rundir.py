@@ -17,7 +17,7 @@ from zerolab.engine.cuda import query_gpus
 from zerolab.errors import UserError
 from zerolab.launch.launcher import prepare
 from zerolab.locations import REPO_ROOT, SAMPLES_DIR
-from zerolab.recipe import load_recipe
+from zerolab.recipe.compose import load_recipe
 from zerolab.recipe.output import resolved_yaml
 from zerolab.recipe.yaml_io import read_yaml_mapping
 from zerolab.rundir import Status, claim, create, read_status, write_refusal, write_status

@@ -12,8 +12,8 @@ from prep_helpers import FIXTURES, prep
 from zerolab.cli import main
 from zerolab.data_prep.indexed import write_index
 from zerolab.errors import UserError
-from zerolab.recipe import check_inputs, load_recipe
-from zerolab.recipe.inputs import refuse_missing_inputs
+from zerolab.recipe.compose import load_recipe
+from zerolab.recipe.job import check_inputs, refuse_missing_inputs
 
 TINY = "cpu/tiny_z1"
 

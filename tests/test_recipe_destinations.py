@@ -12,11 +12,15 @@ from pathlib import Path
 import pytest
 
 from zerolab.engine.speed_switches import SWITCH_NAMES
-from zerolab.recipe import load_recipe, render
+from zerolab.recipe.compose import load_recipe
 from zerolab.recipe.destinations import Env, Megatron, destinations
+from zerolab.recipe.render import render
 from zerolab.recipe.schema import Recipe
 
-RENDER_SOURCE = Path(inspect.getfile(load_recipe)).with_name("render.py")
+RENDER_SOURCES = [
+    Path(inspect.getfile(load_recipe)).with_name(name) for name in ("render.py", "pretraining.py")
+]
+"""Where the launch's flags are written: the launcher's, and pretrain_gpt.py's."""
 
 PLUMBING = {
     # the launchers' own options (torchrun, deepspeed), from hardware.*: Launcher destinations
@@ -150,7 +154,11 @@ DECLARED = _declared(Recipe)
 
 
 def test_every_flag_render_writes_is_declared_on_its_field_or_is_plumbing():
-    written = set(re.findall(r'"(--[a-z][A-Za-z0-9_-]*)"', RENDER_SOURCE.read_text()))
+    written = {
+        flag
+        for source in RENDER_SOURCES
+        for flag in re.findall(r'"(--[a-z][A-Za-z0-9_-]*)"', source.read_text())
+    }
     flags = {flag for _, flag in DECLARED if flag.startswith("--")}
     assert sorted(written - flags - PLUMBING) == [], "declare these on their schema field"
     assert sorted(PLUMBING - written) == [], "render no longer writes these"

@@ -12,7 +12,8 @@ from pathlib import Path
 
 from zerolab.cli import main
 from zerolab.engine.engine_check import Case, judge, megatron_args_of
-from zerolab.recipe import load_recipe, render
+from zerolab.recipe.compose import load_recipe
+from zerolab.recipe.render import render
 
 REPO = Path(__file__).resolve().parents[1]
 SHIPPED = sorted(

@@ -7,7 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from zerolab.cli import main
-from zerolab.recipe import load_recipe, run_facts
+from zerolab.recipe.compose import load_recipe
+from zerolab.recipe.facts import run_facts
 from zerolab.recipe.naming import MAX_LENGTH, renamed, run_name
 
 GPT2_Z3 = "recipes/gpt2_z3.yaml"

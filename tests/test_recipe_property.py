@@ -7,7 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from zerolab.errors import UserError
-from zerolab.recipe import load_recipe, render
+from zerolab.recipe.compose import load_recipe
+from zerolab.recipe.render import render
 
 TENSOR_PIPELINE = [(1, 1), (2, 1), (1, 2), (2, 2), (4, 1), (1, 4)]
 

@@ -16,7 +16,10 @@ import pytest
 from zerolab.cli import main
 from zerolab.engine.speed_switches import SWITCHES
 from zerolab.errors import UserError
-from zerolab.recipe import check_inputs, load_recipe, render, run_facts
+from zerolab.recipe.compose import load_recipe
+from zerolab.recipe.facts import run_facts
+from zerolab.recipe.job import check_inputs
+from zerolab.recipe.render import render
 
 REPO = Path(__file__).resolve().parents[1]
 GOLDEN = REPO / "tests" / "golden" / "recipes"

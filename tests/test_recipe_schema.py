@@ -9,7 +9,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from zerolab.cli import main
-from zerolab.recipe import load_recipe
+from zerolab.recipe.compose import load_recipe
 from zerolab.recipe.reference import REFERENCE_FILE, generate
 from zerolab.recipe.schema import SECTIONS, Recipe, section_class
 from zerolab.recipe.yaml_io import parse_yaml

@@ -19,9 +19,9 @@ from hypothesis import strategies as st
 
 from zerolab.errors import UserError
 from zerolab.locations import RECIPES_DIR
-from zerolab.recipe import load_recipe, render
+from zerolab.recipe.compose import load_recipe
 from zerolab.recipe.output import read_render_text, render_text
-from zerolab.recipe.render import as_text
+from zerolab.recipe.render import as_text, render
 
 BASH = shutil.which("bash")
 pytestmark = pytest.mark.skipif(BASH is None, reason="needs bash")

@@ -12,7 +12,7 @@ from slurm_helpers import launched, option, run_sbatch, shellcheck
 from zerolab import rundir
 from zerolab.cli import main
 from zerolab.cluster.slurm import SlurmOptions, sbatch_for_recipe
-from zerolab.recipe import load_recipe
+from zerolab.recipe.compose import load_recipe
 from zerolab.recipe.naming import renamed
 
 SLURM_2_NODES = ("hardware.nodes=2", "hardware.procs_per_node=4", "train.global_batch_size=64")

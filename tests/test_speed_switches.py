@@ -12,7 +12,8 @@ from engine_patch_helpers import run_entry
 
 from zerolab.engine.megatron_entry import LAUNCH_PATCHES
 from zerolab.engine.speed_switches import SPEED_ENV, SWITCH_NAMES, SWITCHES, launch_switches, set_on
-from zerolab.recipe import load_recipe, render
+from zerolab.recipe.compose import load_recipe
+from zerolab.recipe.render import render
 from zerolab.recipe.schema import SpeedSection
 
 

@@ -20,8 +20,8 @@ from zerolab import rundir
 from zerolab.cli import main
 from zerolab.errors import UserError
 from zerolab.locations import REPO_ROOT, display_path
-from zerolab.recipe import load_recipe, render
-from zerolab.recipe.compose import resolve_recipe_path
+from zerolab.recipe.compose import load_recipe, resolve_recipe_path
+from zerolab.recipe.render import render
 from zerolab.summarize.collect import summarize_paths
 from zerolab.summarize.summary import Options
 from zerolab.summarize.sweep_plots import points, sweep_figure

@@ -27,7 +27,7 @@ from rich.console import Console
 from zerolab import rundir
 from zerolab.cli import main
 from zerolab.commands.demo import evaluate_cells
-from zerolab.recipe import load_recipe
+from zerolab.recipe.compose import load_recipe
 from zerolab.recipe.length import save_interval
 from zerolab.summarize.collect import summarize_paths
 from zerolab.summarize.summary import Options

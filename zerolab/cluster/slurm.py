@@ -22,11 +22,11 @@ from string import Template
 from zerolab import rundir
 from zerolab.errors import UserError
 from zerolab.finetune.request import REQUEST_FILE
-from zerolab.recipe import run_facts
-from zerolab.recipe.finetuning import model_source
-from zerolab.recipe.inputs import dataset_paths, tokenizer_file
+from zerolab.recipe.facts import run_facts
+from zerolab.recipe.job import job_of
 from zerolab.recipe.output import REQUEST_END, resolved_yaml
-from zerolab.recipe.render import Launch, Placement, Resume, render, shell_variable
+from zerolab.recipe.render import Launch, Placement, render, shell_variable
+from zerolab.recipe.resumption import Resume
 from zerolab.recipe.schema import Recipe
 
 IMAGE_ENGINE_DIR = "/opt/Megatron-DeepSpeed"
@@ -132,10 +132,11 @@ def _render(recipe: Recipe, options: SlurmOptions, resume: Resume | None) -> Lau
     checkpointing job also loads its own last checkpoint, so that a requeued job (`scontrol
     requeue`, a preemption) resumes instead of starting over (Megatron starts from scratch when
     there is none yet)."""
-    if recipe.finetune is not None and model_source(recipe.finetune.model).kind == "run":
+    exported = job_of(recipe).run_exported_at_start()
+    if exported is not None:
         raise UserError(
-            f"finetune.model={recipe.finetune.model}: a SLURM job does not export a run directory's "
-            f"model; export it first (zerolab export {recipe.finetune.model} --out DIR) and set "
+            f"finetune.model={exported}: a SLURM job does not export a run directory's "
+            f"model; export it first (zerolab export {exported} --out DIR) and set "
             "finetune.model=DIR"
         )
     return render(
@@ -239,13 +240,7 @@ def _job(
 
 def _input_paths(recipe: Recipe) -> list[str]:
     """The files a run reads that a recipe may give as absolute paths."""
-
-    if recipe.finetune is not None:
-        return [recipe.finetune.model, f"{recipe.finetune.data}/"]
-    return [
-        *dataset_paths(recipe).values(),
-        *(tokenizer_file(recipe, key) for key in ("vocab_file", "merge_file")),
-    ]
+    return job_of(recipe).input_paths()
 
 
 def _environment(options: SlurmOptions) -> str:

@@ -27,7 +27,7 @@ from zerolab.estimate.output import (
     unestimable_json,
 )
 from zerolab.estimate.plot import write_fit_plot
-from zerolab.recipe import load_recipe
+from zerolab.recipe.compose import load_recipe
 
 CANNOT_ESTIMATE = 3
 

@@ -13,6 +13,8 @@ from zerolab.engine.speed_switches import LADDER_ENV
 from zerolab.errors import UserError
 from zerolab.launch.launcher import launch, prepare
 from zerolab.locations import LOGS_DIR
+from zerolab.recipe.job import job_of
+from zerolab.recipe.pretraining import Pretraining
 from zerolab.recipe.selection import select
 from zerolab.rundir import STAMP_FORMAT
 
@@ -64,7 +66,7 @@ def ladder_plan(
             "1 timed and 1 round"
         )
     recipe, _ = select(words, None)
-    if recipe.finetune is not None:
+    if not isinstance(job_of(recipe), Pretraining):
         raise UserError(
             f"{words[0]} fine-tunes (its finetune section): the ladder measures Megatron's pretraining steps"
         )

@@ -11,11 +11,10 @@ from zerolab.cluster.slurm import sbatch_for_recipe
 from zerolab.errors import UserError
 from zerolab.launch.launcher import launch, prepare
 from zerolab.launch.slurm_job import submit_and_wait
-from zerolab.recipe import render
 from zerolab.recipe.extras import check_extras
-from zerolab.recipe.inputs import refuse_missing_inputs
+from zerolab.recipe.job import refuse_missing_inputs
 from zerolab.recipe.output import render_text, warn_missing_inputs
-from zerolab.recipe.render import RUN_DIR_PLACEHOLDER
+from zerolab.recipe.render import RUN_DIR_PLACEHOLDER, render
 from zerolab.recipe.selection import select
 
 

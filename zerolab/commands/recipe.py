@@ -13,12 +13,11 @@ from zerolab import __version__, rundir
 from zerolab.cluster.arguments import add_slurm_arguments, refuse_slurm_options_without_slurm, slurm_options
 from zerolab.cluster.slurm import sbatch_for_recipe
 from zerolab.errors import UserError
-from zerolab.recipe import load_recipe, render
-from zerolab.recipe.compose import RecipeProblems
+from zerolab.recipe.compose import RecipeProblems, load_recipe
 from zerolab.recipe.diff import diff_recipes, format_diff
 from zerolab.recipe.extras import check_extras
 from zerolab.recipe.output import render_text, resolved_yaml, warn_missing_inputs
-from zerolab.recipe.render import RUN_DIR_PLACEHOLDER
+from zerolab.recipe.render import RUN_DIR_PLACEHOLDER, render
 from zerolab.recipe.selection import select
 
 

@@ -15,6 +15,7 @@ from zerolab.estimate import CannotEstimate, estimate
 from zerolab.estimate.buffers import CUDA_CONTEXT_GIB
 from zerolab.estimate.fit import DOES_NOT_FIT, TIGHT, fit_status
 from zerolab.estimate.memory import MemoryEstimate
+from zerolab.recipe.job import job_of
 from zerolab.recipe.schema import Recipe
 
 MIB_PER_GIB = 1024
@@ -89,7 +90,7 @@ def finetune_fit_problem(recipe: Recipe, gpus_gib: list[float], source: str) -> 
     """A fine-tuning that does not fit the GPUs of `gpus_gib` by the estimate: the refusal's text
     (the keys that shrink it, and the estimate that shows what fits), else None. Fine-tuning asks for
     it to be an error; pretraining only warns (memory_warning)."""
-    if recipe.finetune is None:
+    if not job_of(recipe).refuses_what_does_not_fit:
         return None
     try:
         fit = fit_on(recipe, gpus_gib)

@@ -18,6 +18,7 @@ from zerolab.estimate.buffers import (
 from zerolab.estimate.model_states import model_state_parts, step_temporary_parts, weight_bytes
 from zerolab.estimate.parts import ALWAYS, BACKWARD, FORWARD, GIB, PHASES, Part, during
 from zerolab.estimate.shape import Shape, Stage
+from zerolab.recipe.job import job_of
 from zerolab.recipe.schema import Recipe
 
 
@@ -146,7 +147,7 @@ def activation_parts(activations: StageActivations, p: int, shape: Shape) -> lis
 def finetune_load_parts(recipe: Recipe, shape: Shape) -> list[Part]:
     """A fine-tuning rank's host memory while it loads the model: all of it, in fp32, before
     DeepSpeed partitions it (zerolab.finetune.loop loads the whole model on every rank)."""
-    if recipe.finetune is None:
+    if not job_of(recipe).loads_model_whole:
         return []
     how = f"{shape.total_params():,} weights x 4 B, the whole model on every rank while it loads"
     return [Part("load", "model loaded whole (host, fp32)", shape.total_params() * 4, how, host=True)]

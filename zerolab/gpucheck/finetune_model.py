@@ -11,7 +11,7 @@ import sys
 
 from zerolab.engine.paths import engine_python, engine_python_env
 from zerolab.gpucheck.check import FINETUNE_RECIPE
-from zerolab.recipe import load_recipe
+from zerolab.recipe.compose import load_recipe
 
 
 def main(argv: list[str] | None = None) -> int:

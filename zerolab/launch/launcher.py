@@ -22,12 +22,13 @@ from zerolab.export.run import export_run
 from zerolab.finetune.request import EXPORTED_MODEL_DIR
 from zerolab.launch.execute import execute
 from zerolab.locations import LOGS_DIR, display_path
-from zerolab.recipe import render, run_facts
 from zerolab.recipe.compose import RecipeProblems
 from zerolab.recipe.extras import check_extras
-from zerolab.recipe.inputs import check_inputs, refuse_missing_inputs
+from zerolab.recipe.facts import run_facts
+from zerolab.recipe.job import check_inputs, refuse_missing_inputs
 from zerolab.recipe.output import resolved_yaml
-from zerolab.recipe.render import Resume
+from zerolab.recipe.render import render
+from zerolab.recipe.resumption import Resume
 from zerolab.recipe.schema import DEFAULT_MASTER_PORT, Recipe
 from zerolab.recipe.selection import select
 

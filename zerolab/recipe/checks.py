@@ -10,10 +10,12 @@ from typing import Any
 from zerolab.engine.megatron_entry import FLASH_V2
 from zerolab.errors import UserError
 from zerolab.locations import CONFIGS_DIR, RECIPES_DIR, display_path
+from zerolab.recipe.finetuning import FineTuning
 from zerolab.recipe.inputs import vocabulary_size
-from zerolab.recipe.length import train_iters
+from zerolab.recipe.job import job_of, train_iters
+from zerolab.recipe.pretraining import Pretraining, attention_args
 from zerolab.recipe.provenance import Sources, source_of
-from zerolab.recipe.render import attention_args, ds_config, render, stage_bound
+from zerolab.recipe.render import ds_config, render, stage_bound
 from zerolab.recipe.schema import DataSection, ExtraSection, Recipe, SpeedSection
 
 
@@ -73,6 +75,20 @@ def tokenizer_check(function: Check) -> Check:
     return check(function)
 
 
+ONLY_FOR: dict[Check, type] = {}
+"""The checks of one job kind (zerolab.recipe.job), with that kind: recipes of the other skip them."""
+
+
+def only_for(kind: type) -> Callable[[Check], Check]:
+    """Register a check as one of `kind`'s only (above its @check)."""
+
+    def register(function: Check) -> Check:
+        ONLY_FOR[function] = kind
+        return function
+
+    return register
+
+
 FINETUNING_CHECKS: list[Check] = []
 """Checks of a fine-tuning recipe against the pretraining keys it cannot take: all of them fail at
 once when a pretraining recipe is given a `finetune` key (finetune_switch)."""
@@ -81,7 +97,7 @@ once when a pretraining recipe is given a `finetune` key (finetune_switch)."""
 def finetuning_check(function: Check) -> Check:
     """Register a check of a fine-tuning recipe against pretraining's keys."""
     FINETUNING_CHECKS.append(function)
-    return check(function)
+    return only_for(FineTuning)(check(function))
 
 
 def check_recipe(
@@ -96,17 +112,19 @@ def check_recipe(
     `tokenizer_known` (settings read from a log), the model is not checked against the tokenizer.
     With the `sources` of its keys, a pretraining recipe made a fine-tuning one by a `finetune` key
     (finetune_switch) gets one problem naming that key, not one per pretraining key it holds."""
+    job = job_of(recipe)
     skipped = [
         *(RENDEZVOUS_CHECKS if scheduler_places_nodes else []),
         *([] if tokenizer_known else TOKENIZER_CHECKS),
+        *(function for function, kind in ONLY_FOR.items() if not isinstance(job, kind)),
     ]
     found = [
         (function, problem)
         for function in CHECKS
         if function not in skipped and (problem := function(recipe)) is not None
     ]
-    switch = finetune_switch(sources) if sources is not None and recipe.finetune is not None else None
     switched = [problem for function, problem in found if function in FINETUNING_CHECKS]
+    switch = finetune_switch(sources) if sources is not None and switched else None
     if switch is None or not switched:
         return [problem for _, problem in found]
     made = _made_finetuning(recipe, switch, switched, sources or {})
@@ -235,11 +253,9 @@ def _global_batch_consistent(recipe: Recipe) -> Problem | None:
     )
 
 
+@only_for(Pretraining)  # fine-tuning: the model's own tokenizer and config.json give model.vocab_size
 @tokenizer_check
 def _vocab_size_is_the_tokenizers(recipe: Recipe) -> Problem | None:
-    if recipe.finetune is not None:
-        return None  # the model's own tokenizer and config.json: model.vocab_size is read from it
-
     try:
         entries, counted = vocabulary_size(recipe)
     except ValueError as error:
@@ -389,10 +405,11 @@ def _lengths_given(recipe: Recipe) -> list[str]:
     return [key for key in ("iters", "tokens", "epochs") if getattr(recipe.train, key) is not None]
 
 
+@only_for(Pretraining)  # fine-tuning: _finetune_length_in_epochs
 @check
 def _one_training_length(recipe: Recipe) -> Problem | None:
     given = _lengths_given(recipe)
-    if len(given) == 1 or recipe.finetune is not None:  # fine-tuning: _finetune_length_in_epochs
+    if len(given) == 1:
         return None
     return Problem(
         ("train.iters", "train.tokens", "train.epochs"),
@@ -767,7 +784,7 @@ def _replaced_keys(rendered: dict[str, Any], extra: dict[str, Any], prefix: str 
 def _finetune_length_in_epochs(recipe: Recipe) -> Problem | None:
     train = recipe.train
     whole_epochs = train.epochs is not None and train.epochs.is_integer()
-    if recipe.finetune is None or (train.iters is None and train.tokens is None and whole_epochs):
+    if train.iters is None and train.tokens is None and whole_epochs:
         return None
     return Problem(
         ("train.epochs", "train.iters", "train.tokens"),
@@ -778,7 +795,7 @@ def _finetune_length_in_epochs(recipe: Recipe) -> Problem | None:
 
 @finetuning_check
 def _finetune_schedule_ends_at_zero(recipe: Recipe) -> Problem | None:
-    if recipe.finetune is None or recipe.train.min_lr == 0:
+    if recipe.train.min_lr == 0:
         return None
     return Problem(
         ("train.min_lr",),
@@ -817,8 +834,6 @@ activation_checkpointing/full says, so `activation_checkpointing=full` is taken 
 
 @finetuning_check
 def _finetune_reads_not(recipe: Recipe) -> Problem | None:
-    if recipe.finetune is None:
-        return None
     unread = [
         f"{section}.{name}"
         for section, names in NOT_READ_BY_FINETUNING.items()

@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from zerolab.errors import UserError
 from zerolab.locations import CONFIGS_DIR, RECIPES_DIR, display_path
 from zerolab.recipe.checks import check_recipe
-from zerolab.recipe.finetuning import adopt_model
+from zerolab.recipe.job import job_of
 from zerolab.recipe.naming import run_name
 from zerolab.recipe.provenance import KeyPath, Sources, record, source_of
 from zerolab.recipe.schema import MODEL_SHAPE_KEYS, SECTIONS, Recipe, section_at
@@ -81,8 +81,7 @@ def load_recipe(
     merged, sources = compose(recipe_file, overrides)
     recipe = validate(merged, sources)
     recipe.model.name = model_name(recipe)
-    if recipe.finetune is not None:
-        adopt_model(recipe, sources)
+    job_of(recipe).adopt_model(sources)
     recipe._name = name or run_name(recipe_file.stem, overrides)
     recipe._path = path_shown or display_path(recipe_file)
     recipe._overrides = tuple(overrides)

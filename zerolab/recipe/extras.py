@@ -9,6 +9,7 @@ import sys
 from zerolab.engine.engine_check import Case, judge, megatron_args_of, refusals
 from zerolab.engine.paths import engine_missing
 from zerolab.errors import UserError
+from zerolab.recipe.job import job_of
 from zerolab.recipe.render import Launch
 from zerolab.recipe.schema import Recipe
 
@@ -23,7 +24,7 @@ def check_extras(recipe: Recipe, launch: Launch, *, required: bool) -> None:
     engine: a UserError when `required` (a launch), else a warning on stderr (a dry run)."""
     if not has_extras(recipe):
         return
-    if recipe.finetune is not None:  # no Megatron arguments to judge (the checks refuse megatron_args)
+    if not job_of(recipe).engine_judges_extras:
         print(
             "zerolab: note: a fine-tuning's extra.ds_config is judged by DeepSpeed when the ranks start",
             file=sys.stderr,

@@ -9,7 +9,7 @@ from typing import Any
 
 from zerolab.errors import UserError
 from zerolab.imported import read_manifest
-from zerolab.recipe.length import train_iters, train_split_tokens
+from zerolab.recipe.job import job_of
 from zerolab.recipe.schema import Recipe
 from zerolab.rundir import RunFacts
 
@@ -23,9 +23,9 @@ def _same_named(recipe: Recipe) -> dict[str, Any]:
 
 def run_facts(recipe: Recipe) -> RunFacts:
     """run.json for a run of `recipe`; a value that is not known (the epoch size without data) is None."""
-    model = recipe.model
+    model, job = recipe.model, job_of(recipe)
     try:
-        epoch_tokens: int | None = train_split_tokens(recipe)
+        epoch_tokens: int | None = job.epoch_tokens()
     except UserError:
         epoch_tokens = None
     init_from = init_source = None
@@ -48,12 +48,11 @@ def run_facts(recipe: Recipe) -> RunFacts:
         recompute_granularity=recipe.activation_checkpointing.granularity,
         gradient_accumulation_steps=recipe.gradient_accumulation_steps,
         precision=recipe.precision_name,
-        train_iters=train_iters(recipe),
+        train_iters=job.train_iters(),
         epoch_tokens=epoch_tokens,
         init_from=init_from,
         init_source=init_source,
-        master_port=None,  # the port the launch used: launch.launcher records it
-        task=recipe.finetune.task if recipe.finetune else None,
-        model_source=recipe.finetune.model if recipe.finetune else None,
+        master_port=None,  # the port the launch used: the launch plan records it
+        **job.run_facts(),
     )
     return RunFacts(**(_same_named(recipe) | derived))

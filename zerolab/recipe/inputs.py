@@ -1,7 +1,7 @@
-"""The files a run reads: the prepared dataset and the tokenizer. Relative paths are relative
-to the current directory, where runs start (zerolab.locations); a tokenizer file left null is
-the GPT-2 file bundled with zerolab. Missing files are a warning for a dry run and an error for
-a launch."""
+"""The files a pretraining reads: the prepared dataset, the tokenizer and imported weights.
+Relative paths are relative to the current directory, where runs start (zerolab.locations); a
+tokenizer file left null is the GPT-2 file bundled with zerolab. Missing files are a warning for
+a dry run and an error for a launch (zerolab.recipe.job's check_inputs, for either job kind)."""
 
 from __future__ import annotations
 
@@ -14,10 +14,8 @@ from zerolab.assets import GPT2_MERGES, GPT2_VOCAB
 from zerolab.data_prep.indexed import dataset_problems, read_index
 from zerolab.data_prep.pipeline import SUFFIX, manifest_source
 from zerolab.data_prep.tokenizer import VOCAB_SIZE
-from zerolab.errors import UserError
 from zerolab.imported import import_hint, layout_tag, read_manifest, tokenizer_digest
 from zerolab.locations import display_path
-from zerolab.recipe.finetuning import finetune_inputs_problems
 from zerolab.recipe.schema import MODEL_SHAPE_KEYS, Recipe
 
 BUNDLED_TOKENIZER_FILES = {"vocab_file": GPT2_VOCAB, "merge_file": GPT2_MERGES}
@@ -135,33 +133,6 @@ def dataset_damage(recipe: Recipe) -> list[str]:
                 f"data.{key}: {path} is damaged or cut short: {'; '.join(damage)}. The engine cannot read "
                 f"it; {damaged_hint(recipe, key)} (`zerolab prep inspect {path}` checks it)"
             )
-    return problems
-
-
-def refuse_missing_inputs(recipe: Recipe, action: str, *, scheduler_places_nodes: bool = False) -> None:
-    """UserError (`cannot ACTION, ...`) listing every problem of `check_inputs`, if any."""
-    problems = check_inputs(recipe, scheduler_places_nodes=scheduler_places_nodes)
-    if problems:
-        raise UserError(
-            f"cannot {action}, inputs missing or not the recipe's:\n"
-            + "\n".join(f"- {problem}" for problem in problems)
-        )
-
-
-def check_inputs(recipe: Recipe, *, scheduler_places_nodes: bool = False) -> list[str]:
-    """One message per missing (or damaged) input file, naming the key and how to make the file. With
-    `scheduler_places_nodes` (an sbatch script) the job writes the hostfile."""
-    problems = (
-        finetune_inputs_problems(recipe)
-        if recipe.finetune is not None
-        else pretraining_inputs_problems(recipe)
-    )
-    hostfile = recipe.hardware.hostfile
-    if hostfile is not None and not scheduler_places_nodes and not Path(hostfile).is_file():
-        problems.append(
-            f"hardware.hostfile: {hostfile} not found; write it with one `hostname slots=N` line per node "
-            "(N = hardware.procs_per_node), or let SLURM write it (`zerolab render --slurm`)"
-        )
     return problems
 
 

@@ -1,5 +1,5 @@
-"""Training length and checkpoint interval: iterations as given, or converted from tokens or
-epochs.
+"""A pretraining's length and checkpoint interval: iterations as given, or converted from tokens
+or epochs (a recipe's length, whatever its job kind: zerolab.recipe.job's train_iters).
 
 - `train.tokens`: iterations = ceil(tokens / (global batch x sequence length)).
 - `train.epochs`: Megatron builds the training split from the first documents of the
@@ -8,9 +8,9 @@ epochs.
   iterations = ceil(epochs x samples per epoch / global batch). This reads PREFIX.idx.
 - `train.save_interval_epochs`: the checkpoint interval in epochs of the same training split,
   ceil(epochs x samples per epoch / global batch) iterations (at least 1).
-- Fine-tuning (a `finetune` section): whole epochs of the task's training file, each
-  examples // global batch steps (the loop deals whole batches only); every example is padded to
-  seq_length tokens.
+- Fine-tuning (a `finetune` section; zerolab.recipe.finetuning): whole epochs of the task's
+  training file, each examples // global batch steps (the loop deals whole batches only); every
+  example is padded to seq_length tokens.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING
 
 from zerolab.data_prep.indexed import read_index
 from zerolab.errors import UserError
-from zerolab.recipe.finetuning import steps_per_epoch
 from zerolab.recipe.inputs import prepare_hint
 from zerolab.recipe.schema import Recipe
 
@@ -29,13 +28,9 @@ if TYPE_CHECKING:
     import numpy as np
 
 
-def train_iters(recipe: Recipe) -> int:
-    """The number of optimizer steps the recipe trains for."""
+def pretraining_iters(recipe: Recipe) -> int:
+    """The number of optimizer steps a pretraining recipe trains for."""
     train = recipe.train
-    if recipe.finetune is not None:
-        if train.epochs is None or not train.epochs.is_integer():
-            raise UserError("train.epochs: a fine-tuning trains a whole number of epochs; set it (e.g. 3)")
-        return int(train.epochs) * steps_per_epoch(recipe)
     if train.iters is not None:
         return train.iters
     tokens_per_iter = train.global_batch_size * recipe.model.seq_length
@@ -62,7 +57,7 @@ SAVE_INTERVAL_EPOCHS = ("train.save_interval_epochs", "give the interval as trai
 def _epochs_in_iterations(recipe: Recipe, epochs: float, asked_by: tuple[str, str]) -> int:
     """`epochs` passes over the training split, in iterations (rounded up)."""
     key, fix = asked_by
-    samples = (train_split_tokens(recipe, asked_by) - 1) // recipe.model.seq_length
+    samples = (pretraining_split_tokens(recipe, asked_by) - 1) // recipe.model.seq_length
     if samples < 1:
         raise UserError(
             f"{key}: the training split of {recipe.data.path or recipe.data.train_path} holds fewer than "
@@ -71,13 +66,10 @@ def _epochs_in_iterations(recipe: Recipe, epochs: float, asked_by: tuple[str, st
     return math.ceil(epochs * samples / recipe.train.global_batch_size)
 
 
-def train_split_tokens(recipe: Recipe, asked_by: tuple[str, str] = EPOCHS) -> int:
-    """Tokens in the training split: data.split's leading documents of data.path, or the whole
-    of data.train_path (needs its PREFIX.idx); fine-tuning: the padded tokens of one epoch's
-    batches. `asked_by` is the key that needs them and the fix without data, for the error when
-    the data is missing."""
-    if recipe.finetune is not None:
-        return steps_per_epoch(recipe) * recipe.train.global_batch_size * recipe.model.seq_length
+def pretraining_split_tokens(recipe: Recipe, asked_by: tuple[str, str] = EPOCHS) -> int:
+    """Tokens in a pretraining's training split: data.split's leading documents of data.path, or the
+    whole of data.train_path (needs its PREFIX.idx). `asked_by` is the key that needs them and the
+    fix without data, for the error when the data is missing."""
     asking, fix = asked_by
     key = "path" if recipe.data.path is not None else "train_path"
     path = getattr(recipe.data, key)

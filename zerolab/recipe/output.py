@@ -8,21 +8,18 @@ import sys
 
 from zerolab.errors import UserError
 from zerolab.finetune.request import REQUEST_FILE
-from zerolab.recipe.inputs import check_inputs
-from zerolab.recipe.length import train_iters
-from zerolab.recipe.render import HF_ATTENTION, RUN_DIR_PLACEHOLDER, Launch, as_text, shell_word
+from zerolab.recipe.job import check_inputs, job_of, train_iters
+from zerolab.recipe.render import RUN_DIR_PLACEHOLDER, Launch, as_text, shell_word
 from zerolab.recipe.schema import DEFAULT_MASTER_PORT, Recipe
 from zerolab.recipe.yaml_io import dump_yaml
 
 
 def summary_line(recipe: Recipe) -> str:
     """One line: model, parallel layout, batch arithmetic, ZeRO, recompute, attention and precision."""
-    what = recipe.model.name
-    if recipe.finetune is not None:
-        what += f" fine-tuned on GLUE {recipe.finetune.task}, {recipe.model.seq_length} tokens per example"
+    job = job_of(recipe)
     return " | ".join(
         (
-            what,
+            job.what(),
             f"world {recipe.world_size} = {recipe.hardware.nodes} node(s) x {recipe.hardware.procs_per_node}",
             f"tensor {recipe.parallel.tensor} x pipeline {recipe.parallel.pipeline} "
             f"x data {recipe.data_parallel_size}",
@@ -30,7 +27,7 @@ def summary_line(recipe: Recipe) -> str:
             f"x grad-accum {recipe.gradient_accumulation_steps} x data {recipe.data_parallel_size}",
             zero_label(recipe),
             f"recompute {recompute_label(recipe)}",
-            f"attention {attention_label(recipe)}",
+            f"attention {job.attention_label()}",
             recipe.precision_name,
             recipe.hardware.device,
             _length_text(recipe),
@@ -49,20 +46,10 @@ def zero_label(recipe: Recipe) -> str:
     return " + ".join([f"ZeRO {zero.stage}", *(f"{name} offload" for name in offloads)])
 
 
-def attention_label(recipe: Recipe) -> str:
-    """model.attention, as transformers names it for a fine-tuning (eager, sdpa, flash_attention_2)."""
-    return HF_ATTENTION[recipe.model.attention] if recipe.finetune else recipe.model.attention
-
-
 def recompute_label(recipe: Recipe) -> str:
-    """`none`, `selective`, `full uniform x1`, `full block x2 (deepspeed)`."""
-    ckpt = recipe.activation_checkpointing
-    if ckpt.granularity != "full":
-        return ckpt.granularity
-    if recipe.finetune is not None:
-        return "full (transformers' gradient checkpointing)"
-    implementation = " (deepspeed)" if ckpt.implementation == "deepspeed" else ""
-    return f"full {ckpt.method or 'uniform'} x{ckpt.num_layers or 1}{implementation}"
+    """`none`, `selective`, or full recomputation as the job kind does it (`full uniform x1`)."""
+    granularity = recipe.activation_checkpointing.granularity
+    return job_of(recipe).full_recompute_label() if granularity == "full" else granularity
 
 
 def commented(text: str) -> str:

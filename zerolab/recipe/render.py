@@ -16,32 +16,15 @@ from typing import Any
 
 from zerolab import rundir
 from zerolab.engine.cuda import toolkit_home
-from zerolab.engine.megatron_entry import FLASH_V2
-from zerolab.engine.paths import (
-    cuda_link_dir,
-    engine_bin_dir,
-    engine_dir,
-    engine_python,
-    torch_extensions_dir,
-)
-from zerolab.engine.sdpa_attention import ATTENTION_ENV, SDPA
+from zerolab.engine.paths import cuda_link_dir, engine_bin_dir, engine_python, torch_extensions_dir
+from zerolab.engine.sdpa_attention import ATTENTION_ENV
 from zerolab.engine.speed_switches import SPEED_ENV
-from zerolab.finetune.glue import glue_task
-from zerolab.finetune.request import REQUEST_FILE, FinetuneRequest, write_request
-from zerolab.finetune.split_files import TRAIN_SPLIT, split_file
-from zerolab.imported import layout_tag
+from zerolab.finetune.request import FinetuneRequest, write_request
 from zerolab.locations import CHECKOUT
-from zerolab.recipe.destinations import DeepSpeed, Megatron, destinations, one_to_one
-from zerolab.recipe.finetuning import model_source
-from zerolab.recipe.inputs import tokenizer_file
-from zerolab.recipe.length import save_interval, train_iters
+from zerolab.recipe.destinations import DeepSpeed, one_to_one
+from zerolab.recipe.job import job_of
+from zerolab.recipe.resumption import Resume
 from zerolab.recipe.schema import DEFAULT_MASTER_PORT, Recipe, ZeroSection
-
-ENTRY_MODULE = "zerolab.engine.megatron_entry"
-FINETUNE_MODULE = "zerolab.finetune.loop"
-HF_ATTENTION = {"megatron": "eager", "sdpa": "sdpa", "flash": "flash_attention_2"}
-"""model.attention as transformers' attn_implementation, for fine-tuning: eager computes the same
-seq x seq scores as the engine's own attention."""
 
 _MARK = "\x00"
 """Wraps the name of a shell variable inside a rendered word: only text zerolab itself puts in
@@ -96,15 +79,6 @@ class Placement:
         a hostfile of the allocation in the run directory, every node starting its own ranks."""
         hostfile = f"{run_dir}/{rundir.HOSTFILE}"
         return cls(shell_variable("SLURM_NODEID"), shell_variable("MASTER_ADDR"), hostfile, ssh=False)
-
-
-@dataclass(frozen=True)
-class Resume:
-    """A launch that continues an earlier run from its last checkpoint."""
-
-    run_dir: Path
-    recipe: Recipe
-    """The earlier run's resolved recipe (its recipe.yaml)."""
 
 
 @dataclass(frozen=True)
@@ -239,25 +213,16 @@ def render(
     section), with the engine checkout at `engine` (default: this machine's). With
     `load_own_checkpoints`, a checkpointing run also loads from its own checkpoints/ (a job that
     may be requeued into the same run directory), unless it starts from imported weights
-    (model.init_from: a requeued job starts from them again). A fine-tuning recipe launches
-    zerolab's loop with its request instead of the engine's pretrain_gpt.py."""
+    (model.init_from: a requeued job starts from them again). The recipe's job kind
+    (zerolab.recipe.job) gives the program and its arguments: the engine's pretrain_gpt.py, or
+    zerolab's fine-tuning loop with its request."""
     hw = recipe.hardware
-    init = recipe.model.init_from is not None
     placement = placement or Placement.of(recipe)
-    request = None
-    if recipe.finetune is not None:
-        assert resume is None, "a fine-tuning run is not resumed (zerolab.recipe.selection refuses it)"
-        argv = [*launcher_args(recipe, placement, FINETUNE_MODULE), f"{run_dir}/{REQUEST_FILE}"]
-        request = finetune_request(recipe)
-    else:
-        argv = [
-            *launcher_args(recipe, placement),
-            f"{engine or engine_dir()}/pretrain_gpt.py",
-            *megatron_args(recipe, f"{run_dir}/{rundir.DS_CONFIG_FILE}"),
-            *run_dir_args(recipe, run_dir, load_own_checkpoints=load_own_checkpoints and not init),
-            *(resume_args(recipe, resume) if resume else init_args(recipe)),
-            *recipe.extra.megatron_args,
-        ]
+    job = job_of(recipe)
+    argv = [
+        *launcher_args(recipe, placement, job.entry_module),
+        *job.program_args(run_dir, engine=engine, resume=resume, load_own_checkpoints=load_own_checkpoints),
+    ]
     return Launch(
         argv=argv,
         env=launch_env(recipe) | remote_env_file(recipe, placement, run_dir),
@@ -266,11 +231,11 @@ def render(
         world_size=recipe.world_size,
         nodes=hw.nodes,
         procs_per_node=hw.procs_per_node,
-        request=request,
+        request=job.request(run_dir),
     )
 
 
-def launcher_args(recipe: Recipe, placement: Placement, module: str = ENTRY_MODULE) -> list[str]:
+def launcher_args(recipe: Recipe, placement: Placement, module: str) -> list[str]:
     """torchrun or deepspeed, up to and including the entry `module`; the rendezvous port is
     hardware.master_port, else the default (a one-node `zerolab launch` sets a free one first)."""
     hw = recipe.hardware
@@ -315,201 +280,7 @@ def launch_env(recipe: Recipe) -> dict[str, str]:
         env["OMP_NUM_THREADS"] = str(hw.omp_num_threads)
     if recipe.logging.wandb_project is not None:
         env["WANDB_MODE"] = recipe.logging.wandb_mode
-    return env if recipe.finetune is not None else env | attention_env(recipe) | speed_env(recipe)
-
-
-def megatron_args(recipe: Recipe, ds_config_path: str) -> list[str]:
-    """The pretrain_gpt.py arguments: each section's one-to-one fields as the schema declares them
-    (zerolab.recipe.destinations), in field order, and what is derived from several fields."""
-    hw = recipe.hardware
-    tokenizer_files = {
-        key: [_declared_flag(recipe, "data", key), tokenizer_file(recipe, key)] for key in TOKENIZER_FILES
-    }
-    args = [
-        *section_args(recipe, "model"),
-        *section_args(recipe, "parallel"),
-        *section_args(recipe, "train", at={"iters": ["--train-iters", str(train_iters(recipe))]}),
-        *section_args(recipe, "data", at=tokenizer_files | split_args(recipe)),
-        "--distributed-backend", "gloo" if hw.device == "cpu" else "nccl",
-    ]  # fmt: skip
-    args += fusion_args(recipe)
-    args += attention_args(recipe)
-    args += activation_checkpointing_args(recipe)
-    args += section_args(recipe, "precision")
-    args += ["--deepspeed", "--deepspeed_config", ds_config_path, *section_args(recipe, "zero")]
-    if recipe.parallel.pipeline == 1:
-        args.append("--no-pipeline-parallel")
-    if recipe.zero.offload_optimizer:
-        args.append("--cpu-optimizer")
-    if recipe.zero.offload_param:
-        args += ["--remote-device", "cpu"]
-        if recipe.zero.pin_memory:
-            args.append("--use-pin-memory")
-    return args
-
-
-def section_args(recipe: Recipe, section: str, at: dict[str, list[str]] | None = None) -> list[str]:
-    """The Megatron arguments of one section's one-to-one fields, in field order, with `at[name]`
-    placed where field `name` stands (a value derived from it)."""
-    values = getattr(recipe, section)
-    args: list[str] = []
-    for name, info in type(values).model_fields.items():
-        for destination in one_to_one(info, Megatron):
-            args += _flag(destination.flag, getattr(values, name))
-        args += (at or {}).get(name, [])
-    return args
-
-
-def split_args(recipe: Recipe) -> dict[str, list[str]]:
-    """Megatron's --split deals the documents of data.path; split datasets need none."""
-    if recipe.data.path is None:
-        return {}
-    return {"split": [_declared_flag(recipe, "data", "split"), recipe.data.split]}
-
-
-TOKENIZER_FILES = ("vocab_file", "merge_file")
-"""The data keys whose flag takes a file zerolab.recipe.inputs decides (null: the bundled one)."""
-
-
-def _declared_flag(recipe: Recipe, section: str, name: str) -> str:
-    """The Megatron flag declared on a section's field."""
-    (megatron,) = [
-        item
-        for item in destinations(type(getattr(recipe, section)).model_fields[name])
-        if isinstance(item, Megatron)
-    ]
-    return megatron.flag
-
-
-def _flag(flag: str, value: Any) -> list[str]:
-    """A flag and its value as argv tokens: a true bool is a bare switch, None and False nothing."""
-    if value is None or value is False:
-        return []
-    if value is True:
-        return [flag]
-    return [flag, _num(value) if isinstance(value, float) else str(value)]
-
-
-def fusion_args(recipe: Recipe) -> list[str]:
-    """The engine's compiled fusions switched off where nothing needs them, so that no launch builds
-    anything: gradient-accumulation fusion always (apex's fused_weight_gradient_mlp_cuda is only
-    imported: its kernel call is commented out at the pinned commit), the masked-softmax kernels on
-    CPU and wherever attention is not the engine's own (sdpa and flash never call them)."""
-    args = ["--no-gradient-accumulation-fusion"]
-    if recipe.hardware.device == "cpu" or recipe.model.attention != "megatron":
-        args.append("--no-masked-softmax-fusion")
-    return args
-
-
-def attention_args(recipe: Recipe) -> list[str]:
-    """model.attention flash: the engine's FlashAttention-2 path. megatron and sdpa add nothing
-    (sdpa is zerolab's patch of the engine's CoreAttention, asked for by attention_env)."""
-    return [FLASH_V2] if recipe.model.attention == "flash" else []
-
-
-def attention_env(recipe: Recipe) -> dict[str, str]:
-    """model.attention sdpa: ZEROLAB_ATTENTION=sdpa, which applies zerolab's sdpa_attention patch."""
-    return {ATTENTION_ENV: SDPA} if recipe.model.attention == "sdpa" else {}
-
-
-def speed_env(recipe: Recipe) -> dict[str, str]:
-    """ZEROLAB_SPEED: the speed switches the recipe turns on, in the schema's order (none: unset)."""
-    on = [name for name, value in recipe.speed.model_dump().items() if value]
-    return {SPEED_ENV: ",".join(on)} if on else {}
-
-
-def activation_checkpointing_args(recipe: Recipe) -> list[str]:
-    """The recompute flags: Megatron's own (--recompute-*) or DeepSpeed's (--checkpoint-activations
-    --deepspeed-activation-checkpointing), from the activation_checkpointing section."""
-    ckpt = recipe.activation_checkpointing
-    if ckpt.granularity == "none":
-        return []
-    if ckpt.granularity == "selective":
-        return ["--recompute-granularity", "selective"]
-    layers = str(ckpt.num_layers or 1)
-    if ckpt.implementation == "megatron":
-        method = ckpt.method or "uniform"
-        return [
-            "--recompute-granularity",
-            "full",
-            "--recompute-method",
-            method,
-            "--recompute-num-layers",
-            layers,
-        ]
-    args = [
-        "--checkpoint-activations",
-        "--deepspeed-activation-checkpointing",
-        "--checkpoint-num-layers",
-        layers,
-    ]
-    if ckpt.partition_activations:
-        args.append("--partition-activations")
-    if ckpt.contiguous_memory:
-        args.append("--contigious-checkpointing")
-    if ckpt.cpu_checkpointing:
-        args.append("--checkpoint-in-cpu")
-    return args
-
-
-def run_dir_args(recipe: Recipe, run_dir: str, *, load_own_checkpoints: bool = False) -> list[str]:
-    """What the engine writes into the run directory: checkpoints (train.save_interval, or
-    save_interval_epochs in iterations; with `load_own_checkpoints` also loaded from there),
-    TensorBoard events and the W&B run (logging)."""
-    args: list[str] = []
-    interval = save_interval(recipe)
-    if interval is not None:
-        checkpoints = f"{run_dir}/{rundir.CHECKPOINTS_DIR}"
-        args += ["--save", checkpoints, "--save-interval", str(interval)]
-        if load_own_checkpoints:
-            args += ["--load", checkpoints]
-    logging = recipe.logging
-    if logging.tensorboard:
-        args += [
-            "--tensorboard-dir", f"{run_dir}/{rundir.TENSORBOARD_DIR}",
-            "--tensorboard-log-interval", str(recipe.train.log_interval),
-            "--log-timers-to-tensorboard",
-            "--log-validation-ppl-to-tensorboard",
-        ]  # fmt: skip
-    if logging.wandb_project is not None:
-        args += [
-            "--wandb-project", logging.wandb_project,
-            "--wandb-exp-name", logging.wandb_name or recipe.name,
-            "--wandb-save-dir", f"{run_dir}/{rundir.WANDB_DIR}",
-        ]  # fmt: skip
-    return args
-
-
-def resume_args(recipe: Recipe, resume: Resume) -> list[str]:
-    """`--load` of the earlier run's checkpoints, and `--override-opt_param-scheduler` when the
-    learning-rate schedule differs from the one saved (more iterations, another rate): Megatron
-    checks the schedule against the checkpoint's when it resumes."""
-    args = ["--load", str(resume.run_dir / rundir.CHECKPOINTS_DIR)]
-    if schedule(resume.recipe) != schedule(recipe):
-        args.append("--override-opt_param-scheduler")
-    return args
-
-
-def init_args(recipe: Recipe) -> list[str]:
-    """model.init_from as the engine's fine-tuning load: the layout's checkpoint (a tag of the
-    imported folder), weights only."""
-    if recipe.model.init_from is None:
-        return []
-    tag = layout_tag(recipe.parallel.tensor, recipe.parallel.pipeline)
-    return ["--load", recipe.model.init_from, "--load-tag", tag, "--finetune"]
-
-
-def schedule(recipe: Recipe) -> tuple[Any, ...]:
-    """What Megatron's scheduler checks against a checkpoint: iterations, rates, warm-up, decay."""
-    train = recipe.train
-    return (
-        train_iters(recipe),
-        train.lr,
-        train.min_lr,
-        train.lr_warmup_iters,
-        train.lr_decay_style,
-        train.weight_decay,
-    )
+    return env | job_of(recipe).env()
 
 
 def ds_config(recipe: Recipe) -> dict[str, Any]:
@@ -548,8 +319,7 @@ def ds_config(recipe: Recipe) -> dict[str, Any]:
             "hysteresis": precision.hysteresis,
             "min_loss_scale": precision.min_loss_scale,
         }
-    if recipe.finetune is not None:
-        config["optimizer"] = finetune_optimizer(recipe)
+    config |= job_of(recipe).ds_config()
     return merge_new_keys(config, recipe.extra.ds_config)
 
 
@@ -588,62 +358,3 @@ def merge_new_keys(config: dict[str, Any], extra: dict[str, Any]) -> dict[str, A
         else:
             merged[key] = value
     return merged
-
-
-def _num(value: float) -> str:
-    """A float as Megatron's argparse reads it, shortest exact form (0.0001 -> 0.0001, 6e-05)."""
-    return repr(float(value))
-
-
-def finetune_optimizer(recipe: Recipe) -> dict[str, Any]:
-    """A fine-tuning's optimizer, in its ds_config: AdamW with the train section's rate, betas and
-    weight decay (which the loop leaves off biases and layer norms, as the Trainer does): torch's
-    (Hugging Face's Trainer's adamw_torch), or DeepSpeed's CPU Adam when the optimizer is offloaded."""
-    train = recipe.train
-    return {
-        "type": "AdamW",
-        "params": {
-            "lr": train.lr,
-            "betas": [train.adam_beta1, train.adam_beta2],
-            "eps": 1e-8,
-            "weight_decay": train.weight_decay,
-            "torch_adam": not recipe.zero.offload_optimizer,
-        },
-    }
-
-
-def finetune_request(recipe: Recipe) -> FinetuneRequest:
-    """The request.json of a fine-tuning recipe: the model, the task's split files, the length and
-    schedule, and the model settings the recipe's model section gives (attention, dropouts,
-    initialisation of the new head, gradient checkpointing)."""
-    finetune, model, train, logging = recipe.finetune, recipe.model, recipe.train, recipe.logging
-    assert finetune is not None and train.epochs is not None, "checks guarantee both"
-    task = glue_task(finetune.task)
-    wandb = None
-    if logging.wandb_project is not None:
-        wandb = {"project": logging.wandb_project, "name": logging.wandb_name or recipe.name}
-    return FinetuneRequest(
-        model=finetune.model,
-        exported=model_source(finetune.model).kind == "run",
-        task=task.name,
-        train_file=str(split_file(finetune.data, task, TRAIN_SPLIT)),
-        eval_files={split: str(split_file(finetune.data, task, split)) for split in task.eval_splits},
-        max_seq_length=model.seq_length,
-        epochs=int(train.epochs),
-        lr_schedule=train.lr_decay_style,
-        warmup_steps=train.lr_warmup_iters,
-        weight_decay=train.weight_decay,
-        seed=train.seed,
-        shuffle=finetune.shuffle,
-        log_interval=train.log_interval,
-        attention=HF_ATTENTION[model.attention],
-        gradient_checkpointing=recipe.activation_checkpointing.granularity == "full",
-        config={
-            "resid_pdrop": model.hidden_dropout,
-            "embd_pdrop": model.hidden_dropout,
-            "attn_pdrop": model.attention_dropout,
-            "initializer_range": model.init_method_std,
-        },
-        tensorboard=logging.tensorboard,
-        wandb=wandb,
-    )

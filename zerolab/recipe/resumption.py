@@ -6,10 +6,22 @@ resume with nothing left to train. zerolab does not convert checkpoints between 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from zerolab.recipe.length import train_iters
+from zerolab.recipe.length import pretraining_iters
 from zerolab.recipe.schema import MODEL_SHAPE_KEYS, Recipe
+
+
+@dataclass(frozen=True)
+class Resume:
+    """A launch that continues an earlier run from its last checkpoint."""
+
+    run_dir: Path
+    recipe: Recipe
+    """The earlier run's resolved recipe (its recipe.yaml)."""
+
 
 LAYOUT: tuple[tuple[str, Callable[[Recipe], Any]], ...] = (
     ("zero.stage", lambda recipe: recipe.zero.stage),
@@ -43,7 +55,7 @@ def resume_problems(previous: Recipe, recipe: Recipe, checkpoint: int, new_run: 
         f"the layout it was saved with: resume without this override, or start a new run: {new_run}"
         for what, before, after in changed
     ]
-    iterations = train_iters(recipe)
+    iterations = pretraining_iters(recipe)  # a fine-tuning is not resumed (zerolab.recipe.selection)
     if iterations <= checkpoint:
         problems.append(
             f"nothing left to train: the last checkpoint is at iteration {checkpoint} and the recipe trains "

@@ -11,8 +11,7 @@ from zerolab import rundir
 from zerolab.errors import UserError
 from zerolab.recipe.compose import load_recipe
 from zerolab.recipe.naming import renamed
-from zerolab.recipe.render import Resume
-from zerolab.recipe.resumption import resume_problems
+from zerolab.recipe.resumption import Resume, resume_problems
 from zerolab.recipe.schema import Recipe
 from zerolab.recipe.yaml_io import read_yaml_mapping
 

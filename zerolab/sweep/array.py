@@ -13,8 +13,8 @@ from typing import Any
 from zerolab.cluster.slurm import ArrayTask, sbatch_array
 from zerolab.files import write_atomic
 from zerolab.locations import display_path
-from zerolab.recipe import run_facts
-from zerolab.recipe.inputs import check_inputs
+from zerolab.recipe.facts import run_facts
+from zerolab.recipe.job import check_inputs
 from zerolab.recipe.selection import select
 from zerolab.sweep.cells import Sweep
 from zerolab.sweep.check import (
