@@ -18,7 +18,7 @@ from zerolab.errors import UserError
 from zerolab.imported import import_hint, layout_tag, read_manifest, tokenizer_digest
 from zerolab.locations import display_path
 from zerolab.recipe.finetuning import finetune_inputs_problems
-from zerolab.recipe.schema import MODEL_SHAPE_KEYS, Recipe
+from zerolab.recipe.schema import MODEL_SHAPE_KEYS, NODE_PLACING_BACKENDS, Recipe
 
 BUNDLED_TOKENIZER_FILES = {"vocab_file": GPT2_VOCAB, "merge_file": GPT2_MERGES}
 """What data.vocab_file and data.merge_file mean when null."""
@@ -138,9 +138,9 @@ def dataset_damage(recipe: Recipe) -> list[str]:
     return problems
 
 
-def refuse_missing_inputs(recipe: Recipe, action: str, *, scheduler_places_nodes: bool = False) -> None:
+def refuse_missing_inputs(recipe: Recipe, action: str) -> None:
     """UserError (`cannot ACTION, ...`) listing every problem of `check_inputs`, if any."""
-    problems = check_inputs(recipe, scheduler_places_nodes=scheduler_places_nodes)
+    problems = check_inputs(recipe)
     if problems:
         raise UserError(
             f"cannot {action}, inputs missing or not the recipe's:\n"
@@ -148,19 +148,20 @@ def refuse_missing_inputs(recipe: Recipe, action: str, *, scheduler_places_nodes
         )
 
 
-def check_inputs(recipe: Recipe, *, scheduler_places_nodes: bool = False) -> list[str]:
-    """One message per missing (or damaged) input file, naming the key and how to make the file. With
-    `scheduler_places_nodes` (an sbatch script) the job writes the hostfile."""
+def check_inputs(recipe: Recipe) -> list[str]:
+    """One message per missing (or damaged) input file, naming the key and how to make the file.
+    Where hardware.backend places the nodes itself (a SLURM job), the job writes the hostfile."""
     problems = (
         finetune_inputs_problems(recipe)
         if recipe.finetune is not None
         else pretraining_inputs_problems(recipe)
     )
     hostfile = recipe.hardware.hostfile
-    if hostfile is not None and not scheduler_places_nodes and not Path(hostfile).is_file():
+    placed = recipe.hardware.backend in NODE_PLACING_BACKENDS
+    if hostfile is not None and not placed and not Path(hostfile).is_file():
         problems.append(
             f"hardware.hostfile: {hostfile} not found; write it with one `hostname slots=N` line per node "
-            "(N = hardware.procs_per_node), or let SLURM write it (`zerolab render --slurm`)"
+            "(N = hardware.procs_per_node), or let SLURM write it (hardware.backend=slurm)"
         )
     return problems
 

@@ -163,9 +163,9 @@ def resolved_yaml(recipe: Recipe, *, derived: bool = True) -> str:
     return header + dump_yaml(recipe.model_dump(mode="json"))
 
 
-def warn_missing_inputs(recipe: Recipe, *, scheduler_places_nodes: bool = False) -> None:
+def warn_missing_inputs(recipe: Recipe) -> None:
     """Missing data, tokenizer or host files as warnings on stderr (a dry run still prints)."""
-    for problem in check_inputs(recipe, scheduler_places_nodes=scheduler_places_nodes):
+    for problem in check_inputs(recipe):
         print(f"zerolab: warning: {problem}", file=sys.stderr)
 
 
