@@ -126,7 +126,7 @@ def render_text(recipe: Recipe, launch: Launch) -> str:
 
 def port_note(recipe: Recipe) -> list[str]:
     """Where the rendezvous port printed is not the one a launch uses: one node, hardware.master_port
-    not set (zerolab.launch.launcher takes a free one)."""
+    not set (the local backend takes a free one: zerolab.backends.local)."""
     hw = recipe.hardware
     if hw.nodes != 1 or hw.master_port is not None:
         return []
