@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from launch_helpers import standin, still_running
 
-from zerolab.launch.execute import execute
+from zerolab.backends.execute import execute
 from zerolab.logs.failures import read_ending
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -84,7 +84,7 @@ def test_cause_of_a_real_engine_crash_is_the_first_rank_error(tmp_path):
 LAUNCH_IN_CHILD = """
 import os, sys
 from pathlib import Path
-from zerolab.launch.execute import execute
+from zerolab.backends.execute import execute
 status = execute(Path(sys.argv[1]), sys.argv[2:], dict(os.environ), Path.cwd())
 sys.exit(status.exit_code)
 """
@@ -123,7 +123,7 @@ def test_signal_stops_every_rank_and_records_killed(tmp_path, signal_number, nam
 CTRL_C_AS_THE_RANKS_START = """
 import os, signal, subprocess, sys
 from pathlib import Path
-from zerolab.launch.execute import execute
+from zerolab.backends.execute import execute
 start = subprocess.Popen
 def start_then_ctrl_c(*args, **kwargs):
     subprocess.Popen = start

@@ -15,18 +15,18 @@ import pytest
 from zerolab.cli import main
 from zerolab.engine.cuda import query_gpus
 from zerolab.errors import UserError
-from zerolab.launch.launcher import prepare
+from zerolab.launch.plan import plan
 from zerolab.locations import REPO_ROOT, SAMPLES_DIR
 from zerolab.recipe.compose import load_recipe
 from zerolab.recipe.output import resolved_yaml
 from zerolab.recipe.yaml_io import read_yaml_mapping
-from zerolab.rundir import Status, claim, create, read_status, write_refusal, write_status
+from zerolab.rundir import Status, claim, new_path, read_status, write_refusal, write_status
 
 
 def test_each_launch_gets_a_new_directory_even_within_one_second(tmp_path):
-    first = create(tmp_path, "tiny_z1")
+    first = claim(new_path(tmp_path, "tiny_z1"))
     (first / "train.log").write_text("first run\n")
-    second = create(tmp_path, "tiny_z1")
+    second = claim(new_path(tmp_path, "tiny_z1"))
     assert first != second
     assert first.parent == second.parent == tmp_path / "tiny_z1"
     assert all(re.fullmatch(r"\d{8}-\d{6}", d.name) for d in (first, second))
@@ -130,7 +130,7 @@ def test_a_dolly_recipe_refuses_the_demo_sample_prepared_where_dolly_15k_belongs
     assert main(["render", "gpt2_z1"]) == 0  # render shows the launch, and warns
     assert "holds 151 documents" in capsys.readouterr().err
 
-    assert prepare(["gpt2_z1", *on_cpu, "data.min_documents=null"], engine_required=False)
+    assert plan(["gpt2_z1", *on_cpu, "data.min_documents=null"], engine_required=False)
 
 
 GLUE_SAMPLES = REPO_ROOT / "data_prep" / "samples" / "glue"
@@ -253,7 +253,7 @@ def test_a_second_one_node_run_takes_a_free_port_and_records_it(engine, tmp_path
         started.append(argv)
         return write_status(run_dir, Status(state="completed", exit_code=0))
 
-    monkeypatch.setattr("zerolab.launch.launcher.execute", training)
+    monkeypatch.setattr("zerolab.backends.local.execute", training)
     with default_port_in_use():
         for launcher in ("torchrun", "deepspeed"):
             run_dir = tmp_path / launcher

@@ -677,7 +677,7 @@ def test_every_block_and_override_that_cannot_be_merged_is_named_at_once(repo_ro
 
 def test_a_launch_names_every_problem_at_once(repo_root, capsys, tmp_path, dataset, monkeypatch):
     # no GPU here and the hostfile missing: both are named, in one refusal, and nothing is written
-    monkeypatch.setattr("zerolab.launch.launcher.query_gpus", list)
+    monkeypatch.setattr("zerolab.backends.local.query_gpus", list)
     run_dir = tmp_path / "run"
     hosts = tmp_path / "hosts"
     words = [TINY, f"data.path={dataset}", "hardware.device=cuda", "hardware.launcher=deepspeed"]

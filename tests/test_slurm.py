@@ -10,8 +10,8 @@ import pytest
 from slurm_helpers import launched, option, run_sbatch, shellcheck
 
 from zerolab import rundir
+from zerolab.backends.slurm_script import SlurmOptions, render_for_job, sbatch_for_recipe
 from zerolab.cli import main
-from zerolab.cluster.slurm import SlurmOptions, sbatch_for_recipe
 from zerolab.recipe.compose import load_recipe
 from zerolab.recipe.naming import renamed
 
@@ -20,10 +20,10 @@ SLURM_2_NODES = ("hardware.nodes=2", "hardware.procs_per_node=4", "train.global_
 
 def job(*overrides: str, launcher: str = "torchrun", options: SlurmOptions | None = None, resume=None) -> str:
     """The sbatch script of gpt2_z1 on 2 nodes of 4 GPUs."""
-    recipe = load_recipe(
-        "gpt2_z1", [*SLURM_2_NODES, f"hardware.launcher={launcher}", *overrides], scheduler_places_nodes=True
-    )
-    return sbatch_for_recipe(recipe, options or SlurmOptions(), resume=resume)
+    words = [*SLURM_2_NODES, f"hardware.launcher={launcher}", "hardware.backend=slurm", *overrides]
+    recipe = load_recipe("gpt2_z1", words)
+    options = options or SlurmOptions()
+    return sbatch_for_recipe(recipe, render_for_job(recipe, options, resume), options)
 
 
 def job_dir(tmp_path: Path, job_id: str) -> Path:
@@ -142,10 +142,9 @@ def test_render_slurm_refuses_json(repo_root, monkeypatch, capsys):
 
 
 def test_a_cpu_job_asks_for_no_gpus_and_a_requeued_job_loads_its_own_checkpoints():
-    recipe = load_recipe(
-        "cpu/tiny_z1", ["hardware.nodes=2", "hardware.procs_per_node=1"], scheduler_places_nodes=True
-    )
-    script = sbatch_for_recipe(recipe, SlurmOptions())
+    words = ["hardware.nodes=2", "hardware.procs_per_node=1", "hardware.backend=slurm"]
+    recipe = load_recipe("cpu/tiny_z1", words)
+    script = sbatch_for_recipe(recipe, render_for_job(recipe, SlurmOptions(), None), SlurmOptions())
     assert "--gpus-per-node" not in script and "#SBATCH --open-mode=append\n" in script
     assert '--save "${RUN_DIR}"/checkpoints --save-interval 60 --load "${RUN_DIR}"/checkpoints' in script
     assert "--open-mode=append" in script.split("srun", 1)[1]

@@ -12,11 +12,13 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from slurm_helpers import launched, option, run_sbatch, shellcheck
 
 from zerolab import rundir
+from zerolab.backends.local import LocalBackend
 from zerolab.cli import main
 from zerolab.errors import UserError
 from zerolab.locations import REPO_ROOT, display_path
@@ -272,7 +274,7 @@ def test_slurm_writes_one_array_job_of_the_cells_that_pass_the_checks(tmp_path, 
     argv = launched(directory / cell.run_dir)
     assert option(argv, "--zero-stage") == "3" and option(argv, "--micro-batch-size") == "4"
     assert option(argv, "--deepspeed_config") == f"logs/sweeps/grid/{cell.run_dir}/ds_config.json"
-    recipe = load_recipe("gpt2_z1", cell.overrides, scheduler_places_nodes=True)
+    recipe = load_recipe("gpt2_z1", [*cell.overrides, "hardware.backend=slurm"])
     assert json.loads((directory / cell.run_dir / "ds_config.json").read_text()) == render(recipe).ds_config
     assert rundir.read_status(directory / cell.run_dir)[0].state == "completed"
     # run again (a requeue): the earlier run directory is kept in .previous/
@@ -348,7 +350,7 @@ def test_the_dry_run_refuses_the_cells_the_sweep_would_refuse_with_its_exit_stat
 ):
     # what a launch checks without launching (a GPU here, a free port) the dry run checks too
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr("zerolab.launch.launcher.query_gpus", lambda: [])  # this machine: no GPU
+    monkeypatch.setattr("zerolab.backends.local.query_gpus", lambda: [])  # this machine: no GPU
     fixed = [f"data.path={DATA}", "--name", "s"]
     assert main(["sweep", "cpu/tiny_dp", "hardware=cpu-2ranks,gpu-1node-2", *fixed, "--dry-run"]) == 0
     out = capsys.readouterr().out
@@ -399,16 +401,16 @@ def checks(monkeypatch, capsys) -> list[str]:
     """The cells checked (each as a launch would be), with what the terminal showed before the first."""
     seen: list[str] = []
 
-    def check(words, *, name, engine_required=True):
+    def check(words, *, name, **_):
         if not seen:
             captured = capsys.readouterr()
             print(captured.out, end="")
             print(captured.err, end="", file=sys.stderr)
             seen.append(captured.out + captured.err)
         seen.append(name)
-        return name
+        return SimpleNamespace(name=name, backend=LocalBackend())
 
-    monkeypatch.setattr("zerolab.sweep.run.prepare", check)
+    monkeypatch.setattr("zerolab.sweep.run.plan_launch", check)
     return seen
 
 

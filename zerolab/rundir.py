@@ -182,31 +182,26 @@ def is_run_dir(path: Path) -> bool:
     return any((path / marker).is_file() for marker in MARKERS)
 
 
-def create(logs_root: Path, name: str) -> Path:
-    """Create `logs_root/name/<local time, to the second>/`; if that second's directory exists
-    (two launches within one second), wait for the next second rather than reuse it."""
+def new_path(logs_root: Path, name: str) -> Path:
+    """A run directory not made yet, `logs_root/name/<local time, to the second>/`; if that second's
+    exists (two launches within one second), the next second's, after waiting for it."""
     parent = logs_root / name
-    parent.mkdir(parents=True, exist_ok=True)
     for _ in range(5):
         candidate = parent / datetime.now().strftime(STAMP_FORMAT)
-        try:
-            candidate.mkdir()
-        except FileExistsError:
-            time.sleep(1.0 - (time.time() % 1.0) + 0.01)
-            continue
-        return candidate
+        if not candidate.exists():
+            return candidate
+        time.sleep(1.0 - (time.time() % 1.0) + 0.01)
     raise UserError(f"{parent}: could not create a new run directory (one exists for every recent second)")
 
 
 @contextlib.contextmanager
-def made(logs_root: Path, name: str, path: Path | None = None) -> Iterator[Path]:
-    """A new run directory, `path` (claim) or a new `logs_root/name/<time>` (create), for a launch
-    to write into before its ranks start: when the block raises (a refusal, a failed export, Ctrl-C),
-    the directory is removed again with what was written into it, and so are the parent folders it
+def made(path: Path) -> Iterator[Path]:
+    """The new run directory `path` (claim: a path given, or new_path's), for a launch to write
+    into before its ranks start: when the block raises (a refusal, a failed export, Ctrl-C), the
+    directory is removed again with what was written into it, and so are the parent folders it
     made, so that a launch refused there leaves nothing behind."""
-    first = path.parent if path is not None else logs_root / name
-    parents = [folder for folder in (first, *first.parents) if not folder.exists()]
-    directory = claim(path) if path is not None else create(logs_root, name)
+    parents = [folder for folder in path.parents if not folder.exists()]
+    directory = claim(path)
     try:
         yield directory
     except BaseException:

@@ -11,7 +11,7 @@ from typing import Any
 from zerolab.engine.speed_ladder import LADDER_MD, Plan, plan_text, standard_phases
 from zerolab.engine.speed_switches import LADDER_ENV
 from zerolab.errors import UserError
-from zerolab.launch.launcher import launch, prepare
+from zerolab.launch.plan import plan as plan_launch
 from zerolab.locations import LOGS_DIR
 from zerolab.recipe.job import job_of
 from zerolab.recipe.pretraining import Pretraining
@@ -80,10 +80,10 @@ def run_ladder(args: argparse.Namespace) -> int:
     first = Path(args.words[0]).stem
     run_dir = args.run_dir or LOGS_DIR / "ladder" / f"{first}-{datetime.now().strftime(STAMP_FORMAT)}"
     plan, words = ladder_plan(list(args.words), args.warmup, args.measured, args.rounds, run_dir)
-    prepared = prepare(words)
+    planned = plan_launch(words, run_dir=run_dir)
     os.environ[LADDER_ENV] = plan_text(plan)
     try:
-        _, status = launch(prepared, run_dir=run_dir)
+        _, status = planned.backend.run(planned)
     finally:
         os.environ.pop(LADDER_ENV, None)
     table = run_dir / LADDER_MD

@@ -1,4 +1,6 @@
-"""`zerolab launch RECIPE [KEY=VALUE...] [--dry-run] [--resume RUN_DIR]` (also recipes/NAME.sh)."""
+"""`zerolab launch RECIPE [KEY=VALUE...] [--dry-run] [--resume RUN_DIR] [--slurm ...]` (also
+recipes/NAME.sh): the recipe's launch plan (zerolab.launch.plan), printed (--dry-run) or run by
+its backend (hardware.backend; --slurm is hardware.backend=slurm)."""
 
 from __future__ import annotations
 
@@ -6,16 +8,9 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from zerolab.cluster.arguments import add_slurm_arguments, refuse_slurm_options_without_slurm, slurm_options
-from zerolab.cluster.slurm import sbatch_for_recipe
+from zerolab.backends.slurm_options import add_slurm_arguments, backend_words, site_options
 from zerolab.errors import UserError
-from zerolab.launch.launcher import launch, prepare
-from zerolab.launch.slurm_job import submit_and_wait
-from zerolab.recipe.extras import check_extras
-from zerolab.recipe.job import refuse_missing_inputs
-from zerolab.recipe.output import render_text, warn_missing_inputs
-from zerolab.recipe.render import RUN_DIR_PLACEHOLDER, render
-from zerolab.recipe.selection import select
+from zerolab.launch.plan import plan
 
 
 def register(subparsers: Any) -> None:
@@ -47,8 +42,9 @@ def register(subparsers: Any) -> None:
     )
     add_slurm_arguments(
         parser,
-        "submit the recipe as a SLURM job (the script of `zerolab render --slurm`) from this login node, "
-        "follow it to its end and record it in logs/NAME/slurm-JOBID/ (docs/multinode.md); Ctrl-C cancels it",
+        "hardware.backend=slurm: submit the recipe as a SLURM job (the script of `zerolab render --slurm`) "
+        "from this login node, follow it to its end and record it in logs/NAME/slurm-JOBID/ "
+        "(docs/multinode.md); Ctrl-C cancels it",
     )
     parser.set_defaults(run=run_launch)
 
@@ -56,49 +52,18 @@ def register(subparsers: Any) -> None:
 def run_launch(args: argparse.Namespace) -> int:
     """Launch (or, with --dry-run, print) a recipe; returns the training's exit code."""
 
-    refuse_slurm_options_without_slurm(args)
-    if args.slurm:
-        return slurm_launch(args)
-    if args.dry_run:
-        return dry_run(list(args.words), args.resume, args.run_dir)
-    prepared = prepare(list(args.words), resume=args.resume)
-    _, status = launch(prepared, run_dir=args.run_dir)
-    return int(status.exit_code or 0)
-
-
-def dry_run(words: list[str], resume: Path | None, run_dir: Path | None) -> int:
-    """Print what the launch would run (missing inputs as warnings); write nothing."""
-
-    recipe, resumption = select(words, resume)
-    warn_missing_inputs(recipe)
-    launch = render(recipe, run_dir=str(run_dir) if run_dir else RUN_DIR_PLACEHOLDER, resume=resumption)
-    check_extras(recipe, launch, required=False)
-    print(render_text(recipe, launch), end="")
-    return 0
-
-
-def slurm_launch(args: argparse.Namespace) -> int:
-    """--slurm: check the recipe as a job runs it, then print (--dry-run) or submit its sbatch
-    script and follow the job; returns the job's exit code."""
-
-    if args.run_dir is not None:
+    site = site_options(args)
+    if args.slurm and args.run_dir is not None:
         raise UserError("--run-dir is not an option of --slurm: the job writes logs/NAME/slurm-JOBID/")
-    recipe, resume = select(list(args.words), args.resume, scheduler_places_nodes=True)
-    options = slurm_options(args)
-    script = sbatch_for_recipe(recipe, options, resume=resume)
+    words = backend_words(args)
     if args.dry_run:
-        warn_missing_inputs(recipe, scheduler_places_nodes=True)
-        print(script, end="")
+        planned = plan(words, resume=args.resume, run_dir=args.run_dir, launching=False, site=site)
+        print(planned.backend.job(planned), end="")
         return 0
-    refuse_missing_inputs(recipe, "submit", scheduler_places_nodes=True)
-    directory, status = submit_and_wait(script, recipe.name, echo=_print)
-    print(
-        f"zerolab: {recipe.name} {status.state} (exit code {status.exit_code})"
-        f"{': ' + status.cause if status.cause else ''}; run directory {directory}",
-        flush=True,
-    )
+    planned = plan(words, resume=args.resume, run_dir=args.run_dir, site=site)
+    if args.run_dir is not None and planned.run_dir is None:
+        raise UserError(
+            f"--run-dir is not an option of hardware.backend {planned.backend.name}: the job makes its own"
+        )
+    _, status = planned.backend.run(planned)
     return int(status.exit_code or 0)
-
-
-def _print(text: str) -> None:
-    print(text, end="", flush=True)

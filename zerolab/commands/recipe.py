@@ -10,15 +10,13 @@ from pathlib import Path
 from typing import Any
 
 from zerolab import __version__, rundir
-from zerolab.cluster.arguments import add_slurm_arguments, refuse_slurm_options_without_slurm, slurm_options
-from zerolab.cluster.slurm import sbatch_for_recipe
+from zerolab.backends.slurm_options import add_slurm_arguments, backend_words, site_options
 from zerolab.errors import UserError
+from zerolab.launch.plan import plan
 from zerolab.recipe.compose import RecipeProblems, load_recipe
 from zerolab.recipe.diff import diff_recipes, format_diff
-from zerolab.recipe.extras import check_extras
-from zerolab.recipe.output import render_text, resolved_yaml, warn_missing_inputs
-from zerolab.recipe.render import RUN_DIR_PLACEHOLDER, render
-from zerolab.recipe.selection import select
+from zerolab.recipe.output import resolved_yaml
+from zerolab.recipe.render import render
 
 
 def add_recipe_parser(subparsers: Any, name: str, help_text: str) -> argparse.ArgumentParser:
@@ -87,31 +85,25 @@ def run_render(args: argparse.Namespace) -> int:
 
     if args.slurm and (args.json or args.out is not None):
         raise UserError("--slurm prints an sbatch script; it does not combine with --json or --out")
-    refuse_slurm_options_without_slurm(args)
-    recipe, resume = select(list(args.words), args.resume, scheduler_places_nodes=args.slurm)
+    site = site_options(args)
     out = args.out if args.out is not None and not args.dry_run else None
     if out is not None:
         refuse_unwritable_out(out)
-    warn_missing_inputs(recipe, scheduler_places_nodes=args.slurm)
-    if args.slurm:
-        return print_sbatch(recipe, resume, args)
-    launch = render(recipe, run_dir=str(out.resolve()) if out else RUN_DIR_PLACEHOLDER, resume=resume)
-    check_extras(recipe, launch, required=False)
+    planned = plan(
+        backend_words(args),
+        resume=args.resume,
+        run_dir=out.resolve() if out else None,
+        launching=False,
+        site=site,
+    )
     if args.json:
-        print(json.dumps(launch.as_json(), indent=2))
+        print(json.dumps(planned.launch.as_json(), indent=2))
     else:
-        print(render_text(recipe, launch), end="")
+        print(planned.backend.job(planned), end="")
     if out is not None:
-        write_render(launch, out, recipe.name)
+        write_render(planned.launch, out, planned.name)
     elif args.out is not None:
         print(f"zerolab: --dry-run: nothing written to {args.out}", file=sys.stderr)
-    return 0
-
-
-def print_sbatch(recipe: Any, resume: Any, args: argparse.Namespace) -> int:
-    """Print the recipe's sbatch script (--slurm)."""
-
-    print(sbatch_for_recipe(recipe, slurm_options(args), resume=resume), end="")
     return 0
 
 

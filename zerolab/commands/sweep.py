@@ -7,7 +7,7 @@ from typing import Any
 
 from rich.console import Console
 
-from zerolab.cluster.arguments import add_slurm_arguments, refuse_slurm_options_without_slurm, slurm_options
+from zerolab.backends.slurm_options import add_slurm_arguments, site_options
 from zerolab.errors import UserError
 from zerolab.summarize.report import summarize_sweep
 from zerolab.sweep.array import write_array_job
@@ -77,7 +77,7 @@ def register(subparsers: Any) -> None:
 def run_sweep(args: argparse.Namespace) -> int:
     """Expand the sweep, then list (--dry-run), write the array job (--slurm) or run its cells."""
 
-    refuse_slurm_options_without_slurm(args)
+    site = site_options(args)
     if args.count and not args.dry_run:
         raise UserError("--count goes with --dry-run: zerolab sweep RECIPE KEY=V1,V2,... --dry-run --count")
     words = read_words(args.words[0], args.words[1:])
@@ -96,7 +96,7 @@ def run_sweep(args: argparse.Namespace) -> int:
     sweep = cells_of(words)
     if args.slurm:
         return write_array_job(
-            sweep, name, retry_failed=args.retry_failed, options=slurm_options(args), dry_run=args.dry_run
+            sweep, name, retry_failed=args.retry_failed, options=site, dry_run=args.dry_run
         )
     if args.dry_run:
         return dry_run(sweep, name, retry_failed=args.retry_failed)

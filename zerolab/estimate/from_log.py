@@ -150,7 +150,7 @@ def recipe_from_log(log: ParsedLog) -> tuple[Recipe | None, list[str]]:
     except ValidationError as error:
         return None, [f"the log's settings are not a valid recipe: {error.errors()[0]['msg']}"]
     recipe._name = log.path.stem
-    problems = check_recipe(recipe, scheduler_places_nodes=True, tokenizer_known=False)
+    problems = check_recipe(recipe, rendezvous_known=False, tokenizer_known=False)
     if problems:
         return None, [problem.message for problem in problems]
     return recipe, []

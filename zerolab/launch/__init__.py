@@ -1,2 +1,2 @@
-"""Launching a recipe for real: the run directory, the training process tree (streamed
-log, signals, exit code), host-memory and GPU sampling, status and resume."""
+"""The one pre-launch step: recipe words into a checked, rendered, estimated launch plan, which
+every command then prints or hands to its backend (zerolab.backends)."""

@@ -16,7 +16,7 @@ from zerolab.recipe.job import job_of, train_iters
 from zerolab.recipe.pretraining import Pretraining, attention_args
 from zerolab.recipe.provenance import Sources, source_of
 from zerolab.recipe.render import ds_config, render, stage_bound
-from zerolab.recipe.schema import DataSection, ExtraSection, Recipe, SpeedSection
+from zerolab.recipe.schema import NODE_PLACING_BACKENDS, DataSection, ExtraSection, Recipe, SpeedSection
 
 
 @dataclass(frozen=True)
@@ -103,18 +103,20 @@ def finetuning_check(function: Check) -> Check:
 def check_recipe(
     recipe: Recipe,
     *,
-    scheduler_places_nodes: bool = False,
+    rendezvous_known: bool = True,
     tokenizer_known: bool = True,
     sources: Sources | None = None,
 ) -> list[Problem]:
-    """Every problem the checks find (empty when the recipe can be rendered). With
-    `scheduler_places_nodes`, the node addresses and hostfile are left to the job; without
-    `tokenizer_known` (settings read from a log), the model is not checked against the tokenizer.
-    With the `sources` of its keys, a pretraining recipe made a fine-tuning one by a `finetune` key
-    (finetune_switch) gets one problem naming that key, not one per pretraining key it holds."""
+    """Every problem the checks find (empty when the recipe can be rendered). Where
+    hardware.backend places the nodes itself (a SLURM job), or without `rendezvous_known` (settings
+    read from a log), how nodes find each other is not checked; without `tokenizer_known` (settings
+    read from a log), the model is not checked against the tokenizer. With the `sources` of its
+    keys, a pretraining recipe made a fine-tuning one by a `finetune` key (finetune_switch) gets
+    one problem naming that key, not one per pretraining key it holds."""
+    placed = recipe.hardware.backend in NODE_PLACING_BACKENDS
     job = job_of(recipe)
     skipped = [
-        *(RENDEZVOUS_CHECKS if scheduler_places_nodes else []),
+        *(RENDEZVOUS_CHECKS if placed or not rendezvous_known else []),
         *([] if tokenizer_known else TOKENIZER_CHECKS),
         *(function for function, kind in ONLY_FOR.items() if not isinstance(job, kind)),
     ]

@@ -65,13 +65,11 @@ def load_recipe(
     path: str | Path,
     overrides: tuple[str, ...] | list[str] = (),
     *,
-    scheduler_places_nodes: bool = False,
     name: str | None = None,
     path_shown: str | None = None,
 ) -> Recipe:
     """Compose, validate and check the recipe at `path` with `overrides` (`key.path=value`).
-    With `scheduler_places_nodes` (an sbatch script), the job supplies node addresses. The
-    recipe's name is the file's stem with the overrides that change the run (zerolab.recipe.naming)
+    The recipe's name is the file's stem with the overrides that change the run (zerolab.recipe.naming)
     and its path the file, unless `name` and `path_shown` say
     otherwise (a resumed run's recipe.yaml is that run's recipe).
 
@@ -85,7 +83,7 @@ def load_recipe(
     recipe._name = name or run_name(recipe_file.stem, overrides)
     recipe._path = path_shown or display_path(recipe_file)
     recipe._overrides = tuple(overrides)
-    problems = check_recipe(recipe, scheduler_places_nodes=scheduler_places_nodes, sources=sources)
+    problems = check_recipe(recipe, sources=sources)
     if problems:
         raise RecipeProblems(recipe, [problem.describe(recipe, sources) for problem in problems])
     return recipe

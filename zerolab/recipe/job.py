@@ -15,7 +15,7 @@ from zerolab.recipe.finetuning import FineTuning
 from zerolab.recipe.pretraining import Pretraining
 from zerolab.recipe.provenance import Sources
 from zerolab.recipe.resumption import Resume
-from zerolab.recipe.schema import Recipe
+from zerolab.recipe.schema import NODE_PLACING_BACKENDS, Recipe
 
 
 class Job(Protocol):
@@ -102,9 +102,9 @@ def train_iters(recipe: Recipe) -> int:
     return job_of(recipe).train_iters()
 
 
-def refuse_missing_inputs(recipe: Recipe, action: str, *, scheduler_places_nodes: bool = False) -> None:
+def refuse_missing_inputs(recipe: Recipe, action: str) -> None:
     """UserError (`cannot ACTION, ...`) listing every problem of `check_inputs`, if any."""
-    problems = check_inputs(recipe, scheduler_places_nodes=scheduler_places_nodes)
+    problems = check_inputs(recipe)
     if problems:
         raise UserError(
             f"cannot {action}, inputs missing or not the recipe's:\n"
@@ -112,15 +112,16 @@ def refuse_missing_inputs(recipe: Recipe, action: str, *, scheduler_places_nodes
         )
 
 
-def check_inputs(recipe: Recipe, *, scheduler_places_nodes: bool = False) -> list[str]:
+def check_inputs(recipe: Recipe) -> list[str]:
     """One message per missing (or damaged) input file of the recipe's job kind, then the hostfile,
-    each naming the key and how to make the file. With `scheduler_places_nodes` (an sbatch script)
-    the job writes the hostfile."""
+    each naming the key and how to make the file. Where hardware.backend places the nodes itself (a
+    SLURM job), the job writes the hostfile."""
     problems = job_of(recipe).input_problems()
     hostfile = recipe.hardware.hostfile
-    if hostfile is not None and not scheduler_places_nodes and not Path(hostfile).is_file():
+    placed = recipe.hardware.backend in NODE_PLACING_BACKENDS
+    if hostfile is not None and not placed and not Path(hostfile).is_file():
         problems.append(
             f"hardware.hostfile: {hostfile} not found; write it with one `hostname slots=N` line per node "
-            "(N = hardware.procs_per_node), or let SLURM write it (`zerolab render --slurm`)"
+            "(N = hardware.procs_per_node), or let SLURM write it (hardware.backend=slurm)"
         )
     return problems

@@ -113,7 +113,7 @@ def render_text(recipe: Recipe, launch: Launch) -> str:
 
 def port_note(recipe: Recipe) -> list[str]:
     """Where the rendezvous port printed is not the one a launch uses: one node, hardware.master_port
-    not set (zerolab.launch.launcher takes a free one)."""
+    not set (the local backend takes a free one: zerolab.backends.local)."""
     hw = recipe.hardware
     if hw.nodes != 1 or hw.master_port is not None:
         return []
@@ -150,9 +150,9 @@ def resolved_yaml(recipe: Recipe, *, derived: bool = True) -> str:
     return header + dump_yaml(recipe.model_dump(mode="json"))
 
 
-def warn_missing_inputs(recipe: Recipe, *, scheduler_places_nodes: bool = False) -> None:
+def warn_missing_inputs(recipe: Recipe) -> None:
     """Missing data, tokenizer or host files as warnings on stderr (a dry run still prints)."""
-    for problem in check_inputs(recipe, scheduler_places_nodes=scheduler_places_nodes):
+    for problem in check_inputs(recipe):
         print(f"zerolab: warning: {problem}", file=sys.stderr)
 
 

@@ -28,7 +28,7 @@ from zerolab.recipe.schema import DEFAULT_MASTER_PORT, Recipe, ZeroSection
 
 _MARK = "\x00"
 """Wraps the name of a shell variable inside a rendered word: only text zerolab itself puts in
-(a job's node rank, the run directory of a render made without one) is ever expanded."""
+(a backend's node rank, the run directory of a render made without one) is ever expanded."""
 
 
 def shell_variable(name: str) -> str:
@@ -60,7 +60,9 @@ def as_text(token: str) -> str:
 @dataclass(frozen=True)
 class Placement:
     """Where this node stands among the run's nodes: its rank, node 0's address and, for the
-    deepspeed launcher, the hostfile (and whether it starts the other nodes' ranks over ssh)."""
+    deepspeed launcher, the hostfile (and whether it starts the other nodes' ranks over ssh). A
+    backend that places the nodes itself gives its own (zerolab.backends); render knows no
+    scheduler's variables."""
 
     node_rank: str
     master_addr: str
@@ -72,13 +74,6 @@ class Placement:
         """As the recipe's hardware section says."""
         hw = recipe.hardware
         return cls(str(hw.node_rank), hw.master_addr, hw.hostfile)
-
-    @classmethod
-    def scheduled(cls, run_dir: str) -> Placement:
-        """In a SLURM job: each node's rank and node 0's address from the job's shell variables,
-        a hostfile of the allocation in the run directory, every node starting its own ranks."""
-        hostfile = f"{run_dir}/{rundir.HOSTFILE}"
-        return cls(shell_variable("SLURM_NODEID"), shell_variable("MASTER_ADDR"), hostfile, ssh=False)
 
 
 @dataclass(frozen=True)

@@ -666,6 +666,10 @@ DEFAULT_MASTER_PORT = 29500
 nodes need one port agreed beforehand (torchrun's and DeepSpeed's default)."""
 
 
+NODE_PLACING_BACKENDS = ("slurm",)
+"""The backends whose scheduler places the nodes: node_rank, master_addr and hostfile are its own."""
+
+
 class HardwareSection(Section):
     """Where it runs and how it is launched (configs/hardware/)."""
 
@@ -679,6 +683,15 @@ class HardwareSection(Section):
     )
     launcher: Literal["torchrun", "deepspeed"] = field(
         "torchrun", "the program that starts the ranks", to=(Launcher("torchrun or deepspeed"),)
+    )
+    backend: Literal["local", "hostfile", "slurm"] = field(
+        "local",
+        "who starts the launch (zerolab.backends, docs/backends.md): local runs the launcher on this "
+        "machine (each node's own command with node_rank), hostfile the deepspeed launcher here starting "
+        "every node of hardware.hostfile over pdsh/ssh, slurm a SLURM job placing the nodes itself "
+        "(`--slurm` sets it)",
+        to=(Zerolab("the launch backend: placement, the job written, submitted and followed"),),
+        names_run=False,
     )
     nodes: int = field(1, "machines", "nodes", gt=0, to=(Launcher("--nnodes / --num_nodes"),))
     procs_per_node: int = field(

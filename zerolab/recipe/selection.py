@@ -18,16 +18,14 @@ from zerolab.recipe.yaml_io import read_yaml_mapping
 GIVE_A_RECIPE = "give a RECIPE (a file, or a name under recipes/ such as cpu/tiny_z1) or --resume RUN_DIR"
 
 
-def select(
-    words: list[str], resume: Path | None, *, scheduler_places_nodes: bool = False, name: str | None = None
-) -> tuple[Recipe, Resume | None]:
+def select(words: list[str], resume: Path | None, *, name: str | None = None) -> tuple[Recipe, Resume | None]:
     """The recipe of `words` (RECIPE then KEY=VALUE overrides), named `name` instead of the recipe
     file when given, or with `resume` the recipe of that run (under its name) with `words` as
     overrides and what it resumes from."""
     if resume is None:
         if not words:
             raise UserError(GIVE_A_RECIPE)
-        recipe = load_recipe(words[0], words[1:], scheduler_places_nodes=scheduler_places_nodes, name=name)
+        recipe = load_recipe(words[0], words[1:], name=name)
         return recipe, None
     recipe_file = resume / rundir.RECIPE_FILE
     if not recipe_file.is_file():
@@ -46,12 +44,8 @@ def select(
     name = renamed(rundir.run_name(resume), words)
     facts, _ = rundir.read_facts(resume)
     path = facts.recipe if facts else None  # the recipe file the run was launched from
-    previous = load_recipe(
-        recipe_file, name=name, path_shown=path, scheduler_places_nodes=scheduler_places_nodes
-    )
-    recipe = load_recipe(
-        recipe_file, words, name=name, path_shown=path, scheduler_places_nodes=scheduler_places_nodes
-    )
+    previous = load_recipe(recipe_file, name=name, path_shown=path)
+    recipe = load_recipe(recipe_file, words, name=name, path_shown=path)
     new_run = shlex.join(["zerolab", "launch", str(recipe_file), *words])
     problems = resume_problems(previous, recipe, checkpoint, new_run)
     if problems:

@@ -1,6 +1,6 @@
 """`zerolab sweep ... --slurm`: the sweep as one sbatch array job instead of running it here, one
 array task per cell to run, each the job `zerolab render --slurm` renders for that cell's recipe
-(zerolab.cluster.slurm) writing into the cell's run directory. The cells to run are chosen as a
+(zerolab.backends.slurm_script) writing into the cell's run directory. The cells to run are chosen as a
 run here chooses them (completed skipped, failed only with --retry-failed); refused cells are
 recorded here, as a run records them, so the sweep's summary shows them."""
 
@@ -10,12 +10,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from zerolab.cluster.slurm import ArrayTask, sbatch_array
+from zerolab.backends.slurm_options import BACKEND_WORD
+from zerolab.backends.slurm_script import ArrayTask, sbatch_array
 from zerolab.files import write_atomic
+from zerolab.launch.plan import plan as plan_launch
 from zerolab.locations import display_path
-from zerolab.recipe.facts import run_facts
-from zerolab.recipe.job import check_inputs
-from zerolab.recipe.selection import select
 from zerolab.sweep.cells import Sweep
 from zerolab.sweep.check import (
     REFUSE,
@@ -40,10 +39,9 @@ def write_array_job(
 
     plan, directory, recorded = planned(sweep, name)
 
-    def check(cell: PlannedCell) -> Any:
-        recipe = select([plan.recipe, *cell.overrides], None, scheduler_places_nodes=True, name=cell.name)[0]
-        run_facts(recipe)  # the job's run.json: a length in epochs counted from the data here
-        return recipe
+    def check(cell: PlannedCell) -> Any:  # the cell's launch plan as a job (missing inputs: warnings here)
+        words = [plan.recipe, *cell.overrides, BACKEND_WORD]
+        return plan_launch(words, name=cell.name, launching=False, site=options)
 
     print(checking_line(plan), file=sys.stderr, flush=True)
     if dry_run:
@@ -65,8 +63,6 @@ def write_array_job(
         path = directory / SBATCH_FILE
         write_atomic(path, script, mode=0o755)
     runs = [item for item in checked if item.action == RUN]
-    for problem in dict.fromkeys(problem for item in runs for problem in check_inputs(item.ready)):
-        print(f"zerolab: warning: here, {problem}", file=sys.stderr)
     print(
         f"wrote {display_path(path)}: {len(runs)} array task(s), one per cell to run; submit it from "
         f"this directory: sbatch {display_path(path)}; then: zerolab summarize {display_path(directory)}"
@@ -79,7 +75,10 @@ def _script(name: str, directory: Path, checked: list[Checked], options: Any) ->
 
     tasks = [
         ArrayTask(
-            item.ready, display_path(cell_dir(directory, item.cell)), previous_prefix(directory, item.cell)
+            item.ready.recipe,
+            item.ready.launch,
+            display_path(cell_dir(directory, item.cell)),
+            previous_prefix(directory, item.cell),
         )
         for item in checked
         if item.action == RUN

@@ -1,5 +1,7 @@
-"""`zerolab sweep`: run every cell of a sweep in turn, each through `zerolab launch`'s prepare()
-and launch() into its own run directory under logs/sweeps/NAME/, then summarize them.
+"""`zerolab sweep`: run every cell of a sweep in turn, each planned as `zerolab launch` plans it
+(zerolab.launch.plan) and run by its backend into its own run directory under logs/sweeps/NAME/,
+then summarize them. The cells run here (hardware.backend local or hostfile); `--slurm` makes
+them one array job instead (zerolab.sweep.array).
 
 Re-running the same command resumes: completed cells are skipped, failed ones too unless
 --retry-failed; a killed cell (Ctrl-C) or one a stopped sweep left behind runs again, its
@@ -18,10 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from zerolab import rundir
+from zerolab.backends.local import LocalBackend
 from zerolab.engine.doctor import collect
 from zerolab.engine.paths import engine_missing
 from zerolab.errors import UserError
-from zerolab.launch.launcher import launch, prepare
+from zerolab.launch.plan import plan as plan_launch
 from zerolab.locations import display_path
 from zerolab.recipe.compose import resolve_recipe_path
 from zerolab.sweep.cells import Sweep
@@ -76,7 +79,8 @@ def dry_run(sweep: Sweep, name: str | None, *, retry_failed: bool) -> int:
         else None
     )
     print(dry_run_head(plan, directory, note), end="", flush=True)
-    checked = check_cells(plan, directory, _checker(plan, engine_required=False), retry_failed=retry_failed)
+    checker = _checker(plan, directory, engine_required=False)
+    checked = check_cells(plan, directory, checker, retry_failed=retry_failed)
     print(dry_run_text(checked), end="", flush=True)
     if nothing_runs(checked):
         raise UserError(
@@ -105,16 +109,25 @@ def run_sweep(sweep: Sweep, name: str | None, *, retry_failed: bool, console: An
     if missing:
         raise UserError(f"cannot run the sweep: {missing}")
     console.print(checking_line(plan), soft_wrap=True, markup=False)
-    with checked_and_locked(plan, directory, _checker(plan), retry_failed=retry_failed) as checked:
+    with checked_and_locked(plan, directory, _checker(plan, directory), retry_failed=retry_failed) as checked:
         return _run(plan, directory, checked, console, recorded)
 
 
-def _checker(plan: Plan, *, engine_required: bool = True) -> Callable[[PlannedCell], Any]:
-    """A cell's check: `zerolab launch`'s prepare() of the recipe with the cell's overrides,
-    the run named after the cell."""
+def _checker(plan: Plan, directory: Path, *, engine_required: bool = True) -> Callable[[PlannedCell], Any]:
+    """A cell's check: its launch plan (the recipe with the cell's overrides, the run named after
+    the cell, into the cell's run directory), refused where its backend does not run it here."""
 
     def check(cell: PlannedCell) -> Any:
-        return prepare([plan.recipe, *cell.overrides], name=cell.name, engine_required=engine_required)
+        words = [plan.recipe, *cell.overrides]
+        planned = plan_launch(
+            words, name=cell.name, run_dir=cell_dir(directory, cell), engine_required=engine_required
+        )
+        if not isinstance(planned.backend, LocalBackend):
+            raise UserError(
+                f"hardware.backend {planned.backend.name}: a sweep runs its cells here (local, hostfile); "
+                "to run them as one SLURM array job, add --slurm"
+            )
+        return planned
 
     return check
 
@@ -148,9 +161,8 @@ def _run(plan: Plan, directory: Path, checked: list[Checked], console: Any, reco
             progress.start(item.cell.name)
             started = time.monotonic()
             try:
-                run_dir, status = launch(
-                    item.ready, run_dir=cell_dir(directory, item.cell), echo=progress.echo, doctor=doctor
-                )
+                backend = replace(item.ready.backend, doctor=doctor)
+                run_dir, status = backend.run(item.ready, echo=progress.echo)
             except UserError as error:  # refused at its launch (its model's export): nothing left of it
                 status = record_refusal(
                     directory, replace(item, state=None, action=REFUSE, refusal=str(error))

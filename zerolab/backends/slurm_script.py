@@ -4,7 +4,7 @@ array job of several such runs (`zerolab sweep --slurm`: one array task per cell
 One task per node: each starts the recipe's launcher (torchrun, or deepspeed without SSH) with
 its node rank from SLURM, the first node of the allocation as rendezvous address, and the same
 environment, Megatron arguments and DeepSpeed config as a single-node launch: the render of
-`zerolab.recipe.render`, placed by the job (Placement.scheduled) and writing into the job's run
+`zerolab.recipe.render`, placed by the job (scheduled_placement) and writing into the job's run
 directory (docs/run-directory.md) `logs/NAME/slurm-JOBID/`: recipe facts, ds_config.json, the
 combined train.log, checkpoints and status.json. Submit it from the repository root. An
 array job's task i does the same for run i, into the run directory it names (an earlier one
@@ -56,10 +56,16 @@ class SlurmOptions:
     """Without an image: the directory holding the engine's python, torchrun and deepspeed."""
 
 
-def sbatch_for_recipe(recipe: Recipe, options: SlurmOptions, *, resume: Resume | None = None) -> str:
-    """The sbatch script of a loaded recipe (`zerolab.recipe.load_recipe`), continuing `resume`:
-    one job writing logs/NAME/slurm-JOBID/."""
-    launch = _render(recipe, options, resume)
+def scheduled_placement(run_dir: str) -> Placement:
+    """In a SLURM job: each node's rank and node 0's address from the job's shell variables, a
+    hostfile of the allocation in the run directory, every node starting its own ranks."""
+    hostfile = f"{run_dir}/{rundir.HOSTFILE}"
+    return Placement(shell_variable("SLURM_NODEID"), shell_variable("MASTER_ADDR"), hostfile, ssh=False)
+
+
+def sbatch_for_recipe(recipe: Recipe, launch: Launch, options: SlurmOptions) -> str:
+    """The sbatch script of a loaded recipe and its launch (render_for_job): one job writing
+    logs/NAME/slurm-JOBID/."""
     return _job(
         title=f"Recipe {recipe.name} on a SLURM allocation, one task per node.",
         rendered_by="zerolab render --slurm",
@@ -78,6 +84,8 @@ class ArrayTask:
     job's array ids."""
 
     recipe: Recipe
+    launch: Launch
+    """The recipe's launch as a job runs it (render_for_job)."""
     run_dir: str
     previous: str
 
@@ -86,7 +94,7 @@ def sbatch_array(tasks: list[ArrayTask], name: str, options: SlurmOptions, *, re
     """One sbatch array job, task i running tasks[i] as `sbatch_for_recipe` runs a recipe (the
     same render, placed on the task's nodes). Every task gets the same allocation: UserError when
     the recipes ask for different nodes or GPUs per node."""
-    launches = [_render(task.recipe, options, None) for task in tasks]
+    launches = [task.launch for task in tasks]
     shapes = sorted({(launch.nodes, launch.procs_per_node) for launch in launches})
     if len(shapes) > 1:
         asked = ", ".join(f"{nodes} node(s) x {procs}" for nodes, procs in shapes)
@@ -127,7 +135,7 @@ def sbatch_array(tasks: list[ArrayTask], name: str, options: SlurmOptions, *, re
     )
 
 
-def _render(recipe: Recipe, options: SlurmOptions, resume: Resume | None) -> Launch:
+def render_for_job(recipe: Recipe, options: SlurmOptions, resume: Resume | None) -> Launch:
     """The recipe's launch as a job runs it: into the job's run directory, placed by SLURM; a
     checkpointing job also loads its own last checkpoint, so that a requeued job (`scontrol
     requeue`, a preemption) resumes instead of starting over (Megatron starts from scratch when
@@ -143,7 +151,7 @@ def _render(recipe: Recipe, options: SlurmOptions, resume: Resume | None) -> Lau
         recipe,
         run_dir=RUN_DIR,
         resume=resume,
-        placement=Placement.scheduled(RUN_DIR),
+        placement=scheduled_placement(RUN_DIR),
         engine=IMAGE_ENGINE_DIR if options.image else None,
         load_own_checkpoints=resume is None,
     )

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from zerolab import rundir
+from zerolab.backends.execute import failure_cause
+from zerolab.backends.process import SignalCatcher
 from zerolab.errors import UserError
-from zerolab.launch.execute import failure_cause
-from zerolab.launch.process import SignalCatcher
 from zerolab.locations import display_path
 from zerolab.logs.failures import read_ending
 from zerolab.rundir import COMPLETED, FAILED, KILLED, Status, now_iso

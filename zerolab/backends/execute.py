@@ -6,7 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from zerolab import rundir
-from zerolab.launch.process import Outcome, run_training
+from zerolab.backends.process import Outcome, run_training
 from zerolab.logs.failures import read_ending
 from zerolab.logs.signals import killed_by
 from zerolab.rundir import COMPLETED, FAILED, KILLED, RUNNING, Status, now_iso

@@ -17,7 +17,7 @@ from typing import Self
 
 import psutil
 
-from zerolab.launch.sampler import Sampler
+from zerolab.backends.sampler import Sampler
 from zerolab.rundir import LOG_FILE, SAMPLES_FILE
 
 GRACE_S = 15.0

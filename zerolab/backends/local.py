@@ -1,0 +1,165 @@
+"""The local backend: the recipe's launcher (torchrun or deepspeed) started on this machine, into a
+run directory made here with everything docs/run-directory.md lists; each node of a several-node
+torchrun launch runs its own command (hardware.node_rank)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from zerolab import __version__, rundir
+from zerolab.backends.base import LaunchPlan, print_now
+from zerolab.backends.execute import execute
+from zerolab.engine.cuda import query_gpus
+from zerolab.engine.doctor import collect
+from zerolab.engine.paths import engine_bin_dir, engine_missing
+from zerolab.errors import UserError
+from zerolab.export.run import export_run
+from zerolab.finetune.request import EXPORTED_MODEL_DIR
+from zerolab.locations import display_path
+from zerolab.recipe.output import render_text, resolved_yaml
+from zerolab.recipe.render import Launch, render
+from zerolab.recipe.resumption import Resume
+from zerolab.recipe.schema import Recipe
+
+
+@dataclass(frozen=True)
+class LocalBackend:
+    """The launcher on this machine (hardware.backend local)."""
+
+    name: str = "local"
+    doctor: dict | None = None
+    """The doctor report to record (default: collected at each launch; a sweep collects it once)."""
+
+    def problems(self, recipe: Recipe, *, engine_required: bool = True) -> list[str]:
+        """What keeps `recipe` from launching on this machine (check_local_gpus, check_port_free, the
+        engine not set up or without the recipe's launcher). Without `engine_required` (a dry run),
+        a missing engine is none."""
+        problems: list[str] = []
+        for check in (check_local_gpus, check_port_free):
+            try:
+                check(recipe)
+            except UserError as error:
+                problems.append(str(error))
+        missing = engine_missing()
+        if missing and engine_required:
+            problems.append(f"the engine is not set up: {missing}")
+        launcher = recipe.hardware.launcher
+        path = f"{engine_bin_dir()}{os.pathsep}{os.environ.get('PATH', '')}"
+        if not missing and shutil.which(launcher, path=path) is None:
+            problems.append(
+                f"`{launcher}` is not in the engine environment ({engine_bin_dir()}); run: make setup"
+            )
+        return problems
+
+    def launched(self, recipe: Recipe) -> Recipe:
+        """The recipe with a free rendezvous port where it needs one (with_free_port)."""
+        return with_free_port(recipe)
+
+    def run_dir(self, name: str, *, logs_root: Path, given: Path | None) -> Path | None:
+        """`given` (--run-dir), else a new logs_root/NAME/TIMESTAMP."""
+        return given if given is not None else rundir.new_path(logs_root, name)
+
+    def render(self, recipe: Recipe, *, run_dir: str, resume: Resume | None) -> Launch:
+        """Placed as the recipe's hardware section says."""
+        return render(recipe, run_dir=run_dir, resume=resume)
+
+    def job(self, plan: LaunchPlan) -> str:
+        """The script to paste (zerolab.recipe.output.render_text)."""
+        return render_text(plan.recipe, plan.launch)
+
+    def run(self, plan: LaunchPlan, *, echo: Callable[[str], None] = print_now) -> tuple[Path, rundir.Status]:
+        """Make the run directory at the plan's path, write its files, run the training."""
+        assert plan.run_dir is not None, "a local plan decides its run directory"
+        check_port_free(plan.recipe)  # free when planned; a sweep planned it before its first cell
+        rendered, facts = plan.launch, plan.facts
+        with rundir.made(plan.run_dir) as directory:
+            env = rendered.process_env(dict(os.environ))
+            launcher = shutil.which(rendered.argv[0], path=env["PATH"]) or rendered.argv[0]
+            rundir.write_recipe(directory, resolved_yaml(plan.recipe))
+            rendered.write_config(directory, os.environ)
+            resuming = f" (resuming {display_path(plan.resume.run_dir)})" if plan.resume else ""
+            note = f"{plan.name}{resuming}, launched {rundir.now_iso()} by zerolab {__version__}"
+            rundir.write_command(directory, rendered.script(Path.cwd(), note))
+            rundir.write_doctor(directory, self.doctor if self.doctor is not None else collect(cached=True))
+            rundir.write_facts(directory, facts)
+            if rendered.request is not None and rendered.request.exported:
+                export_model(Path(rendered.request.model), directory, echo)
+        echo(
+            f"zerolab: launching {plan.name} ({facts.world_size} ranks, rendezvous port {facts.master_port}) "
+            f"into {display_path(directory)}\n"
+        )
+        started = time.monotonic()
+        status = execute(directory, [launcher, *rendered.argv[1:]], env, Path.cwd(), echo=echo)
+        seconds = time.monotonic() - started
+        echo(
+            f"zerolab: {plan.name} {status.state} in {seconds:.0f} s (exit code {status.exit_code})"
+            f"{': ' + status.cause if status.cause else ''}; run directory {display_path(directory)}\n"
+        )
+        if status.last_lines:
+            echo(
+                "zerolab: the last lines before it:\n" + "".join(f"  {line}\n" for line in status.last_lines)
+            )
+        return directory, status
+
+
+def check_local_gpus(recipe: Recipe) -> None:
+    """Refuse to start a CUDA recipe's ranks on this machine when nvidia-smi sees no GPU here (they
+    would die at their first CUDA call, or train nothing). Writing a SLURM job and rendering are not
+    launches here, and are never refused for it."""
+
+    if recipe.hardware.device != "cuda" or query_gpus():
+        return
+    raise UserError(
+        f"cannot launch {recipe.name} here: hardware.device is cuda ({recipe.hardware.nodes} node(s) x "
+        f"{recipe.hardware.procs_per_node} GPUs), but nvidia-smi sees no GPU on this machine. Run it on a "
+        "GPU machine, or as a SLURM job (zerolab render --slurm); to train on this machine's CPU, use a "
+        "CPU recipe (zerolab launch cpu/tiny_z1) or hardware=cpu-2ranks precision=fp32 model=gpt2-tiny"
+    )
+
+
+def check_port_free(recipe: Recipe) -> None:
+    """Refuse a one-node launch whose rendezvous port, set by the user, is already listened on here
+    (another run: its ranks would fail to start theirs, after the launcher had started them). A
+    port not set is taken free when the launch is planned (with_free_port)."""
+    port = recipe.hardware.master_port
+    if recipe.hardware.nodes != 1 or port is None:
+        return
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a port in TIME_WAIT is free
+        try:
+            probe.bind(("", port))
+        except OSError as error:
+            raise UserError(
+                f"cannot launch {recipe.name}: hardware.master_port {port} is in use on this machine "
+                f"({error.strerror}; another run?). Pass another port, e.g. hardware.master_port={port + 1}, "
+                "hardware.master_port=null to take a free one, or wait for the other run to end"
+            ) from None
+
+
+def with_free_port(recipe: Recipe) -> Recipe:
+    """The recipe as it launches: where it runs on one node and sets no hardware.master_port, a copy
+    with a port free on this machine now, as torchrun --standalone takes one (several nodes need the
+    port they agreed on: the one set, else the default)."""
+    if recipe.hardware.nodes != 1 or recipe.hardware.master_port is not None:
+        return recipe
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("", 0))
+        port = probe.getsockname()[1]
+    ported = recipe.model_copy(deep=True)
+    ported.hardware.master_port = port
+    return ported
+
+
+def export_model(source: Path, directory: Path, say: Callable[[str], None]) -> None:
+    """A fine-tuning's model given as a run directory: its last checkpoint exported into the new run
+    directory's model/ before the ranks start (when that fails, the launch is refused and its run
+    directory removed: rundir.made)."""
+    out = directory / EXPORTED_MODEL_DIR
+    say(f"zerolab: exporting the checkpoint of {display_path(source)} into {display_path(out)}\n")
+    export_run(source, out)

@@ -1,0 +1,61 @@
+"""The slurm backend: the launch as an sbatch job placed on its allocation's nodes by SLURM
+(slurm_script), submitted from this login node and followed to its end (slurm_job); a
+checkpointing job resumes from its own checkpoints when requeued. A sweep's cells go as one
+array job (zerolab.sweep.array)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from zerolab.backends.base import LaunchPlan, print_now
+from zerolab.backends.slurm_job import submit_and_wait
+from zerolab.backends.slurm_script import SlurmOptions, render_for_job, sbatch_for_recipe
+from zerolab.engine.paths import engine_python
+from zerolab.recipe.render import Launch
+from zerolab.recipe.resumption import Resume
+from zerolab.recipe.schema import Recipe
+from zerolab.rundir import Status
+
+
+def default_options() -> SlurmOptions:
+    """No site settings: the hosts' own engine environment, this engine's bin directory."""
+    return SlurmOptions(engine_bin=str(engine_python().parent))
+
+
+@dataclass(frozen=True)
+class SlurmBackend:
+    """A SLURM job (hardware.backend slurm, or --slurm)."""
+
+    options: SlurmOptions = field(default_factory=default_options)
+    name: str = "slurm"
+
+    def problems(self, recipe: Recipe, *, engine_required: bool = True) -> list[str]:
+        """None here: the job's nodes are not this machine (sbatch's absence is refused at submit)."""
+        return []
+
+    def launched(self, recipe: Recipe) -> Recipe:
+        """As given: the job's nodes agree on the port set, else the default."""
+        return recipe
+
+    def run_dir(self, name: str, *, logs_root: Path, given: Path | None) -> Path | None:
+        """None: the job makes logs/NAME/slurm-JOBID itself."""
+        return None
+
+    def render(self, recipe: Recipe, *, run_dir: str, resume: Resume | None) -> Launch:
+        """Placed by SLURM, into the run directory the job makes (its RUN_DIR, whatever `run_dir`)."""
+        return render_for_job(recipe, self.options, resume)
+
+    def job(self, plan: LaunchPlan) -> str:
+        """The sbatch script."""
+        return sbatch_for_recipe(plan.recipe, plan.launch, self.options)
+
+    def run(self, plan: LaunchPlan, *, echo: Callable[[str], None] = print_now) -> tuple[Path, Status]:
+        """sbatch the script, follow the job until SLURM ends it (Ctrl-C: scancel)."""
+        directory, status = submit_and_wait(self.job(plan), plan.name, echo=echo)
+        echo(
+            f"zerolab: {plan.name} {status.state} (exit code {status.exit_code})"
+            f"{': ' + status.cause if status.cause else ''}; run directory {directory}\n"
+        )
+        return directory, status

@@ -1,1 +1,0 @@
-"""Running recipes on clusters: SLURM batch scripts."""
