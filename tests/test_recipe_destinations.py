@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from zerolab.engine.speed_switches import SWITCH_NAMES
+from zerolab.contracts import SWITCH_NAMES
 from zerolab.recipe import load_recipe, render
 from zerolab.recipe.destinations import Env, Megatron, destinations
 from zerolab.recipe.schema import Recipe

@@ -1,4 +1,4 @@
-"""Running one of zerolab's standalone scripts (export/hf_gpt2.py, evaluate/score_hf.py, ...) in the
+"""Running one of zerolab's standalone scripts (rank/hf_gpt2.py, rank/score_hf.py, ...) in the
 engine's Python, where torch, transformers and DeepSpeed live: the script reads a request JSON and
 says why it failed on a stderr line `zerolab NAME: ...`, which becomes the UserError."""
 

@@ -8,9 +8,10 @@ import json
 import tempfile
 from pathlib import Path
 
+from zerolab.contracts import rank_script
 from zerolab.engine.scripts import run_engine_script
 
-SCRIPT = Path(__file__).resolve().with_name("weight_difference.py")
+SCRIPT = rank_script("weight_difference")
 
 
 def differences_from_first(folders: list[Path]) -> list[float]:

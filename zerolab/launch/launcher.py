@@ -13,13 +13,13 @@ from pathlib import Path
 from typing import Any
 
 from zerolab import __version__, rundir
+from zerolab.contracts import EXPORTED_MODEL_DIR
 from zerolab.engine.cuda import query_gpus
 from zerolab.engine.doctor import collect
 from zerolab.engine.paths import engine_bin_dir, engine_missing
 from zerolab.errors import UserError
 from zerolab.estimate.gpu import warn_before_launch
 from zerolab.export.run import export_run
-from zerolab.finetune.request import EXPORTED_MODEL_DIR
 from zerolab.launch.execute import execute
 from zerolab.locations import LOGS_DIR, display_path
 from zerolab.recipe import render, run_facts

@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from zerolab import rundir
+from zerolab.contracts import TRAIN_SPLIT, GlueTask, split_file, task_splits
 from zerolab.errors import UserError
-from zerolab.finetune.glue import GlueTask, glue_task
-from zerolab.finetune.split_files import TRAIN_SPLIT, split_file, task_splits
+from zerolab.finetune.glue import glue_task
 from zerolab.hf_folder import cached_hub_folder, looks_like_path, missing_files, read_config, shape
 from zerolab.locations import CONFIGS_DIR, display_path
 from zerolab.recipe.provenance import Sources, source_of

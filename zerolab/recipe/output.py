@@ -6,8 +6,8 @@ import json
 import shlex
 import sys
 
+from zerolab.contracts import REQUEST_FILE
 from zerolab.errors import UserError
-from zerolab.finetune.request import REQUEST_FILE
 from zerolab.recipe.inputs import check_inputs
 from zerolab.recipe.length import train_iters
 from zerolab.recipe.render import HF_ATTENTION, RUN_DIR_PLACEHOLDER, Launch, as_text, shell_word

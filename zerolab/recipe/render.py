@@ -15,8 +15,22 @@ from pathlib import Path
 from typing import Any
 
 from zerolab import rundir
+from zerolab.contracts import (
+    ATTENTION_ENV,
+    DS_CONFIG_FILE,
+    FINETUNE_LOOP_MODULE,
+    FLASH_V2,
+    MEGATRON_ENTRY_MODULE,
+    REQUEST_FILE,
+    SDPA,
+    SPEED_ENV,
+    TENSORBOARD_DIR,
+    TRAIN_SPLIT,
+    WANDB_DIR,
+    FinetuneRequest,
+    split_file,
+)
 from zerolab.engine.cuda import toolkit_home
-from zerolab.engine.megatron_entry import FLASH_V2
 from zerolab.engine.paths import (
     cuda_link_dir,
     engine_bin_dir,
@@ -24,11 +38,8 @@ from zerolab.engine.paths import (
     engine_python,
     torch_extensions_dir,
 )
-from zerolab.engine.sdpa_attention import ATTENTION_ENV, SDPA
-from zerolab.engine.speed_switches import SPEED_ENV
 from zerolab.finetune.glue import glue_task
-from zerolab.finetune.request import REQUEST_FILE, FinetuneRequest, write_request
-from zerolab.finetune.split_files import TRAIN_SPLIT, split_file
+from zerolab.finetune.request import write_request
 from zerolab.imported import layout_tag
 from zerolab.locations import CHECKOUT
 from zerolab.recipe.destinations import DeepSpeed, Megatron, destinations, one_to_one
@@ -37,8 +48,6 @@ from zerolab.recipe.inputs import tokenizer_file
 from zerolab.recipe.length import save_interval, train_iters
 from zerolab.recipe.schema import DEFAULT_MASTER_PORT, Recipe, ZeroSection
 
-ENTRY_MODULE = "zerolab.engine.megatron_entry"
-FINETUNE_MODULE = "zerolab.finetune.loop"
 HF_ATTENTION = {"megatron": "eager", "sdpa": "sdpa", "flash": "flash_attention_2"}
 """model.attention as transformers' attn_implementation, for fine-tuning: eager computes the same
 seq x seq scores as the engine's own attention."""
@@ -121,12 +130,12 @@ class Launch:
     nodes: int
     procs_per_node: int
     request: FinetuneRequest | None = None
-    """A fine-tuning's request.json (zerolab.finetune.request), written beside the ds_config."""
+    """A fine-tuning's request.json (zerolab.contracts.FinetuneRequest), written beside the ds_config."""
 
     @property
     def ds_config_path(self) -> str:
         """Where the engine reads the DeepSpeed config: in the run directory."""
-        return f"{self.run_dir}/{rundir.DS_CONFIG_FILE}"
+        return f"{self.run_dir}/{DS_CONFIG_FILE}"
 
     def as_json(self) -> dict[str, Any]:
         """The `--json` object: argv, env, ds_config, world_size, nodes, procs_per_node (and a
@@ -247,13 +256,13 @@ def render(
     request = None
     if recipe.finetune is not None:
         assert resume is None, "a fine-tuning run is not resumed (zerolab.recipe.selection refuses it)"
-        argv = [*launcher_args(recipe, placement, FINETUNE_MODULE), f"{run_dir}/{REQUEST_FILE}"]
+        argv = [*launcher_args(recipe, placement, FINETUNE_LOOP_MODULE), f"{run_dir}/{REQUEST_FILE}"]
         request = finetune_request(recipe)
     else:
         argv = [
             *launcher_args(recipe, placement),
             f"{engine or engine_dir()}/pretrain_gpt.py",
-            *megatron_args(recipe, f"{run_dir}/{rundir.DS_CONFIG_FILE}"),
+            *megatron_args(recipe, f"{run_dir}/{DS_CONFIG_FILE}"),
             *run_dir_args(recipe, run_dir, load_own_checkpoints=load_own_checkpoints and not init),
             *(resume_args(recipe, resume) if resume else init_args(recipe)),
             *recipe.extra.megatron_args,
@@ -270,7 +279,7 @@ def render(
     )
 
 
-def launcher_args(recipe: Recipe, placement: Placement, module: str = ENTRY_MODULE) -> list[str]:
+def launcher_args(recipe: Recipe, placement: Placement, module: str = MEGATRON_ENTRY_MODULE) -> list[str]:
     """torchrun or deepspeed, up to and including the entry `module`; the rendezvous port is
     hardware.master_port, else the default (a one-node `zerolab launch` sets a free one first)."""
     hw = recipe.hardware
@@ -466,7 +475,7 @@ def run_dir_args(recipe: Recipe, run_dir: str, *, load_own_checkpoints: bool = F
     logging = recipe.logging
     if logging.tensorboard:
         args += [
-            "--tensorboard-dir", f"{run_dir}/{rundir.TENSORBOARD_DIR}",
+            "--tensorboard-dir", f"{run_dir}/{TENSORBOARD_DIR}",
             "--tensorboard-log-interval", str(recipe.train.log_interval),
             "--log-timers-to-tensorboard",
             "--log-validation-ppl-to-tensorboard",
@@ -475,7 +484,7 @@ def run_dir_args(recipe: Recipe, run_dir: str, *, load_own_checkpoints: bool = F
         args += [
             "--wandb-project", logging.wandb_project,
             "--wandb-exp-name", logging.wandb_name or recipe.name,
-            "--wandb-save-dir", f"{run_dir}/{rundir.WANDB_DIR}",
+            "--wandb-save-dir", f"{run_dir}/{WANDB_DIR}",
         ]  # fmt: skip
     return args
 
