@@ -40,13 +40,9 @@ REQUEST_FILE = "request.json"
 """The request an engine script or the fine-tuning loop reads (the run directory's, for the loop)."""
 
 
-def error_line(name: str, message: str) -> str:
-    """The stderr line an engine script for `zerolab NAME` says why it failed with (the UserError)."""
-    return f"{error_prefix(name)}{message}"
-
-
 def error_prefix(name: str) -> str:
-    """`zerolab NAME: `, the start of a script's own error line."""
+    """`zerolab NAME: `, the start of the stderr line an engine script for `zerolab NAME` says why it
+    failed with (zerolab.engine.scripts makes it the UserError)."""
     return f"zerolab {name}: "
 
 

@@ -1,6 +1,6 @@
 """How far apart the weights of Hugging Face GPT-2 folders are: the largest absolute difference of
 each folder's tensors from the first folder's, computed in the engine's Python
-(evaluate/weight_difference.py). Within rundir.SAME_WEIGHTS they are one model."""
+(rank/weight_difference.py). Within rundir.SAME_WEIGHTS they are one model."""
 
 from __future__ import annotations
 
