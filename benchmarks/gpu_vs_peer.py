@@ -31,7 +31,7 @@ from rich.console import Console
 
 from zerolab import __version__
 from zerolab.engine.paths import engine_missing, engine_python
-from zerolab.engine.step_profile import (
+from zerolab.rank.step_profile import (
     DEFAULT_PROFILE_STEPS,
     PROFILE_DIR_ENV,
     PROFILE_STEPS_ENV,

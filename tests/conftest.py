@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 from engine_runs import SHARED_RUNS, Trained, held_out_probe, train
 
+from zerolab.assets import GPT2_MERGES, GPT2_VOCAB
 from zerolab.cli import main
+from zerolab.contracts import RANDOM_GPT2_MODULE
 from zerolab.engine.paths import engine_dir, engine_missing, engine_python, engine_python_env
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -85,6 +87,7 @@ def hf_model(engine, tmp_path_factory) -> Path:
     saves it). Read only: tests that change it change a copy."""
     folder = tmp_path_factory.mktemp("hf") / "tiny-gpt2"
     shape = ["--layers", "2", "--hidden", "64", "--heads", "4", "--positions", "128"]
-    command = [str(engine[1]), "-m", "zerolab.finetune.random_model", *shape, "--out", str(folder)]
+    tokenizer = ["--tokenizer", str(GPT2_VOCAB), str(GPT2_MERGES)]
+    command = [str(engine[1]), "-m", RANDOM_GPT2_MODULE, *shape, *tokenizer, "--out", str(folder)]
     subprocess.run(command, env=engine_python_env(), check=True, capture_output=True, timeout=300)
     return folder

@@ -15,8 +15,8 @@ from launch_helpers import free_port
 from zerolab.locations import REPO_ROOT
 
 APPLY_LAUNCH_PATCHES = (
-    "from zerolab.engine.import_hooks import apply_wanted\n"
-    "from zerolab.engine.megatron_entry import LAUNCH_PATCHES\n"
+    "from zerolab.rank.import_hooks import apply_wanted\n"
+    "from zerolab.rank.megatron_entry import LAUNCH_PATCHES\n"
 )
 
 STANDIN_FILES = {
@@ -84,13 +84,13 @@ def run_on_engine(engine: tuple[Path, Path], code: str, **env: str) -> str:
 
 
 def run_entry(tmp_path: Path, *args: str, **env_vars: str) -> subprocess.CompletedProcess:
-    """`python -m zerolab.engine.megatron_entry SCRIPT ARGS` for a script that prints `trained`."""
+    """`python -m zerolab.rank.megatron_entry SCRIPT ARGS` for a script that prints `trained`."""
     script = tmp_path / "pretrain.py"
     script.write_text("print('trained')\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("ZEROLAB_")}
     env |= {"PYTHONPATH": str(REPO_ROOT), "RANK": "0", **env_vars}
     return subprocess.run(
-        [sys.executable, "-m", "zerolab.engine.megatron_entry", str(script), *args],
+        [sys.executable, "-m", "zerolab.rank.megatron_entry", str(script), *args],
         env=env,
         capture_output=True,
         text=True,

@@ -18,10 +18,10 @@ import numpy as np
 from launch_helpers import free_port
 
 from zerolab.cli import main
-from zerolab.engine.forward_probe import PROBE_ENV, TOKENS_FILE
 from zerolab.logs.config_dump import ConfigCollector
 from zerolab.logs.lines import read_lines
 from zerolab.logs.parse import ParsedLog, parse_log
+from zerolab.rank.forward_probe import PROBE_ENV, TOKENS_FILE
 
 ITERATIONS = 3
 SHORT = [f"train.iters={ITERATIONS}", "train.lr_warmup_iters=1", "train.log_interval=1"]

@@ -1,4 +1,4 @@
-"""zerolab's torch stand-ins for NVIDIA apex (zerolab.engine.apex_standin): the layer norm and
+"""zerolab's torch stand-ins for NVIDIA apex (zerolab.rank.apex_standin): the layer norm and
 FusedAdam compute what apex computes (against references written here from apex's definitions),
 everything else refuses with the fix, a real apex is left alone, and the real engine's CUDA imports
 of apex resolve to the stand-ins. torch is only in the engine's Python: the tests that need it run
@@ -14,14 +14,14 @@ import textwrap
 import pytest
 from engine_patch_helpers import run_on_engine
 
-from zerolab.engine.apex_standin import BUILD_APEX
 from zerolab.locations import REPO_ROOT
+from zerolab.rank.apex_standin import BUILD_APEX
 
 STANDINS_APPLIED = """
 import importlib.util, sys
 if importlib.util.find_spec("apex") is not None:
     sys.exit(77)
-from zerolab.engine.apex_standin import APEX_TORCH_STANDINS
+from zerolab.rank.apex_standin import APEX_TORCH_STANDINS
 APEX_TORCH_STANDINS.apply()
 """
 """Prelude: the launch patch applied as a CUDA rank applies it (exit 77 where a real apex is found);
@@ -82,7 +82,7 @@ def test_a_real_apex_is_used_and_the_standins_serve_nothing(tmp_path):
     (tmp_path / "apex").mkdir()
     (tmp_path / "apex" / "__init__.py").write_text("REAL = True\n")
     code = """
-        from zerolab.engine.apex_standin import APEX_TORCH_STANDINS
+        from zerolab.rank.apex_standin import APEX_TORCH_STANDINS
         print(APEX_TORCH_STANDINS.wanted())
         APEX_TORCH_STANDINS.apply()  # even installed, the finder only serves what nothing else finds
         import apex
@@ -96,7 +96,7 @@ def test_a_real_apex_is_used_and_the_standins_serve_nothing(tmp_path):
         text=True,
     )
     assert result.stdout.split() == ["False", "True"], result.stderr
-    wanted = "from zerolab.engine.apex_standin import APEX_TORCH_STANDINS as p; import sys\n"
+    wanted = "from zerolab.rank.apex_standin import APEX_TORCH_STANDINS as p; import sys\n"
     wanted += "print(p.wanted(), sys.modules.get('apex'))"
     for accelerator, expected in ((None, "True None"), ("cpu", "False None")):
         env = {k: v for k, v in os.environ.items() if k != "DS_ACCELERATOR"} | {"PYTHONPATH": str(REPO_ROOT)}
@@ -258,7 +258,7 @@ def test_real_engine_cuda_imports_of_apex_resolve_to_the_standins(engine):
         """
         import importlib.util, inspect, types
         print(importlib.util.find_spec("apex"))  # the engine's Python has no apex
-        from zerolab.engine.apex_standin import APEX_TORCH_STANDINS
+        from zerolab.rank.apex_standin import APEX_TORCH_STANDINS
         assert APEX_TORCH_STANDINS in LAUNCH_PATCHES  # applied by every CUDA rank; this one says cpu
         APEX_TORCH_STANDINS.apply()
         import torch
@@ -293,7 +293,7 @@ def test_real_engine_cuda_imports_of_apex_resolve_to_the_standins(engine):
     )
     assert out.split("\n")[-8:-1] == [
         "None",
-        "zerolab.engine.apex_standin FusedAdam True True",
+        "zerolab.rank.apex_standin FusedAdam True True",
         "True MixedFusedRMSNorm",
         "zerolab workaround for amp_C",
         "True",

@@ -13,6 +13,7 @@ from cuda_helpers import cuda_toolkit
 from zerolab.engine import cuda
 from zerolab.engine.doctor import probe_engine
 from zerolab.engine.pins import load_pins
+from zerolab.rank import nvcc
 
 # `nvidia-smi --query-gpu=name,compute_cap --format=csv,noheader` on a node with two H100s and an A100.
 NVIDIA_SMI = "NVIDIA H100 80GB HBM3, 9.0\nNVIDIA H100 80GB HBM3, 9.0\nNVIDIA A100-SXM4-80GB, 8.0\n"
@@ -44,11 +45,11 @@ def test_nvidia_smi_is_asked_when_there_is_one(tmp_path, monkeypatch):
 
 def test_what_nvcc_can_build(tmp_path):
     new, old = (cuda_toolkit(tmp_path, release) / "bin" / "nvcc" for release in ("13.0", "12.9"))
-    assert cuda.nvcc_version(new) == "13.0" and cuda.nvcc_version(old) == "12.9"
-    assert {"compute_90", "sm_90", "sm_75"} <= cuda.nvcc_targets(new)
-    assert "sm_70" not in cuda.nvcc_targets(new) and "compute_70" not in cuda.nvcc_targets(new)
-    assert {"compute_70", "sm_70"} <= cuda.nvcc_targets(old)
-    assert cuda.nvcc_targets(tmp_path / "no-nvcc") is None
+    assert nvcc.nvcc_version(new) == "13.0" and nvcc.nvcc_version(old) == "12.9"
+    assert {"compute_90", "sm_90", "sm_75"} <= nvcc.nvcc_targets(new)
+    assert "sm_70" not in nvcc.nvcc_targets(new) and "compute_70" not in nvcc.nvcc_targets(new)
+    assert {"compute_70", "sm_70"} <= nvcc.nvcc_targets(old)
+    assert nvcc.nvcc_targets(tmp_path / "no-nvcc") is None
 
 
 def test_on_this_cpu_machine_the_cuda_builds_are_not_needed(engine):

@@ -1,4 +1,4 @@
-"""`python -m zerolab.engine.megatron_entry SCRIPT ARGS...`: what every rank runs, as each
+"""`python -m zerolab.rank.megatron_entry SCRIPT ARGS...`: what every rank runs, as each
 launcher calls it."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ def run_entry(tmp_path, *args: str) -> list[str]:
         [
             sys.executable,
             "-m",
-            "zerolab.engine.megatron_entry",
+            "zerolab.rank.megatron_entry",
             *[str(script) if a == "SCRIPT" else a for a in args],
         ],
         env={**os.environ, "PYTHONPATH": str(REPO_ROOT), "RANK": "1"},
@@ -62,8 +62,8 @@ def test_ranks_sharing_one_output_never_split_each_others_lines(tmp_path):
     script = tmp_path / "pretrain_gpt.py"
     script.write_text(PIECEWISE_PRINTER)
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "PYTHONUNBUFFERED": "1", "RANK": "1"}
-    command = f"{sys.executable} -m zerolab.engine.megatron_entry {script} A & "
-    command += f"{sys.executable} -m zerolab.engine.megatron_entry {script} B & wait"
+    command = f"{sys.executable} -m zerolab.rank.megatron_entry {script} A & "
+    command += f"{sys.executable} -m zerolab.rank.megatron_entry {script} B & wait"
     result = subprocess.run(["bash", "-c", command], env=env, capture_output=True, text=True, check=True)
     lines = result.stdout.splitlines()
     assert len(lines) == 10_000

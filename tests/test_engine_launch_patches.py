@@ -1,5 +1,5 @@
-"""The opt-in patches a launch asks for by environment variable (engine/sdpa_attention.py,
-engine/step_profile.py), applied by megatron_entry beside the workarounds: only when asked, printed
+"""The opt-in patches a launch asks for by environment variable (rank/sdpa_attention.py,
+rank/step_profile.py), applied by megatron_entry beside the workarounds: only when asked, printed
 as `zerolab: patch NAME`, refused when malformed; sdpa is the engine's attention on the real engine."""
 
 from __future__ import annotations

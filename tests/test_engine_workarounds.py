@@ -16,11 +16,11 @@ import pytest
 from cuda_helpers import cuda_toolkit
 from engine_patch_helpers import STANDIN_FILES, one_rank_env, run_on_engine, run_with_standins
 
+from zerolab.contracts import SWITCH_NAMES
 from zerolab.engine import fused_kernels
-from zerolab.engine.megatron_entry import LAUNCH_PATCHES
-from zerolab.engine.speed_switches import SWITCH_NAMES
-from zerolab.engine.workarounds import WORKAROUNDS, buildable_gencode, stale_build_lock
 from zerolab.locations import REPO_ROOT
+from zerolab.rank.megatron_entry import LAUNCH_PATCHES
+from zerolab.rank.workarounds import WORKAROUNDS, buildable_gencode, stale_build_lock
 
 
 def test_every_workaround_is_named_and_explained_in_one_line():
@@ -289,7 +289,7 @@ import torch.utils.cpp_extension as cpp_extension
 cpp_extension.CUDA_HOME = sys.argv[2]  # what torch finds on a CUDA build; this torch is CPU-only
 loads = []
 cpp_extension.load = lambda **kwargs: loads.append(kwargs)  # the compile itself: no nvcc here
-from zerolab.engine.fused_kernels import prebuild
+from zerolab.rank.prebuild_kernels import prebuild
 prebuild(Path(sys.argv[1]))
 print(json.dumps([[load["name"], load["extra_cuda_cflags"]] for load in loads]))
 """

@@ -5,7 +5,7 @@ keeps halves; pipeline parallel 2, with ZeRO 0 or 1, keeps layer files; bf16 kee
 exported and loaded by the real transformers, gives the logits and loss of the engine's own forward
 pass of the weights it trained and saved (the forward_probe patch, run at the end of training) on
 held-out tokens; the five demo setups' exports agree with each other, since ZeRO does not change
-the arithmetic; and an export fine-tunes on GLUE (zerolab.finetune.loop) as it is. The tiny GPT-2
+the arithmetic; and an export fine-tunes on GLUE (zerolab.rank.finetune_loop) as it is. The tiny GPT-2
 on CPU, 2 ranks over gloo; skipped, with the reason, without the engine. fp16 is not here:
 DeepSpeed refuses fp16 on CPU."""
 
@@ -24,7 +24,7 @@ from engine_runs import DEMO_SETUPS, ITERATIONS, SHARED_RUNS
 from finetune_runs import fine_tune
 
 from zerolab.cli import main
-from zerolab.engine.forward_probe import OUTPUT_FILE, PROBE_ENV
+from zerolab.rank.forward_probe import OUTPUT_FILE, PROBE_ENV
 
 TOLERANCE = {"bf16": (0.05, 0.01)}
 """(max abs logit difference, loss difference) where the engine computes in bf16 and transformers

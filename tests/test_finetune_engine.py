@@ -68,10 +68,9 @@ from torch.utils.data import Dataset, SequentialSampler
 from transformers import AutoConfig, AutoTokenizer, GPT2ForSequenceClassification, Trainer, TrainingArguments
 from zerolab.finetune.glue import glue_task
 from zerolab.locations import REPO_ROOT
-from zerolab.finetune.loop import encode
-from zerolab.finetune.metrics import glue_metrics
-from zerolab.finetune.request import read_request
-from zerolab.finetune.split_files import read_split
+from zerolab.rank.finetune_loop import encode
+from zerolab.rank.glue_metrics import glue_metrics
+from zerolab.rank.finetune_inputs import read_request, read_split
 
 run_dir = Path(sys.argv[1])
 request = read_request(run_dir / "request.json")

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from zerolab.contracts import GLUE_TASKS as TASKS
 from zerolab.errors import UserError
-from zerolab.finetune.glue import TASKS, glue_task
+from zerolab.finetune.glue import glue_task
 
 
 def test_a_task_is_found_by_its_name_in_any_case():

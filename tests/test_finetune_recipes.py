@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from zerolab.cli import main
+from zerolab.contracts import REQUEST_FILE
 from zerolab.errors import UserError
 from zerolab.estimate.gpu import finetune_fit_problem
 from zerolab.estimate.memory import estimate_memory
-from zerolab.finetune.request import REQUEST_FILE
 from zerolab.locations import REPO_ROOT
 from zerolab.recipe.compose import load_recipe
 from zerolab.recipe.facts import run_facts
@@ -58,7 +58,7 @@ def test_the_gpt2_xl_recipes_differ_only_in_zero_and_launch_the_loop():
         launch = render(recipe)
         assert launch.argv[-3:] == [
             "-m",
-            "zerolab.finetune.loop",
+            "zerolab.rank.finetune_loop",
             "${RUN_DIR}/request.json".replace("${RUN_DIR}", launch.run_dir),
         ]
         assert launch.ds_config["zero_optimization"]["stage"] == recipe.zero.stage
@@ -203,7 +203,7 @@ def test_a_slurm_job_writes_the_request_and_refuses_a_run_directory_model(tmp_pa
     folder = gpt2_folder(tmp_path / "m")
     assert main(["render", "finetune/cpu/tiny_wnli_z1", f"finetune.model={folder}", "--slurm"]) == 0
     script = capsys.readouterr().out
-    assert f"<<'{REQUEST_END}'" in script and "zerolab.finetune.loop" in script
+    assert f"<<'{REQUEST_END}'" in script and "zerolab.rank.finetune_loop" in script
     run = tmp_path / "run"
     run.mkdir()
     (run / "run.json").write_text("{}")

@@ -24,11 +24,11 @@ from engine_runs import held_out_probe, train
 
 from zerolab.cli import main
 from zerolab.data_prep.tokenizer import EOT_TOKEN_ID, decode
-from zerolab.engine.forward_probe import START_FILE
 from zerolab.engine.paths import engine_python_env
 from zerolab.evaluate.run import evaluate
 from zerolab.imported import read_manifest
 from zerolab.locations import REPO_ROOT
+from zerolab.rank.forward_probe import START_FILE
 from zerolab.rundir import read_eval
 
 WIKITEXT_SAMPLE = REPO_ROOT / "data_prep" / "samples" / "wikitext2_valid_head.tokens"

@@ -1,5 +1,5 @@
 """The weight mapping between Hugging Face GPT-2 and the engine's GPT, both ways, owned by
-zerolab/export/hf_gpt2.py: a GPT2LMHeadModel's weights (random, made by transformers) go into
+zerolab/rank/hf_gpt2.py: a GPT2LMHeadModel's weights (random, made by transformers) go into
 the engine's names and tensor-parallel pieces and come back the same, tensor for tensor. Run by
 the engine's Python, where torch and transformers are."""
 
@@ -12,7 +12,7 @@ from zerolab.locations import REPO_ROOT
 ROUND_TRIP = """
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
-from zerolab.export.hf_gpt2 import (
+from zerolab.rank.hf_gpt2 import (
     CheckpointError, _merge_tensor_parallel, hf_state, megatron_from_hf, split_tensor_parallel,
 )
 torch.manual_seed(0)

@@ -55,7 +55,7 @@ def test_dry_run_prints_the_render_and_writes_nothing(tmp_path, capsys, monkeypa
     monkeypatch.chdir(tmp_path)
     assert main(["launch", "cpu/tiny_z3", "--dry-run", "--run-dir", str(tmp_path / "run")]) == 0
     out = capsys.readouterr().out
-    assert "-m zerolab.engine.megatron_entry" in out and '"stage": 3' in out
+    assert "-m zerolab.rank.megatron_entry" in out and '"stage": 3' in out
     assert list(tmp_path.iterdir()) == []
 
 

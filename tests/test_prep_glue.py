@@ -12,10 +12,10 @@ import pytest
 from launch_helpers import free_port
 from prep_helpers import hub_dataset_copy, prep
 
-from zerolab.errors import UserError
+from zerolab.contracts import split_file, task_splits
 from zerolab.finetune.glue import glue_task
-from zerolab.finetune.split_files import read_split, split_file, task_splits
 from zerolab.locations import REPO_ROOT
+from zerolab.rank.finetune_inputs import InputError, read_split
 
 SAMPLES = REPO_ROOT / "data_prep" / "samples" / "glue"
 WNLI = glue_task("wnli")
@@ -96,7 +96,7 @@ def test_without_the_hub_or_a_copy_the_error_says_how_to_do_without(tmp_path, mo
 def test_a_malformed_row_is_named_by_file_and_line(tmp_path, line, expected):
     path = tmp_path / "wnli_train.jsonl"
     path.write_text('{"sentence1": "a", "sentence2": "b", "label": 0}\n' + line + "\n")
-    with pytest.raises(UserError, match=expected):
+    with pytest.raises(InputError, match=expected):
         read_split(path, WNLI)
 
 

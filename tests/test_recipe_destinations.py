@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from zerolab.engine.speed_switches import SWITCH_NAMES
+from zerolab.contracts import SWITCH_NAMES
 from zerolab.recipe.compose import load_recipe
 from zerolab.recipe.destinations import Env, Megatron, destinations
 from zerolab.recipe.render import render

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from zerolab.cli import main
-from zerolab.engine.speed_switches import SWITCHES
+from zerolab.contracts import SWITCHES
 from zerolab.errors import UserError
 from zerolab.recipe.compose import load_recipe
 from zerolab.recipe.facts import run_facts
@@ -135,7 +135,7 @@ def test_one_set_of_numbers(name):
     assert cfg["log_level"] == "info"
     assert float(option(argv, "--clip-grad")) == cfg["gradient_clipping"]
     assert option(argv, "--deepspeed_config") == launch.ds_config_path == f"{launch.run_dir}/ds_config.json"
-    assert option(argv, "-m" if argv[0] == "torchrun" else "--module") == "zerolab.engine.megatron_entry"
+    assert option(argv, "-m" if argv[0] == "torchrun" else "--module") == "zerolab.rank.megatron_entry"
     assert f"{ENGINE_DIR}/pretrain_gpt.py" in argv
     assert launch.world_size == launch.nodes * launch.procs_per_node
 

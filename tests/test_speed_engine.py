@@ -16,7 +16,7 @@ import sys
 import pytest
 from engine_runs import SHARED_RUNS, same_losses, train
 
-from zerolab.engine.speed_switches import SWITCHES
+from zerolab.contracts import SWITCHES
 from zerolab.locations import REPO_ROOT
 
 pytestmark = pytest.mark.usefixtures("engine")

@@ -10,19 +10,10 @@ import traceback
 import pytest
 
 from zerolab.commands.ladder import ladder_plan
-from zerolab.engine.speed_ladder import (
-    Phase,
-    Plan,
-    call_site,
-    kernel_class,
-    ladder_markdown,
-    plan_text,
-    read_plan,
-    standard_phases,
-    summarise_kernels,
-)
-from zerolab.engine.speed_switches import SWITCHES
+from zerolab.contracts import SWITCHES, Phase, Plan, plan_text
+from zerolab.engine.ladder_phases import standard_phases
 from zerolab.errors import UserError
+from zerolab.rank.speed_ladder import call_site, kernel_class, ladder_markdown, read_plan, summarise_kernels
 
 EQUAL = [switch.name for switch in SWITCHES if switch.equal]
 
@@ -98,7 +89,7 @@ def test_kernel_classes(name, kind):
 def test_a_sync_is_attributed_to_the_engine_line_not_to_the_patch_it_passed_through():
     stack = [
         traceback.FrameSummary("/e/megatron/model/transformer.py", 1426, "forward"),
-        traceback.FrameSummary("/z/zerolab/engine/speed_switches.py", 112, "scalar_tensor"),
+        traceback.FrameSummary("/z/zerolab/rank/speed_switches.py", 112, "scalar_tensor"),
         traceback.FrameSummary("/v/site-packages/torch/_tensor.py", 10, "__torch_function__"),
     ]
     assert call_site(stack) == "megatron/model/transformer.py:1426 forward"

@@ -10,8 +10,9 @@ import os
 import pytest
 from engine_patch_helpers import run_entry
 
-from zerolab.engine.megatron_entry import LAUNCH_PATCHES
-from zerolab.engine.speed_switches import SPEED_ENV, SWITCH_NAMES, SWITCHES, launch_switches, set_on
+from zerolab.contracts import SPEED_ENV, SWITCH_NAMES, SWITCHES
+from zerolab.rank.megatron_entry import LAUNCH_PATCHES
+from zerolab.rank.speed_switches import launch_switches, set_on
 from zerolab.recipe.compose import load_recipe
 from zerolab.recipe.render import render
 from zerolab.recipe.schema import SpeedSection

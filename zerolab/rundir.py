@@ -18,11 +18,11 @@ from typing import Annotated, Any, Literal, TypeVar, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from zerolab.contracts import DS_CONFIG_FILE
 from zerolab.errors import UserError
 from zerolab.files import write_atomic, write_json_atomic
 
 RECIPE_FILE = "recipe.yaml"
-DS_CONFIG_FILE = "ds_config.json"
 COMMAND_FILE = "command.sh"
 DOCTOR_FILE = "doctor.json"
 RUN_FILE = "run.json"
@@ -36,8 +36,6 @@ JOB_SCRIPT_FILE = "job.sbatch"
 DEEPSPEED_ENV_FILE = "deepspeed_env"
 """The launch's environment for the ranks the deepspeed launcher starts over ssh (DS_ENV_FILE)."""
 CHECKPOINTS_DIR = "checkpoints"
-TENSORBOARD_DIR = "tensorboard"
-WANDB_DIR = "wandb"
 MARKERS = (RUN_FILE, LOG_FILE, STATUS_FILE)
 """A directory holding any of these is a run directory."""
 LATEST_CHECKPOINT = "latest_checkpointed_iteration.txt"

@@ -15,12 +15,12 @@ from pathlib import Path
 from zerolab import __version__, rundir
 from zerolab.backends.base import LaunchPlan, print_now
 from zerolab.backends.execute import execute
+from zerolab.contracts import EXPORTED_MODEL_DIR
 from zerolab.engine.cuda import query_gpus
 from zerolab.engine.doctor import collect
 from zerolab.engine.paths import engine_bin_dir, engine_missing
 from zerolab.errors import UserError
 from zerolab.export.run import export_run
-from zerolab.finetune.request import EXPORTED_MODEL_DIR
 from zerolab.locations import display_path
 from zerolab.recipe.output import render_text, resolved_yaml
 from zerolab.recipe.render import Launch, render

@@ -20,8 +20,8 @@ from pathlib import Path
 from string import Template
 
 from zerolab import rundir
+from zerolab.contracts import DS_CONFIG_FILE, REQUEST_FILE
 from zerolab.errors import UserError
-from zerolab.finetune.request import REQUEST_FILE
 from zerolab.recipe.facts import run_facts
 from zerolab.recipe.job import job_of
 from zerolab.recipe.output import REQUEST_END, resolved_yaml
@@ -194,7 +194,7 @@ def _run_dir_block(recipe: Recipe, launch: Launch, run_dir: str) -> str:
         Template(RUN_DIR_TEMPLATE.read_text())
         .substitute(
             run_dir=run_dir,
-            ds_config_file=rundir.DS_CONFIG_FILE,
+            ds_config_file=DS_CONFIG_FILE,
             run_file=rundir.RUN_FILE,
             recipe_file=rundir.RECIPE_FILE,
             recipe_yaml=resolved_yaml(recipe),

@@ -8,8 +8,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from zerolab.engine.speed_ladder import LADDER_MD, Plan, plan_text, standard_phases
-from zerolab.engine.speed_switches import LADDER_ENV
+from zerolab.contracts import LADDER_ENV, LADDER_MD, Plan, plan_text
+from zerolab.engine.ladder_phases import standard_phases
 from zerolab.errors import UserError
 from zerolab.launch.plan import plan as plan_launch
 from zerolab.locations import LOGS_DIR

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from zerolab.contracts import GLUE_TASKS
 from zerolab.data_prep.inspection import inspect
 from zerolab.data_prep.pipeline import PrepJob, check_folder, enter_output_folder, run
 from zerolab.data_prep.records import TEXT_LINES, DollyFields, JsonField
@@ -18,7 +19,7 @@ from zerolab.data_prep.splits import SPLIT_NAMES, parse_split
 from zerolab.data_prep.wikitext import HUB_DATASET, VERSIONS, WikiTextFile, WikiTextHub, hub_config
 from zerolab.errors import UserError
 from zerolab.finetune.glue import HUB_DATASET as GLUE_DATASET
-from zerolab.finetune.glue import TASKS, glue_task
+from zerolab.finetune.glue import glue_task
 from zerolab.finetune.prep import prep_glue
 
 DOLLY_DATASET = "databricks/databricks-dolly-15k"
@@ -169,7 +170,7 @@ def register(subparsers) -> None:
         "_validation_matched and _validation_mismatched), GLUE's columns one JSON object a line: "
         "the files the fine-tuning loop reads (docs/fine-tuning.md).",
     )  # fmt: skip
-    glue.add_argument("task", help=f"the task: {', '.join(TASKS)}")
+    glue.add_argument("task", help=f"the task: {', '.join(GLUE_TASKS)}")
     glue.add_argument("--out", default="data/glue", help="folder of the files (default %(default)s)")
     glue.add_argument("--dataset", default=GLUE_DATASET,
                       help="HF dataset name or local dataset directory with the task's configuration "

@@ -11,9 +11,11 @@ Standard library at module level: the image runs it before zerolab's dependencie
 from __future__ import annotations
 
 import argparse
+import subprocess
 import sys
 from pathlib import Path
 
+from zerolab.contracts import PREBUILD_KERNELS_MODULE
 from zerolab.engine import apex, data_helpers, fused_kernels
 from zerolab.errors import UserError
 
@@ -38,7 +40,8 @@ def _apex(args: argparse.Namespace) -> int:
 
 
 def _fused_kernels(args: argparse.Namespace) -> int:
-    fused_kernels.prebuild(args.engine_dir)
+    if subprocess.run([sys.executable, "-m", PREBUILD_KERNELS_MODULE, str(args.engine_dir)]).returncode != 0:
+        raise UserError(f"compiling Megatron's fused kernels in {args.engine_dir} failed (output above)")
     names = ", ".join(fused_kernels.built(args.engine_dir))
     print(f"fused kernels: {names} in {fused_kernels.build_dir(args.engine_dir)}")
     return 0

@@ -24,7 +24,6 @@ GPU_QUERY = ("nvidia-smi", "--query-gpu=name,compute_cap", "--format=csv,noheade
 
 _CAPABILITY = re.compile(r"^\d+\.\d+$")
 _RELEASE = re.compile(r"release (\d+\.\d+)")
-_TARGET = re.compile(r"\b(?:compute|sm)_\d+[a-z]?\b")
 
 
 @dataclass(frozen=True)
@@ -66,23 +65,9 @@ def nvcc_release(version_text: str) -> str | None:
     return match[1] if match else None
 
 
-def nvcc_targets(nvcc: Path) -> frozenset[str] | None:
-    """The virtual (`compute_90`) and real (`sm_90`) architectures `nvcc` can build, from
-    `--list-gpu-arch` and `--list-gpu-code`; None when it cannot say (or does not run)."""
-    found: set[str] = set()
-    for option in ("--list-gpu-arch", "--list-gpu-code"):
-        try:
-            result = subprocess.run([str(nvcc), option], capture_output=True, text=True, timeout=60)
-        except (OSError, subprocess.TimeoutExpired):
-            return None
-        if result.returncode != 0:
-            return None
-        found.update(_TARGET.findall(result.stdout))
-    return frozenset(found) or None
-
-
 def nvcc_version(nvcc: Path) -> str | None:
-    """The release of `nvcc` (`13.0`), or None when it does not run."""
+    """The release of `nvcc` (`13.0`), or None when it does not run. (A rank asks its own
+    zerolab.rank.nvcc, which also lists what nvcc builds.)"""
     try:
         result = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired):
@@ -140,7 +125,7 @@ class CudaPlan:
 
 
 def plan(probe: dict, gpus: list[Gpu], env_arch_list: str | None = None) -> CudaPlan:
-    """The plan from the engine environment's probe (zerolab/engine/probe.py: `torch`,
+    """The plan from the engine environment's probe (zerolab/rank/engine_probe.py: `torch`,
     `cuda_version`, `cuda_home`, `devices`), the GPUs nvidia-smi sees, and TORCH_CUDA_ARCH_LIST."""
     torch, torch_cuda = probe.get("torch"), probe.get("cuda_version")
     named = ", ".join(f"{gpu.name} (compute capability {gpu.capability})" for gpu in gpus)

@@ -3,7 +3,7 @@ the dataset's sample index): built for the engine's Python, and checked by calli
 build_sample_idx in a process of their own, so that a crash is seen rather than suffered (on
 one machine, pybind11 3.1.0 with numpy 2.5.2 segfaulted there and killed the run before its
 first iteration). Where the check fails, runs use the engine's Python build_sample_idx instead
-(zerolab.engine.workarounds.python_sample_index).
+(zerolab.rank.workarounds.python_sample_index).
 
 The engine's Makefile asks `python3-config --extension-suffix` for the module's file name; a
 virtual environment has no python3-config, and another Python's names the wrong file, so the
@@ -19,6 +19,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from zerolab.contracts import SAMPLE_INDEX_OK, rank_script
 from zerolab.errors import UserError
 from zerolab.logs.signals import killed_by
 
@@ -27,20 +28,6 @@ DATA_DIR = Path("megatron", "data")
 
 SMOKE_WORKAROUND = "python_sample_index"
 """The workaround that takes over when the smoke check fails."""
-
-_OK = "zerolab: build_sample_idx ok"
-_SMOKE = f"""
-import sys
-sys.path.insert(0, sys.argv[1])
-import numpy as np
-import helpers
-# 100 documents of 50 tokens, sequences of 20 tokens, one epoch of 5000 tokens
-sample_idx = helpers.build_sample_idx(np.full(100, 50, np.int32), np.arange(100, dtype=np.int32), 20, 1, 5000)
-rows = [list(map(int, row)) for row in sample_idx]
-first, last = [[0, 0], [0, 20], [0, 40], [1, 10]], [99, 30]
-assert len(rows) == 250 and rows[:4] == first and rows[-1] == last, ("wrong sample index", rows[:4], rows[-1])
-print({_OK!r})
-"""
 
 
 @dataclass(frozen=True)
@@ -90,11 +77,12 @@ def build(data_dir: Path, python: Path) -> Path:
 
 
 def smoke_check(data_dir: Path, python: Path, timeout_s: float = 120) -> SmokeCheck:
-    """Call the helpers' build_sample_idx with `python` in a separate process and check its
-    answer; a crash, an import error or a wrong answer is reported, not raised."""
+    """Call the helpers' build_sample_idx with `python` in a separate process (the check
+    zerolab.rank.sample_index_check, which every launch runs too) and check its answer; a crash, an
+    import error or a wrong answer is reported, not raised."""
     try:
         result = subprocess.run(
-            [str(python), "-c", _SMOKE, str(data_dir)],
+            [str(python), str(rank_script("sample_index_check")), str(data_dir)],
             capture_output=True,
             text=True,
             timeout=timeout_s,
@@ -104,7 +92,7 @@ def smoke_check(data_dir: Path, python: Path, timeout_s: float = 120) -> SmokeCh
         return SmokeCheck(False, f"build_sample_idx did not return within {timeout_s:.0f} s")
     if result.returncode < 0:
         return SmokeCheck(False, f"build_sample_idx {killed_by(-result.returncode)}")
-    if result.returncode != 0 or _OK not in result.stdout:
+    if result.returncode != 0 or SAMPLE_INDEX_OK not in result.stdout:
         last = (result.stderr.strip().splitlines() or ["no output"])[-1]
         return SmokeCheck(False, f"build_sample_idx failed: {last[:300]}")
     return SmokeCheck(True, "build_sample_idx answers correctly")

@@ -22,6 +22,7 @@ from rich.table import Table
 from zerolab import __version__
 from zerolab.assets import GPT2_SHA256
 from zerolab.checksums import sha256_of
+from zerolab.contracts import rank_script
 from zerolab.engine import cuda, data_helpers, fused_kernels
 from zerolab.engine.apex import APEX_MODULES, APEX_SRC_VARIABLE
 from zerolab.engine.checkout import checkout_commit
@@ -38,7 +39,7 @@ from zerolab.engine.record import read_record
 from zerolab.files import write_json_atomic
 from zerolab.locations import REPO_ROOT
 
-PROBE_SCRIPT = Path(__file__).resolve().parent / "probe.py"
+PROBE_SCRIPT = rank_script("engine_probe")
 PROBE_CACHE = "doctor-probe.json"
 SETUP_FIX = "make setup  (or: zerolab engine install)"
 TOOLS = ("git", "make", "g++")

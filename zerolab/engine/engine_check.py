@@ -12,10 +12,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from zerolab.contracts import rank_script
 from zerolab.engine.paths import engine_dir, engine_missing, engine_python, engine_python_env
 from zerolab.errors import UserError
 
-CHECKER = Path(__file__).resolve().parent / "parser_check.py"
+CHECKER = rank_script("parser_check")
 
 
 @dataclass(frozen=True)

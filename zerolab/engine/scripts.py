@@ -1,4 +1,4 @@
-"""Running one of zerolab's standalone scripts (export/hf_gpt2.py, evaluate/score_hf.py, ...) in the
+"""Running one of zerolab's standalone scripts (zerolab.rank's hf_gpt2.py, score_hf.py, ...) in the
 engine's Python, where torch, transformers and DeepSpeed live: the script reads a request JSON and
 says why it failed on a stderr line `zerolab NAME: ...`, which becomes the UserError."""
 
@@ -12,10 +12,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from zerolab.contracts import REQUEST_FILE, error_prefix
 from zerolab.engine.paths import engine_dir, engine_missing, engine_python, engine_python_env
 from zerolab.errors import UserError
 
-REQUEST_FILE = "request.json"
 KEPT_STDERR = 20_000
 """Characters of the script's stderr kept for the error message."""
 
@@ -48,7 +48,7 @@ def run_engine_script(
         stderr=subprocess.PIPE,
     )
     said = ""
-    prefix = f"zerolab {name}: "
+    prefix = error_prefix(name)
     shown = _Echo(prefix)
     assert process.stderr is not None
     # a character split between two reads is decoded whole, with the read that completes it

@@ -146,7 +146,7 @@ def activation_parts(activations: StageActivations, p: int, shape: Shape) -> lis
 
 def finetune_load_parts(recipe: Recipe, shape: Shape) -> list[Part]:
     """A fine-tuning rank's host memory while it loads the model: all of it, in fp32, before
-    DeepSpeed partitions it (zerolab.finetune.loop loads the whole model on every rank)."""
+    DeepSpeed partitions it (zerolab.rank.finetune_loop loads the whole model on every rank)."""
     if not job_of(recipe).loads_model_whole:
         return []
     how = f"{shape.total_params():,} weights x 4 B, the whole model on every rank while it loads"

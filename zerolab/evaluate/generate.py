@@ -1,5 +1,5 @@
 """`zerolab generate`: sample text from a model (transformers' generate, in the engine's Python:
-evaluate/sample_hf.py)."""
+rank/sample_hf.py)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,11 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from zerolab.contracts import rank_script
 from zerolab.engine.scripts import run_engine_script
 from zerolab.evaluate.target import Model, hf_model
 
-SAMPLER = Path(__file__).resolve().with_name("sample_hf.py")
+SAMPLER = rank_script("sample_hf")
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
-"""`zerolab eval`: score a model on the tasks asked, in the engine's Python (evaluate/score_hf.py;
-HellaSwag by lm-evaluation-harness with evaluate/score_lm_eval.py when asked), and keep the scores
+"""`zerolab eval`: score a model on the tasks asked, in the engine's Python (rank/score_hf.py;
+HellaSwag by lm-evaluation-harness with rank/score_lm_eval.py when asked), and keep the scores
 of a run's checkpoint in its run directory (eval.json, zerolab.rundir)."""
 
 from __future__ import annotations
@@ -8,14 +8,15 @@ import json
 import tempfile
 from pathlib import Path
 
+from zerolab.contracts import rank_script
 from zerolab.engine.scripts import run_engine_script
 from zerolab.evaluate.target import Model, hf_model
 from zerolab.evaluate.tasks import Data, Task, task_inputs
 from zerolab.rundir import Scorer, TaskScore, now_iso, write_eval
 
 SCRIPTS: dict[Scorer, Path] = {
-    "zerolab": Path(__file__).resolve().with_name("score_hf.py"),
-    "lm-eval": Path(__file__).resolve().with_name("score_lm_eval.py"),
+    "zerolab": rank_script("score_hf"),
+    "lm-eval": rank_script("score_lm_eval"),
 }
 
 

@@ -1,6 +1,6 @@
 """How far apart the weights of Hugging Face GPT-2 folders are: the largest absolute difference of
 each folder's tensors from the first folder's, computed in the engine's Python
-(evaluate/weight_difference.py). Within rundir.SAME_WEIGHTS they are one model."""
+(rank/weight_difference.py). Within rundir.SAME_WEIGHTS they are one model."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ import json
 import tempfile
 from pathlib import Path
 
+from zerolab.contracts import rank_script
 from zerolab.engine.scripts import run_engine_script
 
-SCRIPT = Path(__file__).resolve().with_name("weight_difference.py")
+SCRIPT = rank_script("weight_difference")
 
 
 def differences_from_first(folders: list[Path]) -> list[float]:

@@ -1,7 +1,7 @@
 """The evaluation tasks and their examples: `val` (a run's own validation documents), `wikitext`
 (WikiText-103's test set) and `hellaswag` (HellaSwag's validation set), from the samples shipped in
 zerolab/assets/eval/ (`sample`) or through Hugging Face `datasets` (`hub`). Each task's inputs are
-what evaluate/score_hf.py scores."""
+what rank/score_hf.py scores."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """`zerolab import`: a Hugging Face GPT-2 (a directory, or a hub name fetched on a machine that
 reaches the hub) as the engine's checkpoints that a run starts from (model.init_from), one per
 parallel layout. What can be judged from config.json and the tokenizer files is judged here, before
-the engine's Python starts; the weights are mapped and written by export/hf_to_engine.py. The output
+the engine's Python starts; the weights are mapped and written by rank/hf_to_engine.py. The output
 folder (its manifest: zerolab.imported) appears whole or not at all."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from zerolab.contracts import rank_script
 from zerolab.engine.paths import engine_missing
 from zerolab.engine.scripts import run_engine_script
 from zerolab.errors import UserError
@@ -37,7 +38,7 @@ from zerolab.imported import (
 )
 from zerolab.recipe.schema import padded_vocab
 
-CONVERTER = Path(__file__).resolve().with_name("hf_to_engine.py")
+CONVERTER = rank_script("hf_to_engine")
 TANH_GELU = ("gelu_new", "gelu_pytorch_tanh")
 """transformers' names of the tanh approximation of GELU, which GPT-2 uses and the engine's
 bias-GeLU computes."""

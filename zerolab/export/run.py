@@ -1,6 +1,6 @@
 """`zerolab export`: a run directory's checkpoint into a Hugging Face GPT-2 directory. What can be
 judged from the run directory is judged here, before the engine's Python starts; the weights are
-read and written by export/hf_gpt2.py in the engine's environment. The output folder appears whole
+read and written by rank/hf_gpt2.py in the engine's environment. The output folder appears whole
 or not at all."""
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from zerolab.contracts import rank_script
 from zerolab.engine.paths import engine_missing
 from zerolab.engine.scripts import run_engine_script
 from zerolab.errors import UserError
@@ -16,7 +17,7 @@ from zerolab.recipe.compose import load_recipe
 from zerolab.recipe.inputs import tokenizer_file
 from zerolab.rundir import CHECKPOINTS_DIR, RECIPE_FILE, last_checkpoint, read_facts, saved_iterations
 
-CONVERTER = Path(__file__).resolve().with_name("hf_gpt2.py")
+CONVERTER = rank_script("hf_gpt2")
 
 
 @dataclass(frozen=True)

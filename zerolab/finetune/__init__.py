@@ -1,2 +1,3 @@
-"""Fine-tuning a Hugging Face GPT-2 on GLUE with DeepSpeed's engine: the tasks as the field defines
-them (glue), their official metrics (metrics) and the training loop every rank runs (loop)."""
+"""Fine-tuning a Hugging Face GPT-2 on GLUE, the host's side: a task by name (glue), the GLUE files
+`zerolab prep glue` writes (prep, split_files), the request a render writes (request) and the records
+a summary reads (records). The loop every rank runs is zerolab.rank.finetune_loop."""

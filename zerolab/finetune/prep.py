@@ -10,10 +10,11 @@ from typing import Any
 
 from rich.progress import Progress
 
+from zerolab.contracts import GlueTask, split_file, task_splits
 from zerolab.data_prep.sources import HubDataset
 from zerolab.errors import UserError
-from zerolab.finetune.glue import HUB_DATASET, GlueTask
-from zerolab.finetune.split_files import split_file, task_splits, write_split
+from zerolab.finetune.glue import HUB_DATASET
+from zerolab.finetune.split_files import write_split
 
 
 def prep_glue(

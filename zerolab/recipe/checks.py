@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from zerolab.engine.megatron_entry import FLASH_V2
+from zerolab.contracts import FLASH_V2
 from zerolab.errors import UserError
 from zerolab.locations import CONFIGS_DIR, RECIPES_DIR, display_path
 from zerolab.recipe.finetuning import FineTuning

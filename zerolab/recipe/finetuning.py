@@ -1,5 +1,5 @@
 """Fine-tuning, the job kind of a recipe with a `finetune` section: zerolab's loop
-(zerolab.finetune.loop) trains a Hugging Face GPT-2 with a classification head on a GLUE task, on
+(zerolab.rank.finetune_loop) trains a Hugging Face GPT-2 with a classification head on a GLUE task, on
 DeepSpeed's engine, from the request.json rendered here. It reads the model, given as a Hugging
 Face folder, a hub name or a run directory of `zerolab launch`, and the task's split files. The
 model's shape comes from its config.json (a hub model's when this machine's cache holds it, a run's
@@ -16,10 +16,17 @@ from pathlib import Path
 from typing import Any, Literal
 
 from zerolab import rundir
+from zerolab.contracts import (
+    FINETUNE_LOOP_MODULE,
+    REQUEST_FILE,
+    TRAIN_SPLIT,
+    FinetuneRequest,
+    GlueTask,
+    split_file,
+    task_splits,
+)
 from zerolab.errors import UserError
-from zerolab.finetune.glue import GlueTask, glue_task
-from zerolab.finetune.request import REQUEST_FILE, FinetuneRequest
-from zerolab.finetune.split_files import TRAIN_SPLIT, split_file, task_splits
+from zerolab.finetune.glue import glue_task
 from zerolab.hf_folder import cached_hub_folder, looks_like_path, missing_files, read_config, shape
 from zerolab.locations import CONFIGS_DIR, display_path
 from zerolab.recipe.provenance import Sources, source_of
@@ -28,7 +35,7 @@ from zerolab.recipe.schema import MODEL_SHAPE_KEYS, FinetuneSection, Recipe
 from zerolab.recipe.yaml_io import read_yaml_mapping
 
 CLASSIFIER = "GPT2ForSequenceClassification"
-FINETUNE_MODULE = "zerolab.finetune.loop"
+FINETUNE_MODULE = FINETUNE_LOOP_MODULE
 
 
 @dataclass(frozen=True)
@@ -275,7 +282,7 @@ class FineTuning:
     """No Megatron arguments to judge (the checks refuse extra.megatron_args): DeepSpeed judges
     extra.ds_config when the ranks start."""
     loads_model_whole = True
-    """zerolab.finetune.loop loads the whole model on every rank, in fp32, before DeepSpeed
+    """zerolab.rank.finetune_loop loads the whole model on every rank, in fp32, before DeepSpeed
     partitions it: the memory estimate counts it."""
     refuses_what_does_not_fit = True
     """A fine-tuning the memory estimate says does not fit its GPUs is refused (pretraining: a warning)."""

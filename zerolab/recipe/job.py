@@ -9,8 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Protocol
 
+from zerolab.contracts import FinetuneRequest
 from zerolab.errors import UserError
-from zerolab.finetune.request import FinetuneRequest
 from zerolab.recipe.finetuning import FineTuning
 from zerolab.recipe.pretraining import Pretraining
 from zerolab.recipe.provenance import Sources

@@ -6,8 +6,8 @@ import json
 import shlex
 import sys
 
+from zerolab.contracts import REQUEST_FILE
 from zerolab.errors import UserError
-from zerolab.finetune.request import REQUEST_FILE
 from zerolab.recipe.job import check_inputs, job_of, train_iters
 from zerolab.recipe.render import RUN_DIR_PLACEHOLDER, Launch, as_text, shell_word
 from zerolab.recipe.schema import DEFAULT_MASTER_PORT, Recipe

@@ -8,10 +8,17 @@ from __future__ import annotations
 from typing import Any
 
 from zerolab import rundir
-from zerolab.engine.megatron_entry import FLASH_V2
+from zerolab.contracts import (
+    ATTENTION_ENV,
+    DS_CONFIG_FILE,
+    FLASH_V2,
+    MEGATRON_ENTRY_MODULE,
+    SDPA,
+    SPEED_ENV,
+    TENSORBOARD_DIR,
+    WANDB_DIR,
+)
 from zerolab.engine.paths import engine_dir
-from zerolab.engine.sdpa_attention import ATTENTION_ENV, SDPA
-from zerolab.engine.speed_switches import SPEED_ENV
 from zerolab.imported import layout_tag
 from zerolab.recipe.destinations import Megatron, destinations, one_to_one
 from zerolab.recipe.inputs import dataset_paths, pretraining_inputs_problems, tokenizer_file
@@ -20,7 +27,7 @@ from zerolab.recipe.provenance import Sources
 from zerolab.recipe.resumption import Resume
 from zerolab.recipe.schema import Recipe
 
-ENTRY_MODULE = "zerolab.engine.megatron_entry"
+ENTRY_MODULE = MEGATRON_ENTRY_MODULE
 
 
 class Pretraining:
@@ -46,7 +53,7 @@ class Pretraining:
         init = recipe.model.init_from is not None
         return [
             f"{engine or engine_dir()}/pretrain_gpt.py",
-            *megatron_args(recipe, f"{run_dir}/{rundir.DS_CONFIG_FILE}"),
+            *megatron_args(recipe, f"{run_dir}/{DS_CONFIG_FILE}"),
             *run_dir_args(recipe, run_dir, load_own_checkpoints=load_own_checkpoints and not init),
             *(resume_args(recipe, resume) if resume else init_args(recipe)),
             *recipe.extra.megatron_args,
@@ -255,7 +262,7 @@ def run_dir_args(recipe: Recipe, run_dir: str, *, load_own_checkpoints: bool = F
     logging = recipe.logging
     if logging.tensorboard:
         args += [
-            "--tensorboard-dir", f"{run_dir}/{rundir.TENSORBOARD_DIR}",
+            "--tensorboard-dir", f"{run_dir}/{TENSORBOARD_DIR}",
             "--tensorboard-log-interval", str(recipe.train.log_interval),
             "--log-timers-to-tensorboard",
             "--log-validation-ppl-to-tensorboard",
@@ -264,7 +271,7 @@ def run_dir_args(recipe: Recipe, run_dir: str, *, load_own_checkpoints: bool = F
         args += [
             "--wandb-project", logging.wandb_project,
             "--wandb-exp-name", logging.wandb_name or recipe.name,
-            "--wandb-save-dir", f"{run_dir}/{rundir.WANDB_DIR}",
+            "--wandb-save-dir", f"{run_dir}/{WANDB_DIR}",
         ]  # fmt: skip
     return args
 

@@ -15,11 +15,15 @@ from pathlib import Path
 from typing import Any
 
 from zerolab import rundir
+from zerolab.contracts import (
+    ATTENTION_ENV,
+    DS_CONFIG_FILE,
+    SPEED_ENV,
+    FinetuneRequest,
+)
 from zerolab.engine.cuda import toolkit_home
 from zerolab.engine.paths import cuda_link_dir, engine_bin_dir, engine_python, torch_extensions_dir
-from zerolab.engine.sdpa_attention import ATTENTION_ENV
-from zerolab.engine.speed_switches import SPEED_ENV
-from zerolab.finetune.request import FinetuneRequest, write_request
+from zerolab.finetune.request import write_request
 from zerolab.locations import CHECKOUT
 from zerolab.recipe.destinations import DeepSpeed, one_to_one
 from zerolab.recipe.job import job_of
@@ -90,12 +94,12 @@ class Launch:
     nodes: int
     procs_per_node: int
     request: FinetuneRequest | None = None
-    """A fine-tuning's request.json (zerolab.finetune.request), written beside the ds_config."""
+    """A fine-tuning's request.json (zerolab.contracts.FinetuneRequest), written beside the ds_config."""
 
     @property
     def ds_config_path(self) -> str:
         """Where the engine reads the DeepSpeed config: in the run directory."""
-        return f"{self.run_dir}/{rundir.DS_CONFIG_FILE}"
+        return f"{self.run_dir}/{DS_CONFIG_FILE}"
 
     def as_json(self) -> dict[str, Any]:
         """The `--json` object: argv, env, ds_config, world_size, nodes, procs_per_node (and a

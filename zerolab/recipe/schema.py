@@ -9,9 +9,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, create_model, field_validator
 
-from zerolab.engine.megatron_entry import FLASH_V2
-from zerolab.engine.speed_switches import SPEED_ENV, SWITCHES
-from zerolab.finetune.glue import TASKS
+from zerolab.contracts import ATTENTION_ENV, FLASH_V2, GLUE_TASKS, SDPA, SPEED_ENV, SWITCHES
 from zerolab.recipe.destinations import DeepSpeed, Destination, Env, Launcher, Megatron, Zerolab
 
 MAX_LAYERS, MAX_HIDDEN, MAX_HEADS = 1024, 65536, 1024
@@ -121,7 +119,7 @@ class ModelSection(Section):
         "flash_attn package in the engine's environment",
         to=(
             Megatron(FLASH_V2, "flash"),
-            Env("ZEROLAB_ATTENTION", "sdpa"),
+            Env(ATTENTION_ENV, SDPA),
         ),
     )
     init_from: str | None = field(
@@ -753,14 +751,14 @@ class HardwareSection(Section):
     )
 
 
-GlueTaskName = Literal[tuple(TASKS)]  # type: ignore[valid-type]
-"""The nine GLUE tasks' names, as zerolab.finetune.glue lists them."""
+GlueTaskName = Literal[tuple(GLUE_TASKS)]  # type: ignore[valid-type]
+"""The nine GLUE tasks' names, as zerolab.contracts.GLUE_TASKS lists them."""
 
 
 class FinetuneSection(Section):
     """Fine-tuning instead of pretraining (configs/finetune/): a Hugging Face GPT-2 given a
     classification head and trained on a GLUE task by zerolab's loop on DeepSpeed's engine
-    (zerolab.finetune.loop), with the recipe's zero, precision, hardware and logging sections and
+    (zerolab.rank.finetune_loop), with the recipe's zero, precision, hardware and logging sections and
     train's batch sizes, epochs, rate and optimizer. The model's shape is read from its config.json;
     model.seq_length is run_glue.py's max_seq_length. docs/fine-tuning.md."""
 
@@ -781,7 +779,7 @@ class FinetuneSection(Section):
     )
     task: GlueTaskName = field(
         "mrpc",
-        "the GLUE task (zerolab.finetune.glue: run_glue.py's columns, labels and metrics for each)",
+        "the GLUE task (zerolab.contracts.GLUE_TASKS: run_glue.py's columns, labels and metrics for each)",
         to=(Zerolab("request.json's task; the head's label count and the metrics"),),
     )
     data: str = field(

@@ -8,14 +8,10 @@ import os
 import types
 from typing import Any
 
-from zerolab.engine.import_hooks import launch_patch, patch_after_import
-from zerolab.engine.speed_switches import is_on
-from zerolab.engine.workarounds import TRANSFORMER
-
-ATTENTION_ENV = "ZEROLAB_ATTENTION"
-"""`sdpa` in a launch's environment (the render of model.attention=sdpa) applies sdpa_attention;
-unset, the engine's own attention runs."""
-SDPA = "sdpa"
+from zerolab.contracts import ATTENTION_ENV, SDPA
+from zerolab.rank.import_hooks import launch_patch, patch_after_import
+from zerolab.rank.speed_switches import is_on
+from zerolab.rank.workarounds import TRANSFORMER
 
 
 def sdpa_wanted() -> bool:

@@ -1,6 +1,6 @@
-"""`python -m zerolab.engine.megatron_entry PRETRAIN_SCRIPT ARGS...`: what every rank runs.
+"""`python -m zerolab.rank.megatron_entry PRETRAIN_SCRIPT ARGS...`: what every rank runs.
 
-Applies zerolab's workarounds (zerolab.engine.workarounds) and the opt-in patches its environment
+Applies zerolab's workarounds (zerolab.rank.workarounds) and the opt-in patches its environment
 asks for (sdpa_attention, the speed switches and ladder, step_profile, forward_probe), prints each
 one applied (rank 0), then runs PRETRAIN_SCRIPT as `__main__` with sys.argv = [PRETRAIN_SCRIPT,
 *ARGS], exactly as `python PRETRAIN_SCRIPT ARGS...` would. Its output is written a whole line at a
@@ -19,17 +19,15 @@ import runpy
 import sys
 from pathlib import Path
 
-from zerolab.engine.apex_standin import APEX_TORCH_STANDINS
-from zerolab.engine.forward_probe import FORWARD_PROBE
-from zerolab.engine.import_hooks import LaunchPatch, apply_wanted
-from zerolab.engine.sdpa_attention import SDPA_ATTENTION
-from zerolab.engine.speed_ladder import SPEED_LADDER
-from zerolab.engine.speed_switches import SPEED_SWITCHES
-from zerolab.engine.step_profile import PROFILE_TRAINING_STEPS
-from zerolab.engine.workarounds import WORKAROUNDS
-
-FLASH_V2 = "--use-flash-attn-v2"
-"""The engine's FlashAttention-2 switch (model.attention=flash); it imports flash_attn."""
+from zerolab.contracts import FLASH_V2
+from zerolab.rank.apex_standin import APEX_TORCH_STANDINS
+from zerolab.rank.forward_probe import FORWARD_PROBE
+from zerolab.rank.import_hooks import LaunchPatch, apply_wanted
+from zerolab.rank.sdpa_attention import SDPA_ATTENTION
+from zerolab.rank.speed_ladder import SPEED_LADDER
+from zerolab.rank.speed_switches import SPEED_SWITCHES
+from zerolab.rank.step_profile import PROFILE_TRAINING_STEPS
+from zerolab.rank.workarounds import WORKAROUNDS
 
 LAUNCH_PATCHES: tuple[LaunchPatch, ...] = (
     *WORKAROUNDS,
@@ -53,7 +51,7 @@ def main(argv: list[str]) -> None:
     launcher_options = list(itertools.takewhile(lambda token: token.startswith("-"), argv))
     rest = argv[len(launcher_options) :]
     if not rest:
-        sys.exit("usage: python -m zerolab.engine.megatron_entry [OPTIONS] PRETRAIN_SCRIPT [ARGS...]")
+        sys.exit("usage: python -m zerolab.rank.megatron_entry [OPTIONS] PRETRAIN_SCRIPT [ARGS...]")
     script = Path(rest[0]).resolve()
     if not script.is_file():
         sys.exit(f"zerolab: no training script at {script}")

@@ -1,9 +1,9 @@
 """What the pinned Megatron-DeepSpeed needs to run on current DeepSpeed, on CPU and on current
 CUDA, applied by zerolab at launch and when `make setup` prebuilds the fused kernels (never by
 editing or copying the engine's files). The opt-in patches a launch asks for are modules of their
-own: engine/sdpa_attention.py and engine/step_profile.py.
+own: rank/sdpa_attention.py and rank/step_profile.py.
 
-Each workaround is an import hook on `sys.meta_path` (engine/import_hooks.py): nothing of the
+Each workaround is an import hook on `sys.meta_path` (rank/import_hooks.py): nothing of the
 engine is imported until the training script imports it itself. Standard library only at import:
 this module runs in the engine's environment before the training script (a patch imports torch
 only once the engine module it patches has been imported).
@@ -24,15 +24,15 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from zerolab.engine.cuda import nvcc_targets, nvcc_version
-from zerolab.engine.data_helpers import smoke_check
-from zerolab.engine.import_hooks import (
+from zerolab.rank.import_hooks import (
     LaunchPatch,
     StubFinder,
     apply_wanted,
     launch_patch,
     patch_after_import,
 )
+from zerolab.rank.nvcc import nvcc_targets, nvcc_version
+from zerolab.rank.sample_index_check import smoke_check
 
 KNN_MONITOR = "megatron.model.vision.knn_monitor"
 

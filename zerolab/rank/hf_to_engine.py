@@ -32,11 +32,8 @@ from hf_gpt2 import (
     request_main,
     split_tensor_parallel,
 )
+from score_hf import UnloadableModel, gpt2_model  # eval's loader: refuses weights not covering the model
 from transformers import AutoTokenizer
-
-# zerolab eval's loader, which refuses weights that do not cover the model: the evaluation scripts' folder
-sys.path.append(str(Path(__file__).resolve().parents[1] / "evaluate"))
-from score_hf import UnloadableModel, gpt2_model
 
 
 def hf_weights(model_dir: str) -> dict[str, torch.Tensor]:

@@ -19,7 +19,7 @@ import os
 import types
 from typing import Any
 
-from zerolab.engine.import_hooks import launch_patch, patch_after_import
+from zerolab.rank.import_hooks import launch_patch, patch_after_import
 
 TRAINING = "megatron.training"
 PROBE_ENV = "ZEROLAB_FORWARD_PROBE"

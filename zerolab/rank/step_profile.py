@@ -8,7 +8,7 @@ import os
 import types
 from typing import Any
 
-from zerolab.engine.import_hooks import launch_patch, patch_after_import
+from zerolab.rank.import_hooks import launch_patch, patch_after_import
 
 TRAINING = "megatron.training"
 PROFILE_DIR_ENV = "ZEROLAB_PROFILE_DIR"

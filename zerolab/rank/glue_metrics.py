@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from zerolab.finetune.glue import GlueTask
+from zerolab.contracts import GlueTask
 
 
 def _functions() -> dict[str, Callable[[Sequence[Any], Sequence[Any]], float]]:

@@ -1,7 +1,7 @@
 """Scores a Hugging Face GPT-2 folder on zerolab's evaluation tasks, in the engine's Python (torch,
 transformers): `python score_hf.py REQUEST.json`. The request, written by zerolab/evaluate/run.py,
 names the model folder, each task's inputs and the file the result goes to. It imports torch,
-transformers and tqdm only (not zerolab), as export/hf_gpt2.py does.
+transformers and tqdm only (not zerolab), as rank/hf_gpt2.py does.
 
 - token windows (`val`): rows of seq_length + 1 token ids; the mean loss of predicting each row's
   last seq_length tokens from those before, over every row.

@@ -1,11 +1,11 @@
-"""The speed ladder: one launch in which zerolab's speed switches (engine/speed_switches.py) are
+"""The speed ladder: one launch in which zerolab's speed switches (zerolab.rank.speed_switches) are
 switched on and off between training iterations, phase after phase, measuring in each phase the
 milliseconds per iteration, the host time against the GPU time spent inside DeepSpeed's forward,
 backward and step, and the peak memory; at the phases the plan names, one more iteration under
 torch.profiler (GPU busy %, kernel classes, top kernels, the attention's kernels) and one under
 CUDA's sync debug mode (host-device synchronisations by call site).
 
-A patch applied at launch when ZEROLAB_LADDER names a plan (this module owns its format); rank 0
+A patch applied at launch when ZEROLAB_LADDER names a plan (zerolab.contracts.Plan); rank 0
 writes ladder.json and ladder.md into the plan's folder after every phase, so a run cut short keeps
 what it measured. Instruments that need CUDA say so on a CPU and the ladder goes on. Standard
 library at import (torch once the engine's training module is imported).
@@ -28,15 +28,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from zerolab.engine.import_hooks import launch_patch, patch_after_import
-from zerolab.engine.speed_switches import LADDER_ENV, SWITCHES, set_on
+from zerolab.contracts import LADDER_ENV, LADDER_JSON, LADDER_MD, Phase, Plan, parse_plan
+from zerolab.rank.import_hooks import launch_patch, patch_after_import
+from zerolab.rank.speed_switches import set_on
 
 TRAINING = "megatron.training"
 DS_ENGINE = "deepspeed.runtime.engine"
 PARTS = ("forward", "backward", "step")
 """DeepSpeed engine calls the ladder times inside each iteration."""
-LADDER_JSON = "ladder.json"
-LADDER_MD = "ladder.md"
 TOP_KERNELS = 12
 DROPOUT_ATTRIBUTES = ("hidden_dropout", "dropout_p")
 """The engine's dropout probabilities kept as plain floats (besides its torch.nn.Dropout modules)."""
@@ -56,66 +55,9 @@ KERNEL_CLASSES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
 """Kernel classes by name, the first that matches; the rest is `other`."""
 
 
-@dataclass(frozen=True)
-class Phase:
-    """Iterations with exactly the switches `on`, the dropout as the recipe sets it or 0."""
-
-    name: str
-    on: tuple[str, ...]
-    dropout_zero: bool = False
-    inspect: bool = False
-    """Also profile one iteration and take the sync census of another (not timed)."""
-
-
-@dataclass(frozen=True)
-class Plan:
-    """A ladder: its phases, iterations per phase (the first `warmup` untimed), how many rounds
-    of them (the phases in turn, again: a phase's row pools its rounds, so that a slow stretch of
-    the machine is spread over every phase rather than landing on one), where it writes, and the
-    tokens one iteration trains on one rank (for tokens/s)."""
-
-    phases: tuple[Phase, ...]
-    out: str
-    warmup: int = 1
-    measured: int = 3
-    tokens_per_iteration: int = 0
-    rounds: int = 1
-
-    def iterations(self) -> int:
-        """Training iterations the whole ladder takes."""
-        inspected = sum(2 for phase in self.phases if phase.inspect)
-        return self.rounds * len(self.phases) * (self.warmup + self.measured) + inspected
-
-
-def standard_phases() -> tuple[Phase, ...]:
-    """The engine as it is; dropout 0; each switch proven equal added in turn (the defaults' end
-    state); leave-one-out at that end state; then the end state with the switches that change the
-    arithmetic too. The first phase and the end state are inspected."""
-    equal = [switch.name for switch in SWITCHES if switch.equal]
-    other = [switch.name for switch in SWITCHES if not switch.equal]
-    phases = [Phase("engine as it is", (), inspect=True), Phase("dropout 0", (), dropout_zero=True)]
-    for index, name in enumerate(equal):
-        phases.append(Phase(f"+ {name}", tuple(equal[: index + 1]), True, inspect=index == len(equal) - 1))
-    for name in equal:
-        phases.append(Phase(f"all but {name}", tuple(n for n in equal if n != name), True))
-    for name in other:
-        phases.append(Phase(f"all + {name}", (*equal, name), True))
-    return tuple(phases)
-
-
-def plan_text(plan: Plan) -> str:
-    """`plan` as the text of ZEROLAB_LADDER (JSON)."""
-    return json.dumps(asdict(plan))
-
-
 def read_plan(text: str) -> Plan:
-    """The plan ZEROLAB_LADDER holds; ValueError naming what is wrong."""
-    try:
-        data = json.loads(text)
-        phases = tuple(Phase(**{**phase, "on": tuple(phase["on"])}) for phase in data.pop("phases"))
-        plan = Plan(phases=phases, **data)
-    except (ValueError, TypeError, KeyError, AttributeError) as error:
-        raise ValueError(f"{LADDER_ENV} does not hold a ladder plan ({error})") from error
+    """The plan ZEROLAB_LADDER holds, its switches known; ValueError naming what is wrong."""
+    plan = parse_plan(text)
     for phase in plan.phases:
         set_on(frozenset(phase.on))  # refuses an unknown switch before training starts
     set_on(frozenset())

@@ -1,5 +1,5 @@
 """zerolab's speed switches: each a change of the engine's host-side work that the speed ladder
-(engine/speed_ladder.py) measures on a GPU, selectable per recipe (the `speed` section, rendered
+(zerolab.rank.speed_ladder) measures on a GPU, selectable per recipe (the `speed` section, rendered
 into ZEROLAB_SPEED) and proven on CPU to train to the same losses where it says so.
 
 Every switch is an import hook that replaces an engine function by one that asks `is_on(NAME)` at
@@ -17,24 +17,16 @@ import importlib
 import os
 import types
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
-from zerolab.engine.import_hooks import LaunchPatch, patch_after_import
-
-SPEED_ENV = "ZEROLAB_SPEED"
-"""The switches on at launch, comma-separated (the render of the recipe's `speed` section)."""
-LADDER_ENV = "ZEROLAB_LADDER"
-"""A ladder plan (engine/speed_ladder.py, JSON): every switch's hook is installed, for the ladder to turn."""
+from zerolab.contracts import GC_INTERVAL, LADDER_ENV, SPEED_ENV, SWITCH_NAMES, SWITCHES, Switch
+from zerolab.rank.import_hooks import LaunchPatch, patch_after_import
 
 TRANSFORMER = "megatron.model.transformer"
 TENSOR_PARALLEL_DATA = "megatron.core.tensor_parallel.data"
 FUSED_LAYER_NORM = "megatron.model.fused_layer_norm"
 TRAINING = "megatron.training"
 DS_TIMER = "deepspeed.utils.timer"
-
-GC_INTERVAL = 100
-"""manual_gc: training steps between two collections of Python's garbage."""
 
 _on: set[str] = set()
 
@@ -58,23 +50,6 @@ def set_on(names: set[str] | frozenset[str]) -> None:
 def on_now() -> frozenset[str]:
     """The switches on now."""
     return frozenset(_on)
-
-
-@dataclass(frozen=True)
-class SpeedSwitch:
-    """One switch: its name (the recipe key speed.NAME), what it does (one line, printed at the top
-    of train.log), whether it is proven to compute what the engine computes (then it is on by
-    default), and its hooks: (engine module, patch of that module)."""
-
-    name: str
-    doc: str
-    equal: bool
-    hooks: tuple[tuple[str, Callable[[types.ModuleType], None]], ...]
-
-    @property
-    def default(self) -> bool:
-        """On by default when proven to train to the engine's own losses."""
-        return self.equal
 
 
 def launch_switches() -> frozenset[str]:
@@ -271,52 +246,16 @@ def _collect_between_steps(module: types.ModuleType) -> None:
     module.train_step = train_step_manual_gc  # type: ignore[attr-defined]
 
 
-SWITCHES: tuple[SpeedSwitch, ...] = (
-    SpeedSwitch(
-        "unsynced_throughput_timer",
-        "DeepSpeed's throughput timer not waiting for the GPU at each forward and step (its line: host time)",
-        True,
-        ((DS_TIMER, _timer_without_waits),),
-    ),
-    SpeedSwitch(
-        "sync_free_zeros",
-        "the transformer layer's zeros filled on the device, not copied from the host (waits for the GPU)",
-        True,
-        ((TRANSFORMER, _scalars_filled_on_device),),
-    ),
-    SpeedSwitch(
-        "async_batch_copy",
-        "at tensor parallel 1, each batch copied to the device from pinned memory, not broadcast to itself",
-        True,
-        ((TENSOR_PARALLEL_DATA, _copy_without_broadcast),),
-    ),
-    SpeedSwitch(
-        "eager_elementwise",
-        "bias-GeLU (GPT-2's tanh GeLU) and bias-dropout-add in eager torch, not the engine's TorchScript",
-        True,
-        ((TRANSFORMER, _elementwise_dispatch),),
-    ),
-    SpeedSwitch(
-        "host_trims",
-        "the layer norm's signature inspected once; no RNG-state fork around sdpa attention without dropout",
-        True,
-        ((FUSED_LAYER_NORM, _memoised_argspec),),
-    ),
-    SpeedSwitch(
-        "manual_gc",
-        f"Python's garbage collector off in training steps, run between them every {GC_INTERVAL} steps",
-        True,
-        ((TRAINING, _collect_between_steps),),
-    ),
-    SpeedSwitch(
-        "compiled_elementwise",
-        "bias-GeLU and bias-dropout-add by torch.compile: other rounding and dropout draws (off by default)",
-        False,
-        ((TRANSFORMER, _elementwise_dispatch),),
-    ),
-)
-"""Every switch, in the order the ladder adds them."""
-SWITCH_NAMES: tuple[str, ...] = tuple(switch.name for switch in SWITCHES)
+SWITCH_HOOKS: dict[str, tuple[tuple[str, Callable[[types.ModuleType], None]], ...]] = {
+    "unsynced_throughput_timer": ((DS_TIMER, _timer_without_waits),),
+    "sync_free_zeros": ((TRANSFORMER, _scalars_filled_on_device),),
+    "async_batch_copy": ((TENSOR_PARALLEL_DATA, _copy_without_broadcast),),
+    "eager_elementwise": ((TRANSFORMER, _elementwise_dispatch),),
+    "host_trims": ((FUSED_LAYER_NORM, _memoised_argspec),),
+    "manual_gc": ((TRAINING, _collect_between_steps),),
+    "compiled_elementwise": ((TRANSFORMER, _elementwise_dispatch),),
+}
+"""Each switch's hooks (contracts.SWITCHES names and explains them): (engine module, patch of that module)."""
 
 _hooked: set[tuple[str, Callable[[types.ModuleType], None]]] = set()
 
@@ -326,11 +265,11 @@ def ladder_asked() -> bool:
     return bool(os.environ.get(LADDER_ENV))
 
 
-def _launch_patch(switch: SpeedSwitch) -> LaunchPatch:
+def _launch_patch(switch: Switch) -> LaunchPatch:
     def apply() -> None:
         if switch.name in launch_switches():
             _on.add(switch.name)
-        for hook in switch.hooks:
+        for hook in SWITCH_HOOKS[switch.name]:
             if hook not in _hooked:  # eager and compiled elementwise share one hook
                 _hooked.add(hook)
                 patch_after_import(*hook)

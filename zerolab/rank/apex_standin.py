@@ -1,7 +1,7 @@
 """Torch stand-ins for what Megatron-DeepSpeed imports from NVIDIA apex on CUDA, so that the engine
 runs on a GPU machine with no apex and nothing compiled.
 
-Where apex is not installed, an import hook (engine/import_hooks.py) provides the modules `apex`,
+Where apex is not installed, an import hook (rank/import_hooks.py) provides the modules `apex`,
 `apex.normalization`, `apex.normalization.fused_layer_norm`, `apex.optimizers`,
 `apex.multi_tensor_apply`, `amp_C` and `fused_layer_norm_cuda`. Two pieces compute, in torch:
 `FusedLayerNormAffineFunction` (torch's layer norm) and `FusedAdam` (torch's Adam/AdamW, fused on
@@ -24,7 +24,7 @@ import types
 from collections.abc import Callable
 from typing import Any
 
-from zerolab.engine.import_hooks import StubFinder, launch_patch
+from zerolab.rank.import_hooks import StubFinder, launch_patch
 
 BUILD_APEX = "python -m zerolab.engine.build apex --workdir DIR"
 

@@ -1,11 +1,11 @@
-"""The fine-tuning loop every rank runs (`python -m zerolab.finetune.loop RUN_DIR/request.json` under
+"""The fine-tuning loop every rank runs (`python -m zerolab.rank.finetune_loop RUN_DIR/request.json` under
 torchrun or the deepspeed launcher), in the engine's Python: a Hugging Face GPT-2 given a
 classification head (GPT2ForSequenceClassification, its pad token GPT-2's end of text, as the seed
 study set it), trained on a GLUE task under DeepSpeed's engine with the run directory's ds_config
 (any ZeRO stage, offload included), and scored on the task's validation splits with its official
 metrics after each epoch. CPU (gloo) and GPU alike. What to do is the request's
-(zerolab.finetune.request); rank 0 prints a line every log_interval steps and writes one JSON
-object per step and per score to RUN_DIR/finetune.jsonl (zerolab.finetune.records)."""
+(zerolab.contracts.FinetuneRequest); rank 0 prints a line every log_interval steps and writes one JSON
+object per step and per score to RUN_DIR/finetune.jsonl (Records)."""
 
 from __future__ import annotations
 
@@ -31,13 +31,18 @@ from transformers import (
     get_linear_schedule_with_warmup,
 )
 
-from zerolab.errors import UserError
-from zerolab.finetune.glue import GlueTask, glue_task
-from zerolab.finetune.metrics import glue_metrics
-from zerolab.finetune.records import Records
-from zerolab.finetune.request import EXPORTED_MODEL_DIR, FinetuneRequest, read_request
-from zerolab.finetune.split_files import read_split
-from zerolab.rundir import DS_CONFIG_FILE, TENSORBOARD_DIR, WANDB_DIR
+from zerolab.contracts import (
+    DS_CONFIG_FILE,
+    EXPORTED_MODEL_DIR,
+    FINETUNE_RECORDS_FILE,
+    GLUE_TASKS,
+    TENSORBOARD_DIR,
+    WANDB_DIR,
+    FinetuneRequest,
+    GlueTask,
+)
+from zerolab.rank.finetune_inputs import InputError, read_request, read_split
+from zerolab.rank.glue_metrics import glue_metrics
 
 
 def encode(rows: list[dict[str, Any]], task: GlueTask, tokenizer: Any, max_seq_length: int) -> dict[str, Any]:
@@ -54,12 +59,12 @@ def encode(rows: list[dict[str, Any]], task: GlueTask, tokenizer: Any, max_seq_l
 
 
 def encode_split(path: str, task: GlueTask, tokenizer: Any, max_seq_length: int) -> dict[str, Any]:
-    """The split file at `path`, encoded; UserError naming the first example the tokenizer turns into
+    """The split file at `path`, encoded; InputError naming the first example the tokenizer turns into
     no tokens at all (a broken tokenizer, or an empty sentence), which would train on nothing."""
     encoded = encode(read_split(path, task), task, tokenizer, max_seq_length)
     empty = (encoded["attention_mask"].sum(dim=1) == 0).nonzero()
     if len(empty):
-        raise UserError(
+        raise InputError(
             f"{path}: example {int(empty[0]) + 1} is no tokens at all once tokenized by the model's "
             f"tokenizer ({len(empty)} such of {len(encoded['labels'])}): check the model folder's tokenizer "
             "files and the example's text"
@@ -128,7 +133,7 @@ def load_model(request: FinetuneRequest, model_dir: str, task: GlueTask) -> tupl
     """The tokenizer and the model, whole on every rank: deepspeed.initialize partitions it under
     ZeRO-3. (Partitioned as it loads, through HfDeepSpeedConfig and zero.Init in from_pretrained, it
     trained from garbage on CPU in 8 of 12 runs, measured before the gather fix of
-    zerolab.engine.workarounds: losses NaN or 1e26.)"""
+    zerolab.rank.workarounds: losses NaN or 1e26.)"""
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     tokenizer.pad_token = tokenizer.eos_token
     config = AutoConfig.from_pretrained(
@@ -159,6 +164,19 @@ SCHEDULES = {
     "constant": lambda optimizer, warmup, _steps: get_constant_schedule_with_warmup(optimizer, warmup),
 }
 """train.lr_decay_style as transformers' schedules (warm-up, then down to 0 at the last step)."""
+
+
+class Records:
+    """RUN_DIR/finetune.jsonl as the loop writes it: by rank 0 only, a line at a time, flushed."""
+
+    def __init__(self, out: Path, rank: int) -> None:
+        self.file = open(out / FINETUNE_RECORDS_FILE, "a", encoding="utf-8") if rank == 0 else None  # noqa: SIM115
+
+    def write(self, record: dict[str, Any]) -> None:
+        """Append `record` as one line (rank 0)."""
+        if self.file is not None:
+            self.file.write(json.dumps(record) + "\n")
+            self.file.flush()
 
 
 class Loggers:
@@ -200,7 +218,10 @@ def main(request_file: str) -> None:
     """Fine-tune and score as `request_file` asks, in the run directory it is in."""
     request = read_request(request_file)
     run_dir = Path(request_file).resolve().parent
-    task = glue_task(request.task)
+    task = GLUE_TASKS.get(request.task)
+    if task is None:
+        tasks = ", ".join(GLUE_TASKS)
+        raise InputError(f"{request_file}: no GLUE task `{request.task}`; GLUE's tasks: {tasks}")
     deepspeed.init_distributed(dist_backend="nccl" if torch.cuda.is_available() else "gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(request.seed)

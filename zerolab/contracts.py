@@ -1,0 +1,297 @@
+"""What zerolab's host code and the code running in the engine's Python (zerolab.rank) exchange:
+the run directory's files the ranks read or write, the environment variables and flags the render
+sets for them, the request files of the fine-tuning loop and of the engine scripts, the GLUE tasks
+a request names, the speed switches and the ladder's plan, and the `zerolab NAME:` line a script
+says why it failed with. The one module both sides import: standard library only."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+# --- where the rank code is --------------------------------------------------------------------
+
+RANK_DIR = Path(__file__).resolve().with_name("rank")
+"""zerolab.rank's folder: its scripts run by path, in the engine's Python."""
+MEGATRON_ENTRY_MODULE = "zerolab.rank.megatron_entry"
+"""What every pretraining rank runs (`python -m MODULE PRETRAIN_SCRIPT ARGS...`)."""
+FINETUNE_LOOP_MODULE = "zerolab.rank.finetune_loop"
+"""What every fine-tuning rank runs (`python -m MODULE RUN_DIR/request.json`)."""
+RANDOM_GPT2_MODULE = "zerolab.rank.random_gpt2"
+"""Writes a GPT-2 of a given shape with random weights (`python -m MODULE --help`)."""
+PREBUILD_KERNELS_MODULE = "zerolab.rank.prebuild_kernels"
+"""Compiles Megatron's fused kernels under the workarounds (`python -m MODULE ENGINE_DIR`)."""
+
+
+def rank_script(name: str) -> Path:
+    """The script zerolab.rank.`name` (`score_hf`), run by path: `python PATH ARGS...`."""
+    return RANK_DIR / f"{name}.py"
+
+
+SAMPLE_INDEX_OK = "zerolab: build_sample_idx ok"
+"""What the rank script sample_index_check prints when Megatron's dataset helpers answer correctly."""
+
+# --- the engine scripts' request and error line ------------------------------------------------
+
+REQUEST_FILE = "request.json"
+"""The request an engine script or the fine-tuning loop reads (the run directory's, for the loop)."""
+
+
+def error_prefix(name: str) -> str:
+    """`zerolab NAME: `, the start of the stderr line an engine script for `zerolab NAME` says why it
+    failed with (zerolab.engine.scripts makes it the UserError)."""
+    return f"zerolab {name}: "
+
+
+# --- the run directory's files the ranks read or write -----------------------------------------
+
+DS_CONFIG_FILE = "ds_config.json"
+TENSORBOARD_DIR = "tensorboard"
+WANDB_DIR = "wandb"
+FINETUNE_RECORDS_FILE = "finetune.jsonl"
+"""One JSON object per line, written by rank 0 of the fine-tuning loop."""
+EXPORTED_MODEL_DIR = "model"
+"""Where in the run directory a launch exports the model of a run directory given as the model."""
+
+# --- environment and flags the render sets for the ranks ---------------------------------------
+
+FLASH_V2 = "--use-flash-attn-v2"
+"""The engine's FlashAttention-2 switch (model.attention=flash); it imports flash_attn."""
+ATTENTION_ENV = "ZEROLAB_ATTENTION"
+SDPA = "sdpa"
+"""ZEROLAB_ATTENTION's one value: the engine's attention by torch's scaled_dot_product_attention."""
+SPEED_ENV = "ZEROLAB_SPEED"
+"""The speed switches a launch turns on, comma-separated."""
+LADDER_ENV = "ZEROLAB_LADDER"
+"""The speed ladder's plan (JSON), when a launch runs one."""
+
+# --- the speed switches and the ladder's plan --------------------------------------------------
+
+GC_INTERVAL = 100
+"""Training steps between garbage collections under manual_gc."""
+
+
+@dataclass(frozen=True)
+class Switch:
+    """One speed switch: its name (the recipe key speed.NAME), what it does (one line, printed at the
+    top of train.log), and whether it is proven to compute what the engine computes (then it is on
+    by default)."""
+
+    name: str
+    doc: str
+    equal: bool
+
+    @property
+    def default(self) -> bool:
+        """On by default when proven to train to the engine's own losses."""
+        return self.equal
+
+
+SWITCHES: tuple[Switch, ...] = (
+    Switch(
+        "unsynced_throughput_timer",
+        "DeepSpeed's throughput timer not waiting for the GPU at each forward and step (its line: host time)",
+        True,
+    ),
+    Switch(
+        "sync_free_zeros",
+        "the transformer layer's zeros filled on the device, not copied from the host (waits for the GPU)",
+        True,
+    ),
+    Switch(
+        "async_batch_copy",
+        "at tensor parallel 1, each batch copied to the device from pinned memory, not broadcast to itself",
+        True,
+    ),
+    Switch(
+        "eager_elementwise",
+        "bias-GeLU (GPT-2's tanh GeLU) and bias-dropout-add in eager torch, not the engine's TorchScript",
+        True,
+    ),
+    Switch(
+        "host_trims",
+        "the layer norm's signature inspected once; no RNG-state fork around sdpa attention without dropout",
+        True,
+    ),
+    Switch(
+        "manual_gc",
+        f"Python's garbage collector off in training steps, run between them every {GC_INTERVAL} steps",
+        True,
+    ),
+    Switch(
+        "compiled_elementwise",
+        "bias-GeLU and bias-dropout-add by torch.compile: other rounding and dropout draws (off by default)",
+        False,
+    ),
+)
+"""Every switch, in the order the ladder adds them."""
+SWITCH_NAMES: tuple[str, ...] = tuple(switch.name for switch in SWITCHES)
+
+LADDER_JSON = "ladder.json"
+LADDER_MD = "ladder.md"
+
+
+@dataclass(frozen=True)
+class Phase:
+    """Iterations with exactly the switches `on`, the dropout as the recipe sets it or 0."""
+
+    name: str
+    on: tuple[str, ...]
+    dropout_zero: bool = False
+    inspect: bool = False
+    """Also profile one iteration and take the sync census of another (not timed)."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A ladder: its phases, iterations per phase (the first `warmup` untimed), how many rounds
+    of them (the phases in turn, again: a phase's row pools its rounds, so that a slow stretch of
+    the machine is spread over every phase rather than landing on one), where it writes, and the
+    tokens one iteration trains on one rank (for tokens/s)."""
+
+    phases: tuple[Phase, ...]
+    out: str
+    warmup: int = 1
+    measured: int = 3
+    tokens_per_iteration: int = 0
+    rounds: int = 1
+
+    def iterations(self) -> int:
+        """Training iterations the whole ladder takes."""
+        inspected = sum(2 for phase in self.phases if phase.inspect)
+        return self.rounds * len(self.phases) * (self.warmup + self.measured) + inspected
+
+
+def plan_text(plan: Plan) -> str:
+    """`plan` as the text of ZEROLAB_LADDER (JSON)."""
+    return json.dumps(asdict(plan))
+
+
+def parse_plan(text: str) -> Plan:
+    """The plan ZEROLAB_LADDER holds; ValueError naming what is wrong."""
+    try:
+        data = json.loads(text)
+        phases = tuple(Phase(**{**phase, "on": tuple(phase["on"])}) for phase in data.pop("phases"))
+        return Plan(phases=phases, **data)
+    except (ValueError, TypeError, KeyError, AttributeError) as error:
+        raise ValueError(f"{LADDER_ENV} does not hold a ladder plan ({error})") from error
+
+
+# --- fine-tuning: the GLUE tasks, their files and the request ----------------------------------
+
+
+@dataclass(frozen=True)
+class GlueTask:
+    """One GLUE task, as Hugging Face's run_glue.py reads it."""
+
+    name: str
+    sentence_keys: tuple[str, ...]
+    """The columns run_glue.py tokenizes, as one sequence or a pair."""
+    num_labels: int
+    """Classes; 1 for STS-B's similarity score (regression)."""
+    metrics: tuple[str, ...]
+    """The official metrics, as zerolab.rank.glue_metrics names them."""
+    eval_splits: tuple[str, ...] = ("validation",)
+
+    @property
+    def is_regression(self) -> bool:
+        """Whether the label is a score (STS-B) rather than a class."""
+        return self.num_labels == 1
+
+
+GLUE_TASKS: dict[str, GlueTask] = {
+    task.name: task
+    for task in (
+        GlueTask("cola", ("sentence",), 2, ("matthews_correlation",)),
+        GlueTask("sst2", ("sentence",), 2, ("accuracy",)),
+        GlueTask("mrpc", ("sentence1", "sentence2"), 2, ("f1", "accuracy")),
+        GlueTask("qqp", ("question1", "question2"), 2, ("f1", "accuracy")),
+        GlueTask("stsb", ("sentence1", "sentence2"), 1, ("pearson", "spearmanr")),
+        GlueTask(
+            "mnli",
+            ("premise", "hypothesis"),
+            3,
+            ("accuracy",),
+            ("validation_matched", "validation_mismatched"),
+        ),
+        GlueTask("qnli", ("question", "sentence"), 2, ("accuracy",)),
+        GlueTask("rte", ("sentence1", "sentence2"), 2, ("accuracy",)),
+        GlueTask("wnli", ("sentence1", "sentence2"), 2, ("accuracy",)),
+    )
+}
+"""The nine GLUE tasks: each task's sentence columns, its label count (STS-B: one regression
+output), the validation splits it is scored on and its official metrics (GLUE's: CoLA Matthews
+correlation, STS-B Pearson and Spearman, MRPC and QQP F1 and accuracy, the rest accuracy; MNLI on
+its matched and mismatched validation sets)."""
+
+TRAIN_SPLIT = "train"
+
+
+def split_file(folder: str | Path, task: GlueTask, split: str) -> Path:
+    """The JSON Lines file of `task`'s `split` (train, validation, validation_matched ...) in
+    `folder`: FOLDER/TASK_SPLIT.jsonl, each line a row in GLUE's columns on the hub."""
+    return Path(folder) / f"{task.name}_{split}.jsonl"
+
+
+def task_splits(task: GlueTask) -> tuple[str, ...]:
+    """The splits a fine-tuning of `task` reads: train, then the ones it is scored on."""
+    return (TRAIN_SPLIT, *task.eval_splits)
+
+
+@dataclass(frozen=True)
+class FinetuneRequest:
+    """RUN_DIR/request.json: one fine-tuning's model, data, length, schedule. The folder it is in is
+    the run directory: the loop reads the DeepSpeed config there and writes its records, TensorBoard
+    events and W&B run there; no path in it names the run directory, so that a render printed
+    before the directory exists is the request the launch writes."""
+
+    model: str
+    """A Hugging Face GPT-2 folder, a hub name, or a run directory (see `exported`)."""
+    exported: bool
+    """The model is a run directory's checkpoint, exported into RUN_DIR/model before the ranks start."""
+    task: str
+    """The GLUE task (GLUE_TASKS)."""
+    train_file: str
+    eval_files: dict[str, str]
+    """{split: file} of the validation splits scored after each epoch."""
+    max_seq_length: int
+    epochs: int
+    lr_schedule: str
+    """linear, cosine or constant, after the warm-up (transformers' schedules, which end at 0)."""
+    warmup_steps: int
+    weight_decay: float
+    """For all weights but biases and layer norms, as Hugging Face's Trainer decays them."""
+    seed: int
+    shuffle: bool
+    log_interval: int
+    """Steps between the progress lines rank 0 prints."""
+    attention: str
+    """transformers' attn_implementation: eager, sdpa or flash_attention_2."""
+    gradient_checkpointing: bool
+    config: dict[str, Any]
+    """GPT2Config keys set over the model's own: dropouts, initializer range."""
+    tensorboard: bool = False
+    """Write TensorBoard events into RUN_DIR/tensorboard."""
+    wandb: dict[str, str] | None = None
+    """{project, name} of a Weights & Biases run kept in RUN_DIR/wandb, or None."""
+
+    def as_json(self) -> dict[str, Any]:
+        """The request as request.json holds it."""
+        return dataclasses.asdict(self)
+
+
+def finetune_request_text(request: FinetuneRequest) -> str:
+    """`request` as request.json's text."""
+    return json.dumps(request.as_json(), indent=2) + "\n"
+
+
+def parse_finetune_request(path: str | Path) -> FinetuneRequest:
+    """The request in `path`; ValueError naming the file when it is not one."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        return FinetuneRequest(**data)
+    except (OSError, ValueError, TypeError) as error:
+        raise ValueError(f"{path}: not a fine-tuning request ({error})") from None
