@@ -6,12 +6,10 @@ set up (`make setup`). Each run is a tiny model for few iterations."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -239,17 +237,11 @@ def test_a_rank_killed_by_sigsegv_is_reported_as_such(engine, dataset, tmp_path)
     assert (row["status"], row["cause_kind"], row["cause"]) == ("failed", "signal", cause)
 
 
-def test_a_run_started_while_another_holds_the_default_port_trains(engine, dataset, tmp_path):
-    # no hardware.master_port given: the one-node launch takes a free port (as torchrun --standalone
-    # does) where it once met the other run's 29500 and was refused
-    run_dir = tmp_path / "second"
-    with socket.socket() as other_run:
-        with contextlib.suppress(OSError):  # something holds it already: just as well
-            other_run.bind(("", 29500))
-            other_run.listen()
-        words = ["cpu/tiny_dp", f"data.path={dataset}", "train.iters=2", "train.lr_warmup_iters=1"]
-        words.append("train.save_interval=null")
-        assert main(["launch", *words, "--run-dir", str(run_dir)]) == 0
+def test_a_run_started_while_another_holds_the_default_port_trains(trained):
+    # no hardware.master_port given, 29500 held (engine_runs.train: every shared run starts so): the
+    # one-node launch takes a free port (as torchrun --standalone does) where it once met the other
+    # run's 29500 and was refused
+    run_dir = trained("z0").run_dir
     assert status(run_dir)["state"] == "completed"
     port = json.loads((run_dir / "run.json").read_text())["master_port"]
     assert port != 29500 and f"--master-port {port} " in (run_dir / "command.sh").read_text()

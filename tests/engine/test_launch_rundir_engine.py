@@ -4,14 +4,13 @@ fine-tune leaves no run directory. Without the engine: tests/unit/test_launch_ru
 
 from __future__ import annotations
 
-import contextlib
 import json
 import re
 import socket
-from collections.abc import Iterator
 from pathlib import Path
 
 from finetune_runs import GLUE_SAMPLES
+from launch_helpers import DEFAULT_PORT, default_port_in_use
 
 from zerolab.cli import main
 from zerolab.locations import REPO_ROOT
@@ -66,18 +65,6 @@ def test_a_sweep_cell_refused_at_its_launch_is_recorded_and_the_sweep_goes_on(
 
 
 DATA = str(REPO_ROOT / "tests" / "fixtures" / "recipe-data" / "dolly151_text_document")
-DEFAULT_PORT = 29500
-
-
-@contextlib.contextmanager
-def default_port_in_use() -> Iterator[None]:
-    """Port 29500 listened on, as a run that trains holds it (left as it is when something holds it
-    already)."""
-    with socket.socket() as other_run:
-        with contextlib.suppress(OSError):
-            other_run.bind(("", DEFAULT_PORT))
-            other_run.listen()
-        yield
 
 
 def master_port(command: str) -> int:
