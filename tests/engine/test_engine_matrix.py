@@ -74,7 +74,6 @@ RECOMPUTE_CASES = {
         ["activation_checkpointing=full", "activation_checkpointing.num_layers=2"],
         {"recompute_granularity": "full", "recompute_method": "uniform", "recompute_num_layers": 2},
     ),
-    "selective": (["activation_checkpointing=selective"], {"recompute_granularity": "selective"}),
     "deepspeed in host memory": (
         [
             "activation_checkpointing=full",
@@ -90,7 +89,10 @@ RECOMPUTE_CASES = {
     ),
 }
 """Each way of recomputing activations, by the flags it renders (one case per set of flags: a
-non-default value covers the default one, host memory adds one flag to DeepSpeed's own)."""
+non-default value covers the default one, host memory adds one flag to DeepSpeed's own). Selective
+recomputation trains in the deepspeed launcher's run (test_the_deepspeed_launcher): one launch
+proves both, neither changing the arithmetic."""
+SELECTIVE = (["activation_checkpointing=selective"], {"recompute_granularity": "selective"})
 
 
 @pytest.mark.parametrize("case", list(RECOMPUTE_CASES))
@@ -156,8 +158,11 @@ def test_micro_batch_one_with_more_accumulation_trains_the_same_batch(baseline, 
 
 
 def test_the_deepspeed_launcher(baseline, dataset, tmp_path):
-    run = train(dataset, tmp_path / "run", "cpu/tiny_dp", "hardware.launcher=deepspeed")
+    """With selective recomputation (RECOMPUTE_CASES), which this launch proves too."""
+    overrides, engine_args = SELECTIVE
+    run = train(dataset, tmp_path / "run", "cpu/tiny_dp", "hardware.launcher=deepspeed", *overrides)
     assert "deepspeed" in (run.run_dir / "command.sh").read_text()
+    assert {key: run.args.get(key) for key in engine_args} == engine_args
     assert same_losses(run, baseline, 1e-5), (run.losses, baseline.losses)
 
 
