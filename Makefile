@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: help test test-fast lint dev docs setup demo gpu-kit gpu-check cluster-setup cluster-test
+.PHONY: help test test-fast test-engine lint dev docs setup demo gpu-kit gpu-check cluster-setup cluster-test
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -24,17 +24,20 @@ lint: dev  ## ruff, the import layers (import-linter: pyproject.toml), shellchec
 	git ls-files -z '*.sh' .ci/run tools/summarize | xargs -0 -r $(BIN)/shellcheck
 	$(BIN)/hadolint Dockerfile
 
-test: lint  ## set up .venv, lint, and run every test (engine tests skip, with the reason, without the engine)
+test: lint  ## set up .venv, lint, and run every test, all three tiers (tests/README.md: engine and cluster tests skip, with the reason, without the engine or the cluster)
 	$(BIN)/pytest
 
-test-fast: dev  ## the fast tier: every test that does not need the engine (1210 tests, about 80 s on 2 cores)
-	$(BIN)/pytest -m "not real_engine"
+test-fast: dev  ## the unit tier, tests/unit: every test that needs no engine (1212 tests, about 80 s on 2 cores)
+	$(BIN)/pytest tests/unit
+
+test-engine: dev  ## the engine tier, tests/engine: the tests on the real engine (`make setup` first; they skip without it)
+	$(BIN)/pytest tests/engine
 
 cluster-setup:  ## as root on Debian or Ubuntu: the packages the two-node cluster tests start (slurm-wlm, munge, openssh-server, pdsh; the tests run their own daemons, in namespaces)
 	DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends slurm-wlm munge openssh-server pdsh
 
 cluster-test: dev  ## the two-node cluster tests alone (root; `make cluster-setup` and `make setup` first): real SLURM, pdsh/ssh and torchrun across two network namespaces (docs/multinode.md)
-	$(BIN)/pytest tests/test_cluster.py
+	$(BIN)/pytest tests/cluster
 
 docs: dev  ## regenerate the generated docs: recipe-reference.md (schema), summarize.md's columns, estimate.md's tables
 	$(BIN)/python -m zerolab.recipe.reference

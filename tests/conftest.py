@@ -1,10 +1,13 @@
-"""Shared fixtures, and the test tiers. Tests that need the real engine use `engine`, which skips
-with the reason when Megatron-DeepSpeed and its environment are not set up (`make setup`); each
-is marked `real_engine` (pyproject.toml registers the markers), so that `make test-fast` runs the
-others: `pytest -m "not real_engine"`."""
+"""Shared fixtures, and the test tiers (tests/README.md): tests/unit/ runs without the engine,
+tests/engine/ needs the real engine (`make setup`), tests/cluster/ a two-node cluster. Every test
+under tests/engine/, and every test that uses the `engine` fixture (which skips, with the reason,
+when Megatron-DeepSpeed and its environment are not set up), is marked `real_engine`
+(pyproject.toml registers the markers), so `pytest -m "not real_engine"` still leaves them out. A
+unit test that asks for the engine, directly or through another fixture, fails the collection."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -19,13 +22,26 @@ from zerolab.engine.paths import engine_dir, engine_missing, engine_python, engi
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DOLLY_SAMPLE = REPO_ROOT / "data_prep" / "samples" / "dolly151.jsonl"
+UNIT_TIER = REPO_ROOT / "tests" / "unit"
+ENGINE_TIER = REPO_ROOT / "tests" / "engine"
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark every test that asks for the real engine, directly or through another fixture."""
+    """Mark every engine-tier test and every test that asks for the real engine, directly or through
+    another fixture; refuse a unit test that asks for it."""
+    misplaced = []
     for item in items:
-        if "engine" in getattr(item, "fixturenames", ()):
+        uses_engine = "engine" in getattr(item, "fixturenames", ())
+        where = item.path.resolve().parents
+        if uses_engine or ENGINE_TIER in where:
             item.add_marker(pytest.mark.real_engine)
+        if uses_engine and UNIT_TIER in where:
+            misplaced.append(item.nodeid)
+    if misplaced:
+        raise pytest.UsageError(
+            "these tests in tests/unit/ use the engine fixture, directly or through another fixture; "
+            "tests that need the engine go in tests/engine/ (tests/README.md):\n  " + "\n  ".join(misplaced)
+        )
 
 
 @pytest.fixture
@@ -91,3 +107,11 @@ def hf_model(engine, tmp_path_factory) -> Path:
     command = [str(engine[1]), "-m", RANDOM_GPT2_MODULE, *shape, *tokenizer, "--out", str(folder)]
     subprocess.run(command, env=engine_python_env(), check=True, capture_output=True, timeout=300)
     return folder
+
+
+@pytest.fixture
+def no_hub(tmp_path) -> dict[str, str]:
+    """An environment whose Hugging Face hub cannot be reached (nothing listens on its port) and whose
+    Hugging Face cache is empty: a machine without network, as far as the hub goes."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("HF_")}
+    return env | {"HF_ENDPOINT": "http://127.0.0.1:9", "HF_HOME": str(tmp_path / "hf-home")}

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from launch_helpers import free_port
+from launch_helpers import default_port_in_use
 
 from zerolab.cli import main
 from zerolab.logs.config_dump import ConfigCollector
@@ -77,13 +77,15 @@ def train(
     dataset: str, run_dir: Path, recipe: str, *overrides: str, short: bool = True, probe: Path | None = None
 ) -> Trained:
     """Launch `recipe` with `overrides` into `run_dir`; it must complete every iteration. With
-    `probe` (a held_out_probe folder), the engine's forward pass of the final weights goes there."""
+    `probe` (a held_out_probe folder), the engine's forward pass of the final weights goes there.
+    No hardware.master_port is given, and the default 29500 is held while the run starts and trains,
+    as another run would hold it: each run proves the one-node launch's free port (and concurrent
+    test sessions on one machine do not meet on a port)."""
     argv = [
         "launch",
         recipe,
         f"data.path={dataset}",
         *(SHORT if short else []),
-        f"hardware.master_port={free_port()}",
         *overrides,
         "--run-dir",
         str(run_dir),
@@ -91,7 +93,8 @@ def train(
     if probe is not None:
         os.environ[PROBE_ENV] = str(probe)
     try:
-        code = main(argv)
+        with default_port_in_use():
+            code = main(argv)
     finally:
         os.environ.pop(PROBE_ENV, None)
     status = json.loads((run_dir / "status.json").read_text())

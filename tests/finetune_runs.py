@@ -12,6 +12,10 @@ from launch_helpers import free_port
 
 from zerolab.cli import main
 from zerolab.finetune.records import scan_records
+from zerolab.locations import REPO_ROOT
+
+GLUE_SAMPLES = REPO_ROOT / "data_prep" / "samples" / "glue"
+"""The shipped GLUE samples (WNLI's train and validation rows) the fine-tuning tests read."""
 
 
 def fine_tune(model: Path, setup: str, run_dir: Path, *overrides: str) -> list[dict[str, Any]]:

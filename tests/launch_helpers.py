@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
 
 STANDIN = Path(__file__).resolve().parent / "standin_training.py"
+DEFAULT_PORT = 29500
+"""The rendezvous port of torchrun and of the deepspeed launcher when none is given."""
 
 
 def standin(pid_dir: Path, *options: str) -> list[str]:
@@ -36,3 +40,14 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
+
+
+@contextlib.contextmanager
+def default_port_in_use() -> Iterator[None]:
+    """Port 29500 listened on, as a run that trains holds it (left as it is when something holds it
+    already)."""
+    with socket.socket() as other_run:
+        with contextlib.suppress(OSError):
+            other_run.bind(("", DEFAULT_PORT))
+            other_run.listen()
+        yield

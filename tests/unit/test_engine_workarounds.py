@@ -1,0 +1,251 @@
+"""zerolab's workarounds for the pinned engine: each named and explained, each doing what it
+says on stand-in packages shaped like the engine's. On the real engine:
+tests/engine/test_engine_workarounds_real.py; the dataset helpers' workarounds:
+tests/engine/test_engine_data_helpers.py."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import textwrap
+
+from engine_patch_helpers import STANDIN_FILES, run_with_standins
+
+from zerolab.contracts import SWITCH_NAMES
+from zerolab.locations import REPO_ROOT
+from zerolab.rank.megatron_entry import LAUNCH_PATCHES
+from zerolab.rank.workarounds import WORKAROUNDS, buildable_gencode, stale_build_lock
+
+
+def test_every_workaround_is_named_and_explained_in_one_line():
+    names = [w.name for w in WORKAROUNDS]
+    assert names == [
+        "lazy_vision_import",
+        "missing_compression_module",
+        "contiguous_attention_inputs",
+        "zero3_weight_decay_groups",
+        "cpu_adamw_like_gpu",
+        "cpu_activation_checkpointing",
+        "partitioned_checkpoint_arguments",
+        "contiguous_checkpoints_in_eval",
+        "recompute_chunks_of_layers",
+        "fused_kernels_only_when_called",
+        "fused_kernels_buildable_archs",
+        "fused_kernels_stale_lock",
+        "helpers_not_built_at_launch",
+        "python_sample_index",
+        "shm_buffers_unlinked",
+        "zero3_gathers_complete",
+        "zero3_weights_only_load",
+    ]
+    assert [(p.name, p.kind) for p in LAUNCH_PATCHES[len(WORKAROUNDS) :]] == [
+        ("apex_torch_standins", "workaround"),
+        ("sdpa_attention", "patch"),
+        *((name, "switch") for name in SWITCH_NAMES),
+        ("speed_ladder", "patch"),
+        ("profile_training_steps", "patch"),
+        ("forward_probe", "patch"),
+    ]
+    for patch in LAUNCH_PATCHES:
+        assert patch.why and "\n" not in patch.why and len(patch.why) < 110
+
+
+def test_vision_module_loads_only_when_called(tmp_path):
+    out = run_with_standins(
+        tmp_path,
+        """
+        from megatron.model.vision.knn_monitor import compute_feature_bank
+        print("imported")
+        try:
+            compute_feature_bank(None)
+        except ModuleNotFoundError as error:
+            print("called:", error.name)
+        """,
+    )
+    assert out.split("\n")[:2] == ["imported", "called: torchvision_that_does_not_load"]
+
+
+def test_missing_compression_module_is_provided_and_says_why_when_used(tmp_path):
+    out = run_with_standins(
+        tmp_path,
+        """
+        from deepspeed.compression.compress import init_compression, redundancy_clean
+        try:
+            init_compression(None, {}, None)
+        except RuntimeError as error:
+            print(error)
+        """,
+    )
+    assert "removed in 0.19.7" in out and "deepspeed<=0.19.6" in out
+
+
+def test_an_existing_compression_module_is_left_alone(tmp_path):
+    files = {
+        **STANDIN_FILES,
+        "deepspeed/compression/compress.py": "def init_compression(*a):\n    return 'real'\n",
+    }
+    out = run_with_standins(
+        tmp_path,
+        "from deepspeed.compression.compress import init_compression\nprint(init_compression())",
+        files,
+    )
+    assert out.strip() == "real"
+
+
+def test_attention_inputs_are_made_contiguous(tmp_path):
+    out = run_with_standins(
+        tmp_path,
+        """
+        class Strided:
+            def __init__(self, contiguous=False):
+                self.contiguous_ = contiguous
+            def is_contiguous(self):
+                return self.contiguous_
+            def contiguous(self):
+                return Strided(True)
+        from megatron.model.transformer import CoreAttention
+        print(CoreAttention().forward(Strided(), Strided(), Strided(), "mask"))
+        """,
+    )
+    assert out.strip() == "('attended', 'mask')"
+
+
+OPTIMIZER_STANDIN = {
+    **STANDIN_FILES,
+    "megatron/optimizer/__init__.py": textwrap.dedent(
+        """
+        def get_param_groups(modules, no_weight_decay_cond, scale_lr_cond, lr_mult):
+            decayed = []
+            for name, param in modules:
+                if no_weight_decay_cond is not None:
+                    no_wd = no_weight_decay_cond(name, param)
+                else:
+                    no_wd = name.endswith(".bias") or len(param.shape) == 1
+                if not no_wd:
+                    decayed.append(name)
+            return decayed
+        """
+    ),
+}
+
+
+def test_weight_decay_groups_use_the_full_shape_of_partitioned_parameters(tmp_path):
+    out = run_with_standins(
+        tmp_path,
+        """
+        from types import SimpleNamespace
+        from megatron.optimizer import get_param_groups
+        partitioned = [  # what zero.Init leaves: .shape (0,), the real shape in .ds_shape
+            ("fc.weight", SimpleNamespace(shape=(0,), ds_shape=(4, 4))),
+            ("fc.bias", SimpleNamespace(shape=(0,), ds_shape=(4,))),
+            ("norm.weight", SimpleNamespace(shape=(0,), ds_shape=(4,))),
+        ]
+        whole = [("fc.weight", SimpleNamespace(shape=(4, 4))), ("norm.weight", SimpleNamespace(shape=(4,)))]
+        print(get_param_groups(partitioned, None, None, 1.0))
+        print(get_param_groups(whole, None, None, 1.0))
+        print(get_param_groups(whole, lambda name, param: True, None, 1.0))
+        """,
+        OPTIMIZER_STANDIN,
+    )
+    assert out.split("\n")[:3] == ["['fc.weight']", "['fc.weight']", "[]"]
+
+
+def adam_standins(device: str) -> dict[str, str]:
+    """Stand-ins for torch's and apex's Adam and for megatron.optimizer's choice between them."""
+    return {
+        **STANDIN_FILES,
+        "torch/__init__.py": "",
+        "torch/optim/__init__.py": "from torch.optim.adam import Adam\nfrom torch.optim.adamw import AdamW\n",
+        "torch/optim/adam.py": "class Adam:\n    pass\n",
+        "torch/optim/adamw.py": "class AdamW:\n    pass\n",
+        "apex/__init__.py": "",
+        "apex/optimizers.py": "class FusedAdam:\n    pass\n",
+        "megatron/optimizer/__init__.py": (
+            "from apex.optimizers import FusedAdam as Adam\n"
+            if device == "cuda"
+            else "from torch.optim import Adam\n"
+        )
+        + "def get_param_groups(modules, no_weight_decay_cond, scale_lr_cond, lr_mult):\n    return []\n",
+    }
+
+
+def test_on_cpu_megatron_adam_becomes_decoupled_adamw_and_on_gpu_stays_fused_adam(tmp_path):
+    code = """
+        import megatron.optimizer
+        print(megatron.optimizer.Adam.__module__, megatron.optimizer.Adam.__name__)
+        """
+    assert (
+        run_with_standins(tmp_path / "cpu", code, adam_standins("cpu")).strip() == "torch.optim.adamw AdamW"
+    )
+    assert (
+        run_with_standins(tmp_path / "cuda", code, adam_standins("cuda")).strip()
+        == "apex.optimizers FusedAdam"
+    )
+
+
+def test_gencode_pairs_outside_what_nvcc_builds_are_left_out():
+    flags = [
+        "-O3",
+        "-gencode",
+        "arch=compute_70,code=sm_70",
+        "-gencode=arch=compute_90,code=[sm_90,compute_90]",
+    ]
+    kept, dropped = buildable_gencode(flags, frozenset({"compute_90", "sm_90"}))
+    assert kept == ["-O3", "-gencode=arch=compute_90,code=[sm_90,compute_90]"]
+    assert dropped == ["-gencode", "arch=compute_70,code=sm_70"]
+
+
+def test_a_build_lock_is_stale_only_when_old_and_no_build_works_in_its_directory(tmp_path):
+    lock = tmp_path / "lock"
+    lock.touch()
+    assert stale_build_lock(tmp_path) is None  # just taken: a build may be starting
+    os.utime(lock, (lock.stat().st_atime - 60, lock.stat().st_mtime - 60))
+    with subprocess.Popen(["sleep", "30"], cwd=tmp_path) as ninja:  # a build at work there
+        try:
+            assert stale_build_lock(tmp_path) is None
+        finally:
+            ninja.kill()
+    assert stale_build_lock(tmp_path) == lock
+    assert stale_build_lock(tmp_path / "elsewhere") is None
+
+
+def test_every_workaround_and_patch_is_named_in_the_launching_page():
+    # train.log prints each one's name: docs/launching.md says what each one is for
+    page = " ".join((REPO_ROOT / "docs" / "launching.md").read_text().split())
+    assert [p.name for p in LAUNCH_PATCHES if f"`{p.name}`" not in page] == []
+
+
+def test_the_fused_softmax_kernels_are_built_only_where_they_are_called(tmp_path):
+    files = {
+        **STANDIN_FILES,
+        "megatron/fused_kernels/__init__.py": (
+            "cpp_extension = None\n\n\ndef load(args):\n    raise RuntimeError('nvcc ran')\n"
+        ),
+    }
+    out = run_with_standins(
+        tmp_path,
+        """
+        from types import SimpleNamespace
+        from megatron import fused_kernels
+        print(fused_kernels.load(SimpleNamespace(masked_softmax_fusion=False)))
+        try:
+            fused_kernels.load(SimpleNamespace(masked_softmax_fusion=True))
+        except RuntimeError as error:
+            print(error)
+        """,
+        files,
+    )
+    assert "--no-masked-softmax-fusion: Megatron's fused softmax kernels are never called" in out
+    assert out.splitlines()[-2:] == ["None", "nvcc ran"]
+
+
+def test_a_launch_compiles_no_dataset_helpers(tmp_path):
+    files = {
+        **STANDIN_FILES,
+        "megatron/data/__init__.py": "",
+        "megatron/data/dataset_utils.py": "def compile_helper():\n    raise RuntimeError('make ran')\n",
+    }
+    out = run_with_standins(
+        tmp_path, "from megatron.data.dataset_utils import compile_helper\ncompile_helper()\n", files
+    )
+    assert "Megatron's dataset helpers are built by `make setup`, not at launch" in out
