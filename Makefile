@@ -39,9 +39,10 @@ cluster-setup:  ## as root on Debian or Ubuntu: the packages the two-node cluste
 cluster-test: dev  ## the two-node cluster tests alone (root; `make cluster-setup` and `make setup` first): real SLURM, pdsh/ssh and torchrun across two network namespaces (docs/multinode.md)
 	$(BIN)/pytest tests/cluster
 
-docs: dev  ## regenerate the generated docs: recipe-reference.md (schema), summarize.md's columns, estimate.md's tables
+docs: dev  ## regenerate the generated docs: recipe-reference.md (schema), summarize.md's columns, estimate.md's tables, resume.md's table
 	$(BIN)/python -m zerolab.recipe.reference
 	$(BIN)/python -m zerolab.summarize.columns
+	$(BIN)/python -m zerolab.recipe.resumption
 	$(BIN)/python benchmarks/estimate_calibration.py
 
 setup: dev  ## the engine: a venv in ~/.cache/zerolab with the pins of zerolab/engine/pins.toml, Megatron-DeepSpeed at the pinned commit, its builds (on CUDA: apex, fused kernels) (ZEROLAB_ENGINE_SRC / ZEROLAB_APEX_SRC=local git dirs to clone from)

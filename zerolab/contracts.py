@@ -22,6 +22,8 @@ FINETUNE_LOOP_MODULE = "zerolab.rank.finetune_loop"
 """What every fine-tuning rank runs (`python -m MODULE RUN_DIR/request.json`)."""
 RANDOM_GPT2_MODULE = "zerolab.rank.random_gpt2"
 """Writes a GPT-2 of a given shape with random weights (`python -m MODULE --help`)."""
+UNIVERSAL_CHECKPOINT_MODULE = "zerolab.rank.universal_checkpoint"
+"""Converts a checkpoint to DeepSpeed's universal format (`python -m MODULE ENGINE CHECKPOINTS N`)."""
 PREBUILD_KERNELS_MODULE = "zerolab.rank.prebuild_kernels"
 """Compiles Megatron's fused kernels under the workarounds (`python -m MODULE ENGINE_DIR`)."""
 
@@ -55,6 +57,22 @@ FINETUNE_RECORDS_FILE = "finetune.jsonl"
 """One JSON object per line, written by rank 0 of the fine-tuning loop."""
 EXPORTED_MODEL_DIR = "model"
 """Where in the run directory a launch exports the model of a run directory given as the model."""
+
+STEP_PREFIX = "global_step"
+"""DeepSpeed's name for the folder of one iteration's checkpoint (`global_step50`)."""
+LATEST_UNIVERSAL = "latest_universal"
+"""DeepSpeed's record, in the checkpoints directory, of the universal checkpoint to load."""
+
+
+def step_folder(iteration: int) -> str:
+    """The folder of the checkpoint saved at `iteration`, in a run's checkpoints/."""
+    return f"{STEP_PREFIX}{iteration}"
+
+
+def universal_folder(iteration: int) -> str:
+    """Where that checkpoint in DeepSpeed's universal format is written, beside it."""
+    return f"{step_folder(iteration)}_universal"
+
 
 # --- environment and flags the render sets for the ranks ---------------------------------------
 

@@ -18,7 +18,7 @@ from typing import Annotated, Any, Literal, TypeVar, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from zerolab.contracts import DS_CONFIG_FILE
+from zerolab.contracts import DS_CONFIG_FILE, STEP_PREFIX
 from zerolab.errors import UserError
 from zerolab.files import write_atomic, write_json_atomic
 
@@ -40,8 +40,6 @@ MARKERS = (RUN_FILE, LOG_FILE, STATUS_FILE)
 """A directory holding any of these is a run directory."""
 LATEST_CHECKPOINT = "latest_checkpointed_iteration.txt"
 """Megatron's record, in the checkpoints directory, of the last complete save."""
-STEP_PREFIX = "global_step"
-"""DeepSpeed's name for the folder of one iteration's checkpoint (`global_step50`)."""
 
 STAMP_FORMAT = "%Y%m%d-%H%M%S"
 
@@ -94,6 +92,13 @@ class RunFacts(BaseModel):
     """The GLUE task of a fine-tuning run (finetune.task); null: pretraining."""
     model_source: str | None = None
     """What a fine-tuning run fine-tuned (finetune.model: a folder, hub name or run directory)."""
+    resumed_from: str | None = None
+    """The run directory whose checkpoint the run continues (`--resume`); null: it started afresh."""
+    resumed_iteration: Count | None = None
+    """The iteration of that checkpoint."""
+    resumed_setup: str | None = None
+    """The setup that checkpoint was saved under (`z1 dp2 tp1 pp1`): another than the run's own, the
+    checkpoint was continued through DeepSpeed's universal format."""
     master_port: Annotated[int, Field(gt=0, lt=65536)] | None = None
     """The rendezvous port the launch used: hardware.master_port, or the free port a one-node launch
     took where it is not set."""

@@ -132,8 +132,11 @@ def test_resume_continues_from_the_last_checkpoint(z1_run, tmp_path):
 @pytest.mark.parametrize(
     ("overrides", "told"),
     [
-        (["zero=z3"], "zero.stage: the checkpoint was saved with 1, the overrides give 3"),
-        (["parallel.tensor=2"], "parallel.tensor: the checkpoint was saved with 1, the overrides give 2"),
+        (["zero=z3"], "the setup changes between ZeRO 1-2 and ZeRO-3 (z1 dp2 tp1 pp1 -> z3 dp2 tp1 pp1)"),
+        (
+            ["parallel.tensor=2"],
+            "the setup changes of the tensor-parallel size (z1 dp2 tp1 pp1 -> z1 dp1 tp2 pp1)",
+        ),
         (["model.num_layers=3"], "model.num_layers: the checkpoint was saved with 2, the overrides give 3"),
         (["precision=bf16"], "precision: the checkpoint was saved with fp32, the overrides give bf16"),
         (

@@ -30,8 +30,9 @@ PLUMBING = {
     # DeepSpeed on, and the ds_config render writes
     "--deepspeed", "--deepspeed_config",
     # the run directory's checkpoints, TensorBoard and W&B files, beside the declared flags they follow
-    "--save", "--load", "--override-opt_param-scheduler", "--tensorboard-log-interval",
-    "--log-timers-to-tensorboard", "--log-validation-ppl-to-tensorboard", "--wandb-save-dir",
+    "--save", "--load", "--override-opt_param-scheduler", "--universal-checkpoint",
+    "--tensorboard-log-interval", "--log-timers-to-tensorboard", "--log-validation-ppl-to-tensorboard",
+    "--wandb-save-dir",
     # the imported weights' layout and the weights-only load, beside model.init_from's --load
     "--load-tag", "--finetune",
     # the engine's compiled fusions, off where nothing calls them (render.fusion_args)

@@ -5,8 +5,10 @@ torchrun launch runs its own command (hardware.node_rank)."""
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import socket
+import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -15,7 +17,7 @@ from pathlib import Path
 from zerolab import __version__, rundir
 from zerolab.backends.base import LaunchPlan, print_now
 from zerolab.backends.execute import execute
-from zerolab.contracts import EXPORTED_MODEL_DIR
+from zerolab.contracts import EXPORTED_MODEL_DIR, error_prefix
 from zerolab.engine.cuda import query_gpus
 from zerolab.engine.doctor import collect
 from zerolab.engine.paths import engine_bin_dir, engine_missing
@@ -90,6 +92,8 @@ class LocalBackend:
             rundir.write_facts(directory, facts)
             if rendered.request is not None and rendered.request.exported:
                 export_model(Path(rendered.request.model), directory, echo)
+            for step in rendered.before:
+                run_step(step, env, echo)
         echo(
             f"zerolab: launching {plan.name} ({facts.world_size} ranks, rendezvous port {facts.master_port}) "
             f"into {display_path(directory)}\n"
@@ -154,6 +158,21 @@ def with_free_port(recipe: Recipe) -> Recipe:
     ported = recipe.model_copy(deep=True)
     ported.hardware.master_port = port
     return ported
+
+
+def run_step(step: tuple[str, ...], env: dict[str, str], say: Callable[[str], None]) -> None:
+    """One of the launch's steps before the ranks start (a checkpoint's conversion), in the engine's
+    environment, its output shown; when it fails, the launch is refused with the reason it gave (its
+    `zerolab launch: ...` line) and the run directory removed (rundir.made)."""
+    say(f"zerolab: {shlex.join(step)}\n")
+    done = subprocess.run(step, env=env, capture_output=True, text=True, check=False)
+    say("".join(f"  {line}\n" for line in done.stdout.splitlines() if line.startswith("zerolab")))
+    if done.returncode != 0:
+        prefix = error_prefix("launch")
+        lines = [line.strip() for line in done.stderr.splitlines() if line.strip()]
+        own = [line.removeprefix(prefix) for line in lines if line.startswith(prefix)]
+        why = own[-1] if own else (lines[-1] if lines else f"exit status {done.returncode}")
+        raise UserError(f"{shlex.join(step)} failed: {why}")
 
 
 def export_model(source: Path, directory: Path, say: Callable[[str], None]) -> None:

@@ -49,7 +49,7 @@ class SlurmBackend:
 
     def job(self, plan: LaunchPlan) -> str:
         """The sbatch script."""
-        return sbatch_for_recipe(plan.recipe, plan.launch, self.options)
+        return sbatch_for_recipe(plan.recipe, plan.launch, self.options, plan.resume)
 
     def run(self, plan: LaunchPlan, *, echo: Callable[[str], None] = print_now) -> tuple[Path, Status]:
         """sbatch the script, follow the job until SLURM ends it (Ctrl-C: scancel)."""

@@ -26,7 +26,7 @@ from zerolab.recipe.facts import run_facts
 from zerolab.recipe.job import job_of
 from zerolab.recipe.output import REQUEST_END, resolved_yaml
 from zerolab.recipe.render import Launch, Placement, render, shell_variable
-from zerolab.recipe.resumption import Resume
+from zerolab.recipe.resumption import Resume, resumed_facts
 from zerolab.recipe.schema import Recipe
 
 IMAGE_ENGINE_DIR = "/opt/Megatron-DeepSpeed"
@@ -63,15 +63,18 @@ def scheduled_placement(run_dir: str) -> Placement:
     return Placement(shell_variable("SLURM_NODEID"), shell_variable("MASTER_ADDR"), hostfile, ssh=False)
 
 
-def sbatch_for_recipe(recipe: Recipe, launch: Launch, options: SlurmOptions) -> str:
-    """The sbatch script of a loaded recipe and its launch (render_for_job): one job writing
-    logs/NAME/slurm-JOBID/."""
+def sbatch_for_recipe(
+    recipe: Recipe, launch: Launch, options: SlurmOptions, resume: Resume | None = None
+) -> str:
+    """The sbatch script of a loaded recipe and its launch (render_for_job), continuing `resume`'s
+    checkpoint when given: one job writing logs/NAME/slurm-JOBID/."""
     return _job(
         title=f"Recipe {recipe.name} on a SLURM allocation, one task per node.",
         rendered_by="zerolab render --slurm",
         directives=_directives(recipe, launch, recipe.name, options, output="logs/slurm-%x-%j.out"),
-        run=_run_dir_block(recipe, launch, f'"logs/{recipe.name}/slurm-${{SLURM_JOB_ID}}"'),
+        run=_run_dir_block(recipe, launch, f'"logs/{recipe.name}/slurm-${{SLURM_JOB_ID}}"', resume),
         launch=launch,
+        first=bool(launch.before),
         options=options,
         mounts=_mounts([recipe]),
     )
@@ -88,6 +91,8 @@ class ArrayTask:
     """The recipe's launch as a job runs it (render_for_job)."""
     run_dir: str
     previous: str
+    resume: Resume | None = None
+    """The run whose checkpoint the task continues."""
 
 
 def sbatch_array(tasks: list[ArrayTask], name: str, options: SlurmOptions, *, rendered_by: str) -> str:
@@ -113,7 +118,7 @@ def sbatch_array(tasks: list[ArrayTask], name: str, options: SlurmOptions, *, re
             f"  mkdir -p {shlex.quote(str(Path(task.previous).parent))}\n"
             f"  mv {run_dir} {previous}\n"
             "fi\n"
-            f"{_run_dir_block(task.recipe, launch, run_dir)}\n;;"
+            f"{_run_dir_block(task.recipe, launch, run_dir, task.resume)}\n;;"
         )
     choose = (
         'case "${SLURM_ARRAY_TASK_ID}" in\n'
@@ -130,6 +135,7 @@ def sbatch_array(tasks: list[ArrayTask], name: str, options: SlurmOptions, *, re
         ],
         run=choose,
         launch=launches[0],
+        first=any(launch.before for launch in launches),
         options=options,
         mounts=_mounts([task.recipe for task in tasks]),
     )
@@ -186,9 +192,12 @@ def _directives(
     return directives
 
 
-def _run_dir_block(recipe: Recipe, launch: Launch, run_dir: str) -> str:
+def _run_dir_block(recipe: Recipe, launch: Launch, run_dir: str, resume: Resume | None) -> str:
     """Shell lines that set RUN_DIR to `run_dir` (a shell word), write the run's files there
-    (ds_config.json, run.json, recipe.yaml) and set `command` to the launch."""
+    (ds_config.json, run.json, recipe.yaml), set `command` to the launch and `first` to the steps
+    run once before it (a resume's conversion of its checkpoint)."""
+    facts = run_facts(recipe).model_copy(update=resumed_facts(resume))
+    first = " && ".join(shlex.join(step) for step in launch.before)
 
     return (
         Template(RUN_DIR_TEMPLATE.read_text())
@@ -199,9 +208,10 @@ def _run_dir_block(recipe: Recipe, launch: Launch, run_dir: str) -> str:
             recipe_file=rundir.RECIPE_FILE,
             recipe_yaml=resolved_yaml(recipe),
             ds_config=json.dumps(launch.ds_config, indent=2),
-            run_json=json.dumps(rundir.facts_json(run_facts(recipe)), indent=2),
+            run_json=json.dumps(rundir.facts_json(facts), indent=2),
             request=_request_block(launch),
             command=shlex.quote(f"exec {launch.words()}"),
+            first=f"\nfirst={shlex.quote(first)}" if first else "",
         )
         .rstrip("\n")
     )
@@ -228,6 +238,7 @@ def _job(
     launch: Launch,
     options: SlurmOptions,
     mounts: list[str],
+    first: bool = False,
 ) -> str:
     """The sbatch script: `run` (shell lines that set RUN_DIR and `command` and write the run's
     files), then the allocation's hostfile, one task per node running `command`, status.json."""
@@ -239,6 +250,7 @@ def _job(
         slots=launch.procs_per_node,
         hostfile=rundir.HOSTFILE,
         environment=_environment(options),
+        first=_first(options, mounts) if first else "",
         srun=_srun(options, mounts),
         write_status=rundir.status_shell(
             '"${RUN_DIR}"', '"${state}"', '"${exit_code}"', '"${started}"', '"$(date -u +%Y-%m-%dT%H:%M:%SZ)"'
@@ -257,10 +269,16 @@ def _environment(options: SlurmOptions) -> str:
     return f'export PATH={shlex.quote(options.engine_bin)}:"${{PATH}}"\n'
 
 
-def _srun(options: SlurmOptions, mounts: list[str]) -> str:
+def _first(options: SlurmOptions, mounts: list[str]) -> str:
+    """Where a task sets `first`: its steps, run once on one node before the ranks start."""
+    srun = _srun(options, mounts, tasks="--nodes=1 --ntasks=1")
+    return f'if [[ -n "${{first:-}}" ]]; then\n{srun} \\\n    bash -c "${{first}}"\nfi\n'
+
+
+def _srun(options: SlurmOptions, mounts: list[str], tasks: str = "--ntasks-per-node=1") -> str:
     words = [
         "srun",
-        "--ntasks-per-node=1",
+        tasks,
         "--kill-on-bad-exit=1",
         f'--output="${{RUN_DIR}}/{rundir.LOG_FILE}"',
         "--open-mode=append",

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
+from zerolab import rundir
 from zerolab.backends.slurm_options import add_slurm_arguments, site_options
 from zerolab.errors import UserError
 from zerolab.summarize.report import summarize_sweep
@@ -34,6 +36,7 @@ def register(subparsers: Any) -> None:
         help="run a recipe over swept values",
         description=description,
         usage="zerolab sweep RECIPE KEY=V1,V2,... [KEY=VALUE ...] [--dry-run [--count]] [--yes] "
+        "[--resume RUN_DIR (then no RECIPE)] "
         "[--name NAME] [--retry-failed] [--slurm [--image IMAGE] [--partition P] [--account A] [--time T]]",
     )
     parser.add_argument(
@@ -63,6 +66,14 @@ def register(subparsers: Any) -> None:
         "--name", help="the sweep's name, its directory logs/sweeps/NAME (default: RECIPE-KEY-...)"
     )
     parser.add_argument(
+        "--resume",
+        metavar="RUN_DIR",
+        type=Path,
+        help="every cell continues the last checkpoint of the run in RUN_DIR under its own setup (the "
+        "study at equal starting loss; docs/resume.md says which setup changes the engine carries): "
+        "the words are then only KEY=... overrides of that run's recipe",
+    )
+    parser.add_argument(
         "--retry-failed",
         action="store_true",
         help="run the cells that failed earlier again (skipped otherwise)",
@@ -80,7 +91,11 @@ def run_sweep(args: argparse.Namespace) -> int:
     site = site_options(args)
     if args.count and not args.dry_run:
         raise UserError("--count goes with --dry-run: zerolab sweep RECIPE KEY=V1,V2,... --dry-run --count")
-    words = read_words(args.words[0], args.words[1:])
+    resume = args.resume
+    if resume is None:
+        words = read_words(args.words[0], args.words[1:])
+    else:
+        words = read_words(str(resumed_recipe(resume, args.words)), args.words)
     name = check_name(args.name) if args.name is not None else None
     if args.count:
         print(count_text(words, name or words.default_name()), end="")
@@ -96,11 +111,26 @@ def run_sweep(args: argparse.Namespace) -> int:
     sweep = cells_of(words)
     if args.slurm:
         return write_array_job(
-            sweep, name, retry_failed=args.retry_failed, options=site, dry_run=args.dry_run
+            sweep, name, retry_failed=args.retry_failed, options=site, dry_run=args.dry_run, resume=resume
         )
     if args.dry_run:
-        return dry_run(sweep, name, retry_failed=args.retry_failed)
-    ran = run_sweep_cells(sweep, name, retry_failed=args.retry_failed, console=Console(highlight=False))
+        return dry_run(sweep, name, retry_failed=args.retry_failed, resume=resume)
+    console = Console(highlight=False)
+    ran = run_sweep_cells(sweep, name, retry_failed=args.retry_failed, console=console, resume=resume)
     if ran.ended:
         summarize_sweep(ran.directory)
     return ran.exit_code
+
+
+def resumed_recipe(resume: Path, words: list[str]) -> Path:
+    """The recipe every cell of a sweep continuing `resume` starts from: the run's own, whose
+    overrides the words are (a RECIPE word is refused, as `zerolab launch --resume` takes none)."""
+    recipe = resume / rundir.RECIPE_FILE
+    if not recipe.is_file():
+        raise UserError(f"--resume {resume}: not a run directory (no {rundir.RECIPE_FILE})")
+    if words and "=" not in words[0]:
+        raise UserError(
+            f"--resume {resume}: the cells continue that run's recipe ({recipe}); give only KEY=V1,V2,... "
+            f"and KEY=VALUE words, not the recipe `{words[0]}`"
+        )
+    return recipe

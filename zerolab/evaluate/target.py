@@ -12,10 +12,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from zerolab.contracts import STEP_PREFIX
 from zerolab.errors import UserError
 from zerolab.export.run import export_run
 from zerolab.hf_folder import ask_hub, cached_hub_folder, looks_like_path, weights_problem
-from zerolab.rundir import CHECKPOINTS_DIR, STEP_PREFIX, is_run_dir
+from zerolab.rundir import CHECKPOINTS_DIR, is_run_dir
 
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
 TOKENIZER_FILES = (("tokenizer.json",), ("vocab.json", "merges.txt"))

@@ -20,6 +20,7 @@ from zerolab.recipe.facts import run_facts
 from zerolab.recipe.job import check_inputs, refuse_missing_inputs
 from zerolab.recipe.output import warn_missing_inputs
 from zerolab.recipe.render import RUN_DIR_PLACEHOLDER
+from zerolab.recipe.resumption import resumed_facts
 from zerolab.recipe.schema import DEFAULT_MASTER_PORT
 from zerolab.recipe.selection import select
 
@@ -74,7 +75,7 @@ def plan(
     )
     check_extras(recipe, rendered, required=launching and engine_required)
     port = launched.hardware.master_port or DEFAULT_MASTER_PORT
-    facts = run_facts(launched).model_copy(update={"master_port": port})
+    facts = run_facts(launched).model_copy(update={"master_port": port, **resumed_facts(resumption)})
     if launching:
         warn_before_launch(recipe)
     return LaunchPlan(recipe, rendered, facts, backend, resumption, directory)

@@ -635,6 +635,41 @@ def zero3_weights_only_load() -> None:
     patch_after_import(DS_ENGINE, _weights_into_partitions)
 
 
+DS_STAGE3 = "deepspeed.runtime.zero.stage3"
+
+
+def _each_group_its_own_settings(module: types.ModuleType) -> None:
+    optimizer_class = module.DeepSpeedZeroOptimizer_Stage3
+    load = optimizer_class.load_hp_checkpoint_state_from_checkpoint_dir_stage3
+
+    def load_with_groups_settings(self: Any, checkpoint_dir: str) -> None:
+        load(self, checkpoint_dir)
+        # torch here, not at the top: only in the engine's environment
+        import torch
+
+        saved = torch.load(os.path.join(checkpoint_dir, "zero", "optimizer_state.pt"), weights_only=False)
+        groups = saved.get("optimizer_state_dict", saved)["param_groups"]
+        for group, loaded in zip(self.optimizer.param_groups, groups, strict=True):
+            group.update({key: value for key, value in loaded.items() if key != "params"})
+        decays = [group.get("weight_decay") for group in self.optimizer.param_groups]
+        print(
+            f"zerolab: workaround zero3_universal_group_settings: weight decay by group {decays}", flush=True
+        )
+
+    load_with_groups_settings.__wrapped__ = load  # type: ignore[attr-defined]
+    optimizer_class.load_hp_checkpoint_state_from_checkpoint_dir_stage3 = load_with_groups_settings
+
+
+# ZeRO-3's load of a universal checkpoint gives every parameter group the settings of the first
+# (DeepSpeed 0.19.6, stage3.py: param_groups[0] for all): the group without weight decay (biases,
+# norms) took the first group's 0.1, and a run continued under another setup left the uninterrupted
+# one's losses from its second iteration on (4.6e-4 at the second, 2.4e-3 at the third, measured).
+# Each group gets its own saved settings back, as ZeRO 1-2's load does.
+def zero3_universal_group_settings() -> None:
+    """Under ZeRO-3, a universal checkpoint's parameter groups each keep their own settings."""
+    patch_after_import(DS_STAGE3, _each_group_its_own_settings)
+
+
 WORKAROUNDS: tuple[LaunchPatch, ...] = tuple(
     launch_patch(function)
     for function in (
@@ -655,6 +690,7 @@ WORKAROUNDS: tuple[LaunchPatch, ...] = tuple(
         shm_buffers_unlinked,
         zero3_gathers_complete,
         zero3_weights_only_load,
+        zero3_universal_group_settings,
     )
 )
 

@@ -303,6 +303,10 @@ class FineTuning:
         """The request.json the loop reads."""
         return finetune_request(self.recipe, self.finetune)
 
+    def steps_before(self, *, engine: str | None, resume: Resume | None) -> tuple[tuple[str, ...], ...]:
+        """None: a fine-tuning is not resumed, and a run given as its model is exported by the launch."""
+        return ()
+
     def env(self) -> dict[str, str]:
         """Nothing beyond the common environment: the engine's patches and switches are not applied."""
         return {}

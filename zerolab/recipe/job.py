@@ -41,6 +41,10 @@ class Job(Protocol):
         """The request file written beside the ds_config, if the module reads one."""
         ...
 
+    def steps_before(self, *, engine: str | None, resume: Resume | None) -> tuple[tuple[str, ...], ...]:
+        """The commands run once before the ranks start (render's Launch.before)."""
+        ...
+
     def env(self) -> dict[str, str]:
         """The kind's own environment for every rank, after the common one."""
         ...

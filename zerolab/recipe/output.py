@@ -107,7 +107,8 @@ def render_text(recipe: Recipe, launch: Launch) -> str:
         )
     return (
         f"{header}{guard}mkdir -p {shell_word(launch.run_dir)} && cat > {config} <<'{CONFIG_END}' &&\n"
-        f"{json.dumps(launch.ds_config, indent=2)}\n{CONFIG_END}\n{request}{launch.shell()}\n"
+        f"{json.dumps(launch.ds_config, indent=2)}\n{CONFIG_END}\n{request}"
+        f"{launch.steps_before()}{launch.shell()}\n"
     )
 
 

@@ -16,6 +16,7 @@ from zerolab.contracts import (
     SDPA,
     SPEED_ENV,
     TENSORBOARD_DIR,
+    UNIVERSAL_CHECKPOINT_MODULE,
     WANDB_DIR,
 )
 from zerolab.engine.paths import engine_dir
@@ -62,6 +63,19 @@ class Pretraining:
     def request(self, run_dir: str) -> None:
         """None: pretraining reads its settings from its arguments."""
         return None
+
+    def steps_before(self, *, engine: str | None, resume: Resume | None) -> tuple[tuple[str, ...], ...]:
+        """A resume under another setup first converts its checkpoint to the universal format, beside
+        it (reused when converted before), with the engine's Python."""
+        if resume is None or not resume.universal:
+            return ()
+        checkpoints = resume.run_dir / rundir.CHECKPOINTS_DIR
+        return (
+            (
+                "python", "-m", UNIVERSAL_CHECKPOINT_MODULE,
+                engine or str(engine_dir()), str(checkpoints), str(resume.iteration),
+            ),
+        )  # fmt: skip
 
     def env(self) -> dict[str, str]:
         """The attention patch's and the speed switches' variables."""
@@ -277,10 +291,13 @@ def run_dir_args(recipe: Recipe, run_dir: str, *, load_own_checkpoints: bool = F
 
 
 def resume_args(recipe: Recipe, resume: Resume) -> list[str]:
-    """`--load` of the earlier run's checkpoints, and `--override-opt_param-scheduler` when the
+    """`--load` of the earlier run's checkpoints (`--universal-checkpoint`: converted, under another
+    setup), and `--override-opt_param-scheduler` when the
     learning-rate schedule differs from the one saved (more iterations, another rate): Megatron
     checks the schedule against the checkpoint's when it resumes."""
     args = ["--load", str(resume.run_dir / rundir.CHECKPOINTS_DIR)]
+    if resume.universal:
+        args.append("--universal-checkpoint")
     if schedule(resume.recipe) != schedule(recipe):
         args.append("--override-opt_param-scheduler")
     return args

@@ -95,6 +95,9 @@ class Launch:
     procs_per_node: int
     request: FinetuneRequest | None = None
     """A fine-tuning's request.json (zerolab.contracts.FinetuneRequest), written beside the ds_config."""
+    before: tuple[tuple[str, ...], ...] = ()
+    """Commands run once, in the engine's environment, before the launcher (a resume's conversion of
+    its checkpoint to the universal format)."""
 
     @property
     def ds_config_path(self) -> str:
@@ -104,14 +107,18 @@ class Launch:
     def as_json(self) -> dict[str, Any]:
         """The `--json` object: argv, env, ds_config, world_size, nodes, procs_per_node (and a
         fine-tuning's request)."""
-        return {
-            "argv": [as_text(token) for token in self.argv],
-            "env": dict(self.env),
-            "ds_config": self.ds_config,
-            "world_size": self.world_size,
-            "nodes": self.nodes,
-            "procs_per_node": self.procs_per_node,
-        } | ({"request": self.request.as_json()} if self.request else {})
+        return (
+            {
+                "argv": [as_text(token) for token in self.argv],
+                "env": dict(self.env),
+                "ds_config": self.ds_config,
+                "world_size": self.world_size,
+                "nodes": self.nodes,
+                "procs_per_node": self.procs_per_node,
+            }
+            | ({"request": self.request.as_json()} if self.request else {})
+            | ({"before": [list(step) for step in self.before]} if self.before else {})
+        )
 
     def shell(self) -> str:
         """The command as shell text: environment assignments, then the quoted argv, one option a line."""
@@ -125,6 +132,10 @@ class Launch:
         lines = [f"{name}={shell_word(value)}" for name, value in self.env.items()]
         lines += [" ".join(shell_word(token) for token in group) for group in groups]
         return " \\\n  ".join(lines)
+
+    def steps_before(self) -> str:
+        """The commands run before the launcher, one shell line each (each must succeed)."""
+        return "".join(" ".join(shell_word(token) for token in step) + " &&\n" for step in self.before)
 
     def words(self) -> str:
         """`env NAME=VALUE ... ARGV...` as one line of shell words, for a job script."""
@@ -172,7 +183,7 @@ class Launch:
             "set -euo pipefail\n"
             f"cd {shlex.quote(str(start_dir))}\n"
             f"export {exports}\n"
-            f"{self.shell()}\n"
+            f"{self.steps_before()}{self.shell()}\n"
         )
 
     def write_config(self, directory: Path, inherited: Mapping[str, str]) -> None:
@@ -231,6 +242,7 @@ def render(
         nodes=hw.nodes,
         procs_per_node=hw.procs_per_node,
         request=job.request(run_dir),
+        before=job.steps_before(engine=engine, resume=resume),
     )
 
 

@@ -11,7 +11,7 @@ from zerolab import rundir
 from zerolab.errors import UserError
 from zerolab.recipe.compose import load_recipe
 from zerolab.recipe.naming import renamed
-from zerolab.recipe.resumption import Resume, resume_problems
+from zerolab.recipe.resumption import Resume, change_of, resume_problems
 from zerolab.recipe.schema import Recipe
 from zerolab.recipe.yaml_io import read_yaml_mapping
 
@@ -53,4 +53,4 @@ def select(words: list[str], resume: Path | None, *, name: str | None = None) ->
             f"--resume {resume}: cannot continue its checkpoint at iteration {checkpoint}:\n"
             + "\n".join(f"- {problem}" for problem in problems)
         )
-    return recipe, Resume(resume, previous)
+    return recipe, Resume(resume, previous, checkpoint, universal=change_of(previous, recipe) is not None)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 from zerolab.files import generated_doc_main
@@ -188,6 +189,12 @@ def _loss_value(value: Any) -> str:
     return "" if value is None else f"{value:.3f}"
 
 
+def _resumed(row: SummaryRow) -> str:
+    if row.resumed_from is None:
+        return ""
+    return f"{Path(row.resumed_from).name}@{row.resumed_iteration}"
+
+
 COLUMNS: tuple[Column, ...] = (
     Column("name", "run name (run.json, or the log file's stem)", label="run", terminal=1),
     Column(
@@ -238,6 +245,15 @@ COLUMNS: tuple[Column, ...] = (
         terminal=17,
     ),
     Column("precision", "`fp32`, `bf16` or `fp16`", label="precision", show=lambda v: v or "", terminal=18),
+    Column(
+        "resumed_from",
+        "the run whose checkpoint this one continues (`zerolab launch --resume`, `zerolab sweep --resume`), "
+        "and that checkpoint's iteration (`resumed_iteration`); the table says `RUN@ITERATION`. Null: the "
+        "run started afresh",
+        label="resumed from",
+        companions=("resumed_iteration",),
+        cell=_resumed,
+    ),
     Column(
         "status",
         "`completed`, `running_or_cut_off`, `truncated` (status.json says completed, but the log ends "

@@ -35,6 +35,8 @@ class SummaryRow:
     micro_batch_size: int | None
     global_batch_size: int | None
     precision: str | None
+    resumed_from: str | None
+    resumed_iteration: int | None
     status: str
     cause_kind: str | None
     cause: str | None

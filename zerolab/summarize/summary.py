@@ -413,6 +413,8 @@ def summarize_run(run: Run, log: ParsedLog, facts: RunDirFacts | None, options: 
         micro_batch_size=setup.micro_batch_size,
         global_batch_size=setup.global_batch_size,
         precision=setup.precision,
+        resumed_from=setup.resumed_from,
+        resumed_iteration=setup.resumed_iteration,
         status=outcome.status,
         cause_kind=outcome.cause_kind,
         cause=outcome.cause,

@@ -32,16 +32,24 @@ RENDERED_BY = "zerolab sweep --slurm"
 
 
 def write_array_job(
-    sweep: Sweep, name: str | None, *, retry_failed: bool, options: Any, dry_run: bool
+    sweep: Sweep,
+    name: str | None,
+    *,
+    retry_failed: bool,
+    options: Any,
+    dry_run: bool,
+    resume: Path | None = None,
 ) -> int:
     """Write sweep.json, the refused cells' status and sweep.sbatch into the sweep directory (with
     `dry_run`: print the script, write nothing); returns 0 (bad input is a UserError)."""
 
-    plan, directory, recorded = planned(sweep, name)
+    plan, directory, recorded = planned(sweep, name, resume)
 
     def check(cell: PlannedCell) -> Any:  # the cell's launch plan as a job (missing inputs: warnings here)
-        words = [plan.recipe, *cell.overrides, BACKEND_WORD]
-        return plan_launch(words, name=cell.name, launching=False, site=options)
+        words, resume_dir = plan.launch_words(cell)
+        return plan_launch(
+            [*words, BACKEND_WORD], resume=resume_dir, name=cell.name, launching=False, site=options
+        )
 
     print(checking_line(plan), file=sys.stderr, flush=True)
     if dry_run:
@@ -79,6 +87,7 @@ def _script(name: str, directory: Path, checked: list[Checked], options: Any) ->
             item.ready.launch,
             display_path(cell_dir(directory, item.cell)),
             previous_prefix(directory, item.cell),
+            item.ready.resume,
         )
         for item in checked
         if item.action == RUN

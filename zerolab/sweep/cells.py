@@ -22,6 +22,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+from zerolab import rundir
 from zerolab.errors import UserError
 from zerolab.recipe.compose import override_problem, resolve_recipe_path
 from zerolab.recipe.yaml_io import parse_yaml
@@ -73,8 +74,10 @@ class Sweep:
 
 
 def default_name(recipe: str, keys: tuple[str, ...], words: tuple[str, ...]) -> str:
-    """A sweep's name when none is given: the recipe's name and the swept keys."""
-    stem = resolve_recipe_path(recipe).stem
+    """A sweep's name when none is given: the recipe's name (a run's recipe.yaml: the run directory's
+    name, `-resumed`) and the swept keys."""
+    path = resolve_recipe_path(recipe)
+    stem = f"{path.parent.name}-resumed" if rundir.is_run_dir(path.parent) else path.stem
     return safe_name("-".join([stem, *keys]), digest_of=recipe + " " + " ".join(words))
 
 

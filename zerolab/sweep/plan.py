@@ -68,6 +68,8 @@ class Plan(BaseModel):
     swept: list[PlannedKey]
     fixed: list[str]
     cells: list[PlannedCell]
+    resume: str | None = None
+    """The run whose checkpoint every cell continues (`--resume RUN_DIR`); null: each starts afresh."""
     created: str | None = None
     zerolab: str | None = None
 
@@ -78,20 +80,33 @@ class Plan(BaseModel):
 
     def command(self) -> str:
         """The sweep as a command line."""
+        if self.resume is not None:
+            return " ".join(["zerolab sweep", *self.words, "--resume", self.resume, "--name", self.name])
         return " ".join(["zerolab sweep", self.recipe, *self.words, "--name", self.name])
+
+    def launch_words(self, cell: PlannedCell) -> tuple[list[str], Path | None]:
+        """What a cell launches: its recipe and overrides, or with `resume` the overrides of the run
+        it continues (zerolab.launch.plan's words and resume)."""
+        if self.resume is not None:
+            return list(cell.overrides), Path(self.resume)
+        return [self.recipe, *cell.overrides], None
 
     def same_sweep(self, other: Plan) -> bool:
         """Whether `other` runs the same cells of the same recipe."""
-        return self.recipe == other.recipe and [(c.name, c.overrides) for c in self.cells] == [
-            (c.name, c.overrides) for c in other.cells
-        ]
+        return (
+            self.recipe == other.recipe
+            and self.resume == other.resume
+            and [(c.name, c.overrides) for c in self.cells] == [(c.name, c.overrides) for c in other.cells]
+        )
 
 
-def plan_of(sweep: Sweep, name: str, recipe_shown: str) -> Plan:
-    """The plan of an expanded sweep named `name`; `recipe_shown` is the recipe file as recorded."""
+def plan_of(sweep: Sweep, name: str, recipe_shown: str, resume: str | None = None) -> Plan:
+    """The plan of an expanded sweep named `name`; `recipe_shown` is the recipe file as recorded,
+    `resume` the run every cell continues."""
     return Plan(
         name=name,
         recipe=recipe_shown,
+        resume=resume,
         words=list(sweep.words),
         swept=[PlannedKey(key=entry.key, values=list(entry.values)) for entry in sweep.swept],
         fixed=list(sweep.fixed),

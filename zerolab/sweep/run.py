@@ -55,22 +55,25 @@ from zerolab.sweep.plan import (
 from zerolab.sweep.progress import SweepProgress, finished_line
 
 
-def planned(sweep: Sweep, name: str | None) -> tuple[Plan, Path, bool]:
-    """The plan of `sweep` under `name` (default: from the recipe and the swept keys), its
-    directory, and whether that directory holds it already; UserError when it holds another sweep."""
+def planned(sweep: Sweep, name: str | None, resume: Path | None = None) -> tuple[Plan, Path, bool]:
+    """The plan of `sweep` under `name` (default: from the recipe and the swept keys), continuing
+    `resume`'s checkpoint in every cell when given, its directory, and whether that directory holds
+    it already; UserError when it holds another sweep."""
 
-    plan = plan_of(sweep, name or sweep.default_name(), display_path(resolve_recipe_path(sweep.recipe)))
+    recipe_shown = display_path(resolve_recipe_path(sweep.recipe))
+    resumed = display_path(resume) if resume is not None else None
+    plan = plan_of(sweep, name or sweep.default_name(), recipe_shown, resumed)
     directory = sweep_dir(plan.name)
     existing = check_same_sweep(directory, plan)
     return existing or plan, directory, existing is not None
 
 
-def dry_run(sweep: Sweep, name: str | None, *, retry_failed: bool) -> int:
+def dry_run(sweep: Sweep, name: str | None, *, retry_failed: bool, resume: Path | None = None) -> int:
     """Print each cell with its check (ok, or refused with the message: every check of a launch that
     can be made without launching, a GPU here and the port included) or why it is skipped; write
     nothing. Returns 0, or refuses (UserError, 2) where the sweep would be refused: every cell refused."""
 
-    plan, directory, _ = planned(sweep, name)
+    plan, directory, _ = planned(sweep, name, resume)
     missing = engine_missing()
     note = (
         f"the engine is not set up ({missing}): cells checked without it, and the sweep itself refused "
@@ -100,11 +103,14 @@ class SweepRun:
     ended: bool
 
 
-def run_sweep(sweep: Sweep, name: str | None, *, retry_failed: bool, console: Any) -> SweepRun:
-    """Run the sweep's cells that need running; what to summarize is the caller's (the commands
-    `zerolab sweep` and `zerolab demo`: zerolab.summarize.report)."""
+def run_sweep(
+    sweep: Sweep, name: str | None, *, retry_failed: bool, console: Any, resume: Path | None = None
+) -> SweepRun:
+    """Run the sweep's cells that need running (each continuing `resume`'s checkpoint, when given);
+    what to summarize is the caller's (the commands `zerolab sweep` and `zerolab demo`:
+    zerolab.summarize.report)."""
 
-    plan, directory, recorded = planned(sweep, name)
+    plan, directory, recorded = planned(sweep, name, resume)
     missing = engine_missing()
     if missing:
         raise UserError(f"cannot run the sweep: {missing}")
@@ -118,9 +124,13 @@ def _checker(plan: Plan, directory: Path, *, engine_required: bool = True) -> Ca
     the cell, into the cell's run directory), refused where its backend does not run it here."""
 
     def check(cell: PlannedCell) -> Any:
-        words = [plan.recipe, *cell.overrides]
+        words, resume = plan.launch_words(cell)
         planned = plan_launch(
-            words, name=cell.name, run_dir=cell_dir(directory, cell), engine_required=engine_required
+            words,
+            resume=resume,
+            name=cell.name,
+            run_dir=cell_dir(directory, cell),
+            engine_required=engine_required,
         )
         if not isinstance(planned.backend, LocalBackend):
             raise UserError(

@@ -1,0 +1,138 @@
+"""Resuming under another setup on the real engine (the tiny GPT-2 on CPU): a run saved at
+iteration 2 of 4 (Megatron's --exit-interval stops it there, its schedule that of 4 iterations)
+continued under another setup gives, at iterations 3 and 4, the losses and learning rates of the
+run that was never interrupted (fp32, 1e-4), its checkpoint converted once to DeepSpeed's universal
+format beside the original and reused; a checkpoint the conversion cannot read is refused, with
+nothing left behind; a sweep continues one run under each setup and says where its cells started.
+About 10 tiny launches."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from zerolab import rundir
+from zerolab.cli import main
+from zerolab.contracts import LATEST_UNIVERSAL, universal_folder
+
+ITERS = ["train.iters=4", "train.lr_warmup_iters=1", "train.log_interval=1"]
+STOP_AT_2 = ["train.save_interval=2", "extra.megatron_args=[--exit-interval, '2']"]
+_ITERATION = re.compile(r"iteration\s+(\d+)/\s*\d+ \|.*?learning rate: ([0-9.E+-]+).*?lm loss: ([0-9.E+-]+)")
+
+
+def trained(run_dir: Path) -> dict[int, tuple[float, float]]:
+    """Iteration -> (learning rate, loss), as train.log states them."""
+    text = (run_dir / rundir.LOG_FILE).read_text(errors="replace")
+    return {int(m[1]): (float(m[2]), float(m[3])) for m in _ITERATION.finditer(text)}
+
+
+def launch(*words: str, run_dir: Path) -> Path:
+    assert main(["launch", *words, "--run-dir", str(run_dir)]) == 0, (run_dir / rundir.LOG_FILE).read_text()[
+        -3000:
+    ]
+    assert json.loads((run_dir / rundir.STATUS_FILE).read_text())["state"] == "completed"
+    return run_dir
+
+
+@pytest.fixture(scope="module")
+def runs(engine, dataset, tmp_path_factory):
+    """`runs(recipe)`: (saved at 2, uninterrupted to 4) runs of a CPU recipe, made once."""
+    made: dict[str, tuple[Path, Path]] = {}
+    root = tmp_path_factory.mktemp("resume")
+
+    def get(recipe: str) -> tuple[Path, Path]:
+        if recipe not in made:
+            data = f"data.path={dataset}"
+            name = recipe.replace("/", "_")
+            saved = launch(recipe, data, *ITERS, *STOP_AT_2, run_dir=root / f"{name}-saved")
+            whole = launch(recipe, data, *ITERS, run_dir=root / f"{name}-whole")
+            made[recipe] = saved, whole
+        return made[recipe]
+
+    return get
+
+
+def assert_continues(continued: Path, whole: Path, iterations: tuple[int, ...]) -> None:
+    ran, reference = trained(continued), trained(whole)
+    assert sorted(ran) == [3, 4]  # the iteration count carried over: it starts at 3
+    for iteration in iterations:
+        (lr, loss), (lr_whole, loss_whole) = ran[iteration], reference[iteration]
+        assert lr == lr_whole, (iteration, lr, lr_whole)  # the schedule carried over
+        assert abs(loss - loss_whole) <= 1e-4, (iteration, loss, loss_whole)
+
+
+def test_zero1_on_two_ranks_continues_on_one(runs, tmp_path):
+    saved, whole = runs("cpu/tiny_z1")
+    continued = launch("--resume", str(saved), "hardware.procs_per_node=1", run_dir=tmp_path / "one")
+    assert_continues(continued, whole, (3, 4))
+    checkpoints = saved / rundir.CHECKPOINTS_DIR
+    assert (checkpoints / universal_folder(2) / "zero").is_dir()  # beside the original
+    assert (checkpoints / LATEST_UNIVERSAL).read_text() == universal_folder(2)
+    command = (continued / rundir.COMMAND_FILE).read_text()
+    assert "python -m zerolab.rank.universal_checkpoint " in command and "--universal-checkpoint" in command
+    facts = json.loads((continued / rundir.RUN_FILE).read_text())
+    assert facts["resumed_from"] == str(saved.resolve()) and facts["resumed_iteration"] == 2
+    assert (
+        facts["resumed_setup"] == "z1 dp2 tp1 pp1"
+        and facts["zero_stage"] == 1
+        and facts["data_parallel"] == 1
+    )
+
+
+def test_zero2_continues_under_zero1_and_a_second_resume_reuses_the_conversion(runs, tmp_path, capsys):
+    saved, whole = runs("cpu/tiny_z2")
+    continued = launch(
+        "--resume", str(saved), "zero=z1", "hardware.procs_per_node=1", run_dir=tmp_path / "z1"
+    )
+    assert_continues(continued, whole, (3, 4))
+    capsys.readouterr()
+    again = launch("--resume", str(saved), "zero=z1", run_dir=tmp_path / "z1-two")  # converted before
+    assert "reusing" in capsys.readouterr().out
+    assert_continues(again, whole, (3, 4))
+
+
+def test_zero3_continues_with_its_optimizer_offloaded_on_one_rank(runs, tmp_path):
+    saved, whole = runs("cpu/tiny_z3")
+    argv = ["--resume", str(saved), "zero=z3_offload", "hardware.procs_per_node=1"]
+    continued = launch(*argv, run_dir=tmp_path / "offload")
+    assert_continues(continued, whole, (3,))  # the next ones leave it by ~5e-4: docs/resume.md
+    log = (continued / rundir.LOG_FILE).read_text()
+    # each parameter group keeps its own weight decay (DeepSpeed gives all the first group's)
+    assert "zero3_universal_group_settings: weight decay by group [0.1, 0.0]" in log
+
+
+def test_a_checkpoint_the_conversion_cannot_read_is_refused_leaving_nothing(runs, tmp_path, capsys):
+    saved, _ = runs("cpu/tiny_z1")
+    damaged = tmp_path / "damaged"
+    shutil.copytree(saved, damaged, ignore=shutil.ignore_patterns("*_universal", LATEST_UNIVERSAL))
+    step = damaged / rundir.CHECKPOINTS_DIR / "global_step2"
+    for optimizer_file in step.glob("*optim_states.pt"):
+        optimizer_file.write_bytes(b"not a checkpoint")
+    run_dir = tmp_path / "continued"
+    capsys.readouterr()
+    argv = ["launch", "--resume", str(damaged), "hardware.procs_per_node=1", "--run-dir", str(run_dir)]
+    assert main(argv) == 2
+    error = capsys.readouterr().err
+    assert f"{damaged / 'checkpoints'}: the checkpoint at iteration 2 cannot be converted" in error
+    assert not run_dir.exists()
+    assert sorted(p.name for p in step.parent.iterdir()) == [
+        "global_step2",
+        "latest",
+        "latest_checkpointed_iteration.txt",
+        "zero_to_fp32.py",
+    ]  # no half-converted folder
+
+
+def test_a_sweep_continues_one_run_under_each_setup(runs, tmp_path, monkeypatch, capsys):
+    saved, _ = runs("cpu/tiny_z1")
+    monkeypatch.setattr("zerolab.sweep.run.sweep_dir", lambda name: tmp_path / "sweeps" / name)
+    argv = ["sweep", "--resume", str(saved), "zero=z1,z2,z3", "hardware.procs_per_node=1"]
+    argv += ["--name", "study"]
+    assert main(argv) == 0
+    table = (tmp_path / "sweeps" / "study" / "summary.md").read_text()
+    assert "resumed from" in table and table.count(f"{saved.name}@2") == 2  # z1 and z2 ran
+    assert "between ZeRO 1-2 and ZeRO-3" in capsys.readouterr().out  # z3 refused, with the reason
