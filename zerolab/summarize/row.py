@@ -1,5 +1,5 @@
 """A summary row, typed: one field per row key that zerolab.summarize.columns declares, in the
-registry's order (tests/test_summarize_row.py fails when the two differ). summary.py builds it in
+registry's order (tests/unit/test_summarize_row.py fails when the two differ). summary.py builds it in
 one constructor call; the tables, `zerolab compare`, the plots and the sweep's read its fields,
 and the registry's generic loops read a column by its key (`row[key]`). A value the run does not
 state is None, never 0."""

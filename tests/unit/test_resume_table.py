@@ -76,10 +76,11 @@ def test_a_refusal_names_both_setups_the_reason_and_how_to_start_over():
 
 
 @pytest.fixture
-def saved_run(tmp_path) -> Path:
+def saved_run(tmp_path, dataset) -> Path:
     """A run directory as a ZeRO-1 launch of the tiny model on 2 ranks leaves it, with a checkpoint
     at iteration 2 (its files, not the tensors: nothing here reads them)."""
-    recipe = load_recipe("cpu/tiny_z1", [*SHORT, "train.iters=2", "train.save_interval=2"])
+    words = [*SHORT, f"data.path={dataset}", "train.iters=2", "train.save_interval=2"]
+    recipe = load_recipe("cpu/tiny_z1", words)
     run_dir = tmp_path / "saved"
     (run_dir / rundir.CHECKPOINTS_DIR / "global_step2").mkdir(parents=True)
     rundir.write_recipe(run_dir, resolved_yaml(recipe))
