@@ -87,7 +87,7 @@ def test_zero3_continues_with_its_optimizer_offloaded_on_one_rank(runs, tmp_path
     saved, whole = runs("cpu/tiny_z3")
     argv = ["--resume", str(saved), "zero=z3_offload", "hardware.procs_per_node=1"]
     continued = launch(*argv, run_dir=tmp_path / "offload")
-    assert_continues(continued, whole, (3,))  # the next ones leave it by ~5e-4: docs/resume.md
+    assert_continues(continued, whole, (3,))  # the next ones leave it by ~7e-4: docs/resume.md
     log = (continued / rundir.LOG_FILE).read_text()
     # each parameter group keeps its own weight decay (DeepSpeed gives all the first group's)
     assert "zero3_universal_group_settings: weight decay by group [0.1, 0.0]" in log
