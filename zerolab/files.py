@@ -81,6 +81,13 @@ def folder_written_whole(out: Path) -> Iterator[Path]:
         shutil.rmtree(partial, ignore_errors=True)
 
 
+def with_section(text: str, begin: str, end: str, body: str) -> str:
+    """`text` with what stands between its `begin` and `end` marker lines replaced by `body`."""
+    head, _, rest = text.partition(begin)
+    _, _, tail = rest.partition(end)
+    return f"{head}{begin}\n{body}{end}{tail}"
+
+
 def generated_doc_main(path: Path, text: Callable[[], str], argv: list[str] | None = None) -> int:
     """The command of a generated document (`python -m MODULE [--check]`, run by `make docs`):
     write `path` from `text()`, or with --check exit 1 when the file differs from it (stale)."""

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from zerolab.files import generated_doc_main
+from zerolab.files import generated_doc_main, with_section
 from zerolab.locations import REPO_ROOT
 from zerolab.recipe.length import pretraining_iters
 from zerolab.recipe.schema import MODEL_SHAPE_KEYS, Recipe
@@ -214,9 +214,7 @@ def changes_markdown() -> str:
 
 def current_doc() -> str:
     """docs/resume.md with its table as CHANGES says."""
-    head, _, rest = DOC_FILE.read_text().partition(_BEGIN)
-    _, _, tail = rest.partition(_END)
-    return f"{head}{_BEGIN}\n{changes_markdown()}{_END}{tail}"
+    return with_section(DOC_FILE.read_text(), _BEGIN, _END, changes_markdown())
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from zerolab.files import generated_doc_main
+from zerolab.files import generated_doc_main, with_section
 from zerolab.locations import REPO_ROOT
 from zerolab.rundir import COMPLETED, FAILED, KILLED, REFUSED
 from zerolab.summarize.row import SummaryRow
@@ -520,10 +520,7 @@ def columns_markdown() -> str:
 
 def current_doc() -> str:
     """docs/summarize.md with its columns table as COLUMNS says."""
-    text = DOC_FILE.read_text()
-    head, _, rest = text.partition(_BEGIN)
-    _, _, tail = rest.partition(_END)
-    return f"{head}{_BEGIN}\n{columns_markdown()}{_END}{tail}"
+    return with_section(DOC_FILE.read_text(), _BEGIN, _END, columns_markdown())
 
 
 def main(argv: list[str] | None = None) -> int:
