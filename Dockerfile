@@ -61,10 +61,10 @@ RUN DS_ACCELERATOR=cuda DS_BUILD_OPS=0 DS_BUILD_CPU_ADAM=1 DS_BUILD_FUSED_ADAM=1
     && python3 -m pip freeze > /opt/zerolab-pins/pip-freeze.txt
 
 # zerolab's build steps for the engine (standard library only), shared with `make setup`.
-COPY zerolab/contracts.py zerolab/errors.py /opt/zerolab-pins/zerolab/
+COPY zerolab/contracts.py zerolab/errors.py zerolab/locations.py /opt/zerolab-pins/zerolab/
 COPY zerolab/logs/__init__.py zerolab/logs/signals.py /opt/zerolab-pins/zerolab/logs/
 COPY zerolab/engine/apex.py zerolab/engine/build.py zerolab/engine/checkout.py zerolab/engine/cuda.py \
-     zerolab/engine/data_helpers.py zerolab/engine/fused_kernels.py \
+     zerolab/engine/data_helpers.py zerolab/engine/fused_kernels.py zerolab/engine/paths.py \
      /opt/zerolab-pins/zerolab/engine/
 COPY zerolab/rank/__init__.py zerolab/rank/import_hooks.py zerolab/rank/nvcc.py zerolab/rank/prebuild_kernels.py \
      zerolab/rank/sample_index_check.py zerolab/rank/workarounds.py \

@@ -23,6 +23,7 @@ import pytest
 from engine_runs import held_out_probe, train
 
 from zerolab.cli import main
+from zerolab.contracts import RANK_DIR
 from zerolab.data_prep.tokenizer import EOT_TOKEN_ID, decode
 from zerolab.engine.paths import engine_python_env
 from zerolab.evaluate.run import evaluate
@@ -190,7 +191,7 @@ def test_the_files_give_back_the_hugging_face_tensors_through_exports_readers(en
         str(hf_model),
         str(imported),
         json.dumps(layouts),
-        cwd=REPO_ROOT / "zerolab" / "export",
+        cwd=RANK_DIR,
     )
     assert worst == {"tp1_pp1": 0.0, "tp2_pp1": 0.0, "tp2_pp2": 0.0}
 

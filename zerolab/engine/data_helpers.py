@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from zerolab.contracts import SAMPLE_INDEX_OK, rank_script
+from zerolab.engine.paths import zerolab_on_path
 from zerolab.errors import UserError
 from zerolab.logs.signals import killed_by
 
@@ -86,7 +87,7 @@ def smoke_check(data_dir: Path, python: Path, timeout_s: float = 120) -> SmokeCh
             capture_output=True,
             text=True,
             timeout=timeout_s,
-            env=_env_of(python),
+            env=_env_of(python) | zerolab_on_path(),
         )
     except subprocess.TimeoutExpired:
         return SmokeCheck(False, f"build_sample_idx did not return within {timeout_s:.0f} s")

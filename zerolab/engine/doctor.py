@@ -33,6 +33,7 @@ from zerolab.engine.paths import (
     engine_python_env,
     torch_extensions_dir,
     zerolab_home,
+    zerolab_on_path,
 )
 from zerolab.engine.pins import load_pins
 from zerolab.engine.record import read_record
@@ -193,7 +194,8 @@ def probe_engine(packages: dict[str, str], *, cached: bool) -> dict[str, Any]:
     if result is None:
         with tempfile.TemporaryDirectory() as scratch:
             out = Path(scratch) / "probe.json"
-            env = engine_python_env() | {"TORCH_EXTENSIONS_DIR": str(torch_extensions_dir())}
+            env = engine_python_env() | zerolab_on_path()
+            env["TORCH_EXTENSIONS_DIR"] = str(torch_extensions_dir())
             subprocess.run(
                 [str(python), str(PROBE_SCRIPT), str(out), ",".join(APEX_MODULES), *packages],
                 env=env,

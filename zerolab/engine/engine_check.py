@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from zerolab.contracts import rank_script
-from zerolab.engine.paths import engine_dir, engine_missing, engine_python, engine_python_env
+from zerolab.engine.paths import engine_dir, engine_missing, engine_python, engine_python_env, zerolab_on_path
 from zerolab.errors import UserError
 
 CHECKER = rank_script("parser_check")
@@ -55,7 +55,7 @@ def judge(cases: list[Case], *, timeout_s: float = 300) -> dict[str, dict[str, A
                 }
             )
         (folder / "cases.json").write_text(json.dumps(payload))
-        env = engine_python_env() | {"DS_ACCELERATOR": "cpu", "RANK": "0", "PYTHONPATH": str(engine_dir())}
+        env = engine_python_env() | zerolab_on_path(engine_dir()) | {"DS_ACCELERATOR": "cpu", "RANK": "0"}
         results_file = folder / "results.json"
         run = subprocess.run(
             [

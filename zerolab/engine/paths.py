@@ -15,12 +15,22 @@ import os
 from pathlib import Path
 
 from zerolab.engine.pins import load_pins
+from zerolab.locations import CHECKOUT
 
 
 def engine_python_env() -> dict[str, str]:
     """This environment without PYTHONPATH and PYTHONHOME, for the engine's Python (or another
     interpreter zerolab starts) to see only its own packages."""
     return {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "PYTHONHOME")}
+
+
+def zerolab_on_path(*first: Path) -> dict[str, str]:
+    """PYTHONPATH for a zerolab.rank script the host starts in the engine's Python: `first` (the
+    engine checkout, whose classes checkpoints pickle), then this checkout, so that the script
+    imports the zerolab (its contracts) that started it, as every launch's ranks do; without a
+    checkout (zerolab installed), the engine environment's own."""
+    path = [*first, *([CHECKOUT] if CHECKOUT is not None else [])]
+    return {"PYTHONPATH": os.pathsep.join(map(str, path))} if path else {}
 
 
 def zerolab_home() -> Path:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from zerolab.contracts import REQUEST_FILE, error_prefix
-from zerolab.engine.paths import engine_dir, engine_missing, engine_python, engine_python_env
+from zerolab.engine.paths import engine_dir, engine_missing, engine_python, engine_python_env, zerolab_on_path
 from zerolab.errors import UserError
 
 KEPT_STDERR = 20_000
@@ -38,9 +38,8 @@ def run_engine_script(
         raise UserError(f"zerolab {name} runs in the engine's Python (torch, transformers): {missing}")
     request_file = work / REQUEST_FILE
     request_file.write_text(json.dumps(request))
-    env = engine_python_env() | {"DS_ACCELERATOR": "cpu", "CUDA_VISIBLE_DEVICES": ""}
-    if engine_path:
-        env["PYTHONPATH"] = str(engine_dir())
+    env = engine_python_env() | zerolab_on_path(*([engine_dir()] if engine_path else []))
+    env |= {"DS_ACCELERATOR": "cpu", "CUDA_VISIBLE_DEVICES": ""}
     process = subprocess.Popen(
         [str(engine_python()), str(script), str(request_file)],
         env=env,

@@ -11,7 +11,7 @@ import sys
 
 from zerolab.assets import GPT2_MERGES, GPT2_VOCAB
 from zerolab.contracts import RANDOM_GPT2_MODULE
-from zerolab.engine.paths import engine_python, engine_python_env
+from zerolab.engine.paths import engine_python, engine_python_env, zerolab_on_path
 from zerolab.gpucheck.check import FINETUNE_RECIPE
 from zerolab.recipe.compose import load_recipe
 
@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     command = [str(engine_python()), "-m", RANDOM_GPT2_MODULE, "--out", args[0]]
     command += ["--tokenizer", str(GPT2_VOCAB), str(GPT2_MERGES)]
     command += [str(word) for pair in shape.items() for word in pair]
-    return subprocess.run(command, env=engine_python_env(), check=False).returncode
+    return subprocess.run(command, env=engine_python_env() | zerolab_on_path(), check=False).returncode
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ def smoke_check(data_dir: Path, python: Path, timeout_s: float = 120) -> SmokeCh
     """Run this check of the helpers in `data_dir` with `python` in a process of its own; a crash,
     an import error or a wrong answer is reported, not raised."""
     env = {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "PYTHONHOME")}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])  # this zerolab, for its contracts
     try:
         result = subprocess.run(
             [str(python), __file__, str(data_dir)], capture_output=True, text=True, timeout=timeout_s, env=env
@@ -39,7 +40,9 @@ def smoke_check(data_dir: Path, python: Path, timeout_s: float = 120) -> SmokeCh
     except subprocess.TimeoutExpired:
         return SmokeCheck(False, f"build_sample_idx did not return within {timeout_s:.0f} s")
     if result.returncode < 0:
-        return SmokeCheck(False, f"build_sample_idx killed by {signal.Signals(-result.returncode).name}")
+        number = -result.returncode  # the words of zerolab.logs.signals, which this side cannot import
+        name = signal.Signals(number).name
+        return SmokeCheck(False, f"build_sample_idx killed by {name} (signal {number})")
     if result.returncode != 0 or SAMPLE_INDEX_OK not in result.stdout:
         last = (result.stderr.strip().splitlines() or ["no output"])[-1]
         return SmokeCheck(False, f"build_sample_idx failed: {last[:300]}")
