@@ -419,7 +419,7 @@ def test_a_split_run_refused_on_its_second_split_writes_none(tmp_path, capsys):
 
 
 def test_ctrl_c_ends_quietly_saying_how_to_resume_and_the_same_command_resumes(tmp_path):
-    corpus = owt_jsonl(tmp_path, copies=8)  # shards enough that Ctrl-C lands before the last
+    corpus = owt_jsonl(tmp_path, copies=3)
     whole, resumed = tmp_path / "whole", tmp_path / "resumed"
     base = [sys.executable, "-m", "zerolab", "prep", "jsonl", str(corpus), "--workers", "2"]
     base += ["--shard-mb", "0.5"]
@@ -429,6 +429,9 @@ def test_ctrl_c_ends_quietly_saying_how_to_resume_and_the_same_command_resumes(t
     run = subprocess.Popen(
         [*base, "--out", str(resumed)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         start_new_session=True,
+        # as a terminal's foreground job gets it, whatever this process inherited (a shell's
+        # background job ignores SIGINT, and so would the run)
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )  # fmt: skip
     partial = tmp_path / "resumed_text_document.partial"
     deadline = time.monotonic() + 60
