@@ -17,10 +17,11 @@ from pathlib import Path
 from zerolab import __version__, rundir
 from zerolab.backends.base import LaunchPlan, print_now
 from zerolab.backends.execute import execute
-from zerolab.contracts import EXPORTED_MODEL_DIR, error_prefix
+from zerolab.contracts import EXPORTED_MODEL_DIR
 from zerolab.engine.cuda import query_gpus
 from zerolab.engine.doctor import collect
 from zerolab.engine.paths import engine_bin_dir, engine_missing
+from zerolab.engine.scripts import script_failure
 from zerolab.errors import UserError
 from zerolab.export.run import export_run
 from zerolab.locations import display_path
@@ -168,10 +169,7 @@ def run_step(step: tuple[str, ...], env: dict[str, str], say: Callable[[str], No
     done = subprocess.run(step, env=env, capture_output=True, text=True, check=False)
     say("".join(f"  {line}\n" for line in done.stdout.splitlines() if line.startswith("zerolab")))
     if done.returncode != 0:
-        prefix = error_prefix("launch")
-        lines = [line.strip() for line in done.stderr.splitlines() if line.strip()]
-        own = [line.removeprefix(prefix) for line in lines if line.startswith(prefix)]
-        why = own[-1] if own else (lines[-1] if lines else f"exit status {done.returncode}")
+        why = script_failure(done.stderr, "launch") or f"exit status {done.returncode}"
         raise UserError(f"{shlex.join(step)} failed: {why}")
 
 

@@ -63,11 +63,16 @@ def run_engine_script(
     code = process.wait()
     request_file.unlink()
     if code != 0:
-        lines = [line.strip() for line in said.replace("\r", "\n").splitlines() if line.strip()]
-        own = [line.removeprefix(prefix) for line in lines if line.startswith(prefix)]
-        raise UserError(
-            own[-1] if own else (lines[-1] if lines else "the engine's Python exited without a word")
-        )
+        raise UserError(script_failure(said, name) or "the engine's Python exited without a word")
+
+
+def script_failure(stderr: str, name: str) -> str | None:
+    """Why a script of zerolab's in the engine's Python failed, from its `stderr`: its last
+    `zerolab NAME: ...` line (without the prefix), else its last line; None when it said nothing."""
+    lines = [line.strip() for line in stderr.replace("\r", "\n").splitlines() if line.strip()]
+    prefix = error_prefix(name)
+    own = [line.removeprefix(prefix) for line in lines if line.startswith(prefix)]
+    return own[-1] if own else (lines[-1] if lines else None)
 
 
 class _Echo:
