@@ -3,6 +3,8 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+WORKERS ?= 2
+PYTEST := $(BIN)/pytest -n $(WORKERS) --dist loadfile
 
 .PHONY: help test test-fast test-engine lint dev docs setup demo gpu-kit gpu-check cluster-setup cluster-test
 
@@ -24,20 +26,20 @@ lint: dev  ## ruff, the import layers (import-linter: pyproject.toml), shellchec
 	git ls-files -z '*.sh' .ci/run tools/summarize | xargs -0 -r $(BIN)/shellcheck
 	$(BIN)/hadolint Dockerfile
 
-test: lint  ## set up .venv, lint, and run every test, all three tiers (tests/README.md: engine and cluster tests skip, with the reason, without the engine or the cluster)
-	$(BIN)/pytest
+test: lint  ## set up .venv, lint, and run every test, all three tiers, on WORKERS=2 pytest-xdist workers (tests/README.md: engine and cluster tests skip, with the reason, without the engine or the cluster)
+	$(PYTEST)
 
 test-fast: dev  ## the unit tier, tests/unit: every test that needs no engine (1230 tests, about 80 s on 2 cores)
-	$(BIN)/pytest tests/unit
+	$(PYTEST) tests/unit
 
 test-engine: dev  ## the engine tier, tests/engine: the tests on the real engine (`make setup` first; they skip without it)
-	$(BIN)/pytest tests/engine
+	$(PYTEST) tests/engine
 
 cluster-setup:  ## as root on Debian or Ubuntu: the packages the two-node cluster tests start (slurm-wlm, munge, openssh-server, pdsh; the tests run their own daemons, in namespaces)
 	DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends slurm-wlm munge openssh-server pdsh
 
 cluster-test: dev  ## the two-node cluster tests alone (root; `make cluster-setup` and `make setup` first): real SLURM, pdsh/ssh and torchrun across two network namespaces (docs/multinode.md)
-	$(BIN)/pytest tests/cluster
+	$(PYTEST) tests/cluster
 
 docs: dev  ## regenerate the generated docs: recipe-reference.md (schema), summarize.md's columns, estimate.md's tables, resume.md's table
 	$(BIN)/python -m zerolab.recipe.reference

@@ -7,13 +7,16 @@ unit test that asks for the engine, directly or through another fixture, fails t
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from engine_runs import SHARED_RUNS, Trained, held_out_probe, train
+from engine_runs import SHARED_RUNS, Trained, held_out_probe, read_trained, train
+from filelock import FileLock
 
 from zerolab.assets import GPT2_MERGES, GPT2_VOCAB
 from zerolab.cli import main
@@ -59,10 +62,32 @@ def engine() -> tuple[Path, Path]:
     return engine_dir(), engine_python()
 
 
+@contextlib.contextmanager
+def made_once(tmp_path_factory: pytest.TempPathFactory, name: str) -> Iterator[tuple[Path, bool]]:
+    """A folder made once per test session and shared by its pytest-xdist workers (`make test` runs
+    two), locked while the caller looks at it and fills it: yields (folder, whether it was made
+    before). A folder whose filling failed is emptied for the next caller."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the workers' folders lie in the session's
+    folder = root / "made-once" / name
+    folder.parent.mkdir(exist_ok=True)
+    made = folder / ".made"
+    with FileLock(f"{folder}.lock"):
+        if folder.exists() and not made.exists():
+            shutil.rmtree(folder)
+        was_made = made.exists()
+        folder.mkdir(exist_ok=True)
+        yield folder, was_made
+        made.touch()
+
+
 @pytest.fixture(scope="session")
 def dataset(tmp_path_factory) -> str:
     """The bundled dolly sample, prepared by `zerolab prep` into a temporary directory: the
-    Megatron data prefix."""
+    Megatron data prefix. Each pytest-xdist worker has its own: Megatron writes its index cache
+    beside the data, and two launches building the same cache at once would read each other's
+    half-written files."""
     out = tmp_path_factory.mktemp("data") / "dolly"
     assert main(["prep", "dolly", "--input", str(DOLLY_SAMPLE), "--out", str(out), "--quiet"]) == 0
     return f"{out}_text_document"
@@ -71,7 +96,7 @@ def dataset(tmp_path_factory) -> str:
 @pytest.fixture(scope="session")
 def split_dataset(tmp_path_factory) -> dict[str, str]:
     """The bundled dolly sample dealt by `zerolab prep --split 90,10,0`: the train and valid
-    Megatron data prefixes."""
+    Megatron data prefixes (each worker its own, as `dataset`)."""
     out = tmp_path_factory.mktemp("data") / "dolly"
     argv = ["prep", "dolly", "--input", str(DOLLY_SAMPLE), "--out", str(out), "--split", "90,10,0", "--quiet"]
     assert main(argv) == 0
@@ -81,16 +106,19 @@ def split_dataset(tmp_path_factory) -> dict[str, str]:
 @pytest.fixture(scope="session")
 def trained(engine, dataset, tmp_path_factory) -> Callable[[str], Trained]:
     """`trained(NAME)`: the run engine_runs.SHARED_RUNS names, trained on first use and shared by
-    every test of the session (3 iterations, a checkpoint at the end, the engine's forward pass of
-    those final weights on held-out tokens in its `probe` folder)."""
+    every test of the session, on every worker (3 iterations, a checkpoint at the end, the engine's
+    forward pass of those final weights on held-out tokens in its `probe` folder)."""
     done: dict[str, Trained] = {}
 
     def get(name: str) -> Trained:
         if name not in done:
-            recipe, *overrides = SHARED_RUNS[name]
-            runs = tmp_path_factory.mktemp("runs")
-            probe = held_out_probe(dataset, runs / "probe")
-            done[name] = train(dataset, runs / name, recipe, *overrides, probe=probe)
+            with made_once(tmp_path_factory, f"run-{name}") as (folder, made):
+                if made:
+                    done[name] = read_trained(folder / name, folder / "probe")
+                else:
+                    recipe, *overrides = SHARED_RUNS[name]
+                    probe = held_out_probe(dataset, folder / "probe")
+                    done[name] = train(dataset, folder / name, recipe, *overrides, probe=probe)
         return done[name]
 
     return get
@@ -101,12 +129,14 @@ def hf_model(engine, tmp_path_factory) -> Path:
     """A tiny GPT-2 (2 layers, hidden 64, the recipes' gpt2-tiny shape) that transformers made with
     random weights and saved with the bundled GPT-2 tokenizer (tokenizer.json only, as transformers 5
     saves it). Read only: tests that change it change a copy."""
-    folder = tmp_path_factory.mktemp("hf") / "tiny-gpt2"
-    shape = ["--layers", "2", "--hidden", "64", "--heads", "4", "--positions", "128"]
-    tokenizer = ["--tokenizer", str(GPT2_VOCAB), str(GPT2_MERGES)]
-    command = [str(engine[1]), "-m", RANDOM_GPT2_MODULE, *shape, *tokenizer, "--out", str(folder)]
-    subprocess.run(command, env=engine_python_env(), check=True, capture_output=True, timeout=300)
-    return folder
+    with made_once(tmp_path_factory, "hf") as (folder, made):
+        if not made:
+            shape = ["--layers", "2", "--hidden", "64", "--heads", "4", "--positions", "128"]
+            tokenizer = ["--tokenizer", str(GPT2_VOCAB), str(GPT2_MERGES)]
+            out = ["--out", str(folder / "tiny-gpt2")]
+            command = [str(engine[1]), "-m", RANDOM_GPT2_MODULE, *shape, *tokenizer, *out]
+            subprocess.run(command, env=engine_python_env(), check=True, capture_output=True, timeout=300)
+    return folder / "tiny-gpt2"
 
 
 @pytest.fixture

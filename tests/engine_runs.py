@@ -100,6 +100,13 @@ def train(
     status = json.loads((run_dir / "status.json").read_text())
     log_tail = (run_dir / "train.log").read_text(errors="replace")[-3000:]
     assert code == 0 and status["state"] == "completed", (status["cause"], log_tail)
+    return read_trained(run_dir, probe)
+
+
+def read_trained(run_dir: Path, probe: Path | None = None) -> Trained:
+    """A completed run as `train` returns it, read from its directory; every iteration ran with a
+    finite loss."""
+    log_tail = (run_dir / "train.log").read_text(errors="replace")[-3000:]
     log = parse_log(run_dir / "train.log")
     dumped = ConfigCollector()
     for line in read_lines(run_dir / "train.log"):

@@ -43,6 +43,7 @@ from zerolab.contracts import (
 )
 from zerolab.rank.finetune_inputs import InputError, read_request, read_split
 from zerolab.rank.glue_metrics import glue_metrics
+from zerolab.rank.prompt_exit import exit_now
 
 
 def encode(rows: list[dict[str, Any]], task: GlueTask, tokenizer: Any, max_seq_length: int) -> dict[str, Any]:
@@ -305,3 +306,4 @@ if __name__ == "__main__":
     if len(sys.argv) != 2:
         sys.exit(f"usage: {os.path.basename(sys.argv[0])} REQUEST.json")
     main(sys.argv[1])
+    exit_now(0)

@@ -28,6 +28,8 @@ from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoin
 from safetensors.torch import save_file
 from transformers import GPT2TokenizerFast
 
+from zerolab.rank.prompt_exit import exit_now
+
 CHECKPOINT_VERSION = 3.0
 """What the pinned engine writes (megatron/checkpointing.py)."""
 
@@ -369,4 +371,4 @@ def request_main(argv: list[str], action: Callable[[dict[str, Any]], None], name
 
 
 if __name__ == "__main__":
-    sys.exit(request_main(sys.argv[1:], export, "export"))
+    exit_now(request_main(sys.argv[1:], export, "export"))

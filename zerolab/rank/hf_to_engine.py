@@ -35,6 +35,8 @@ from hf_gpt2 import (
 from score_hf import UnloadableModel, gpt2_model  # eval's loader: refuses weights not covering the model
 from transformers import AutoTokenizer
 
+from zerolab.rank.prompt_exit import exit_now
+
 
 def hf_weights(model_dir: str) -> dict[str, torch.Tensor]:
     """GPT2LMHeadModel's weights, in fp32, as transformers loads them; CheckpointError when the files
@@ -117,4 +119,4 @@ def import_model(request: dict[str, Any]) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(request_main(sys.argv[1:], import_model, "import"))
+    exit_now(request_main(sys.argv[1:], import_model, "import"))

@@ -23,6 +23,7 @@ from zerolab.contracts import FLASH_V2
 from zerolab.rank.apex_standin import APEX_TORCH_STANDINS
 from zerolab.rank.forward_probe import FORWARD_PROBE
 from zerolab.rank.import_hooks import LaunchPatch, apply_wanted
+from zerolab.rank.prompt_exit import exit_now
 from zerolab.rank.sdpa_attention import SDPA_ATTENTION
 from zerolab.rank.speed_ladder import SPEED_LADDER
 from zerolab.rank.speed_switches import SPEED_SWITCHES
@@ -71,6 +72,7 @@ def main(argv: list[str]) -> None:
     sys.argv = [str(script), *launcher_options, *rest[1:]]
     sys.path.insert(0, str(script.parent))
     runpy.run_path(str(script), run_name="__main__")
+    exit_now(0)
 
 
 def write_whole_lines() -> None:

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel, GPT2TokenizerFast
+
+from zerolab.rank.prompt_exit import exit_now
 
 
 def save_random_gpt2(
@@ -62,4 +63,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())

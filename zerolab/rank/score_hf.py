@@ -24,6 +24,8 @@ import transformers
 from tqdm import tqdm
 from transformers import AutoTokenizer, GPT2LMHeadModel
 
+from zerolab.rank.prompt_exit import exit_now
+
 BATCH = 8
 
 
@@ -227,3 +229,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    exit_now(0)

@@ -19,6 +19,8 @@ from pathlib import Path
 
 from score_hf import choice_metrics, load_gpt2
 
+from zerolab.rank.prompt_exit import exit_now
+
 try:
     import datasets
     import transformers
@@ -101,3 +103,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    exit_now(0)

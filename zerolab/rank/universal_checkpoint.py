@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 from zerolab.contracts import LATEST_UNIVERSAL, error_prefix, step_folder, universal_folder
+from zerolab.rank.prompt_exit import exit_now
 
 PARTIAL_SUFFIX = ".partial"
 
@@ -73,4 +74,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    exit_now(main(sys.argv[1:]))

@@ -14,6 +14,8 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
+from zerolab.rank.prompt_exit import exit_now
+
 
 def _weights(folder: str) -> dict[str, torch.Tensor]:
     path = Path(folder) / "model.safetensors"
@@ -40,3 +42,4 @@ def main(request_file: str) -> None:
 
 if __name__ == "__main__":
     main(sys.argv[1])
+    exit_now(0)

@@ -1,0 +1,29 @@
+"""Ending an engine-side process as soon as its work is done. Python's own teardown after torch,
+DeepSpeed and transformers are imported (every module's objects freed one by one) takes about
+1.2 s per process on a 2-core machine, while its launcher (torchrun, zerolab) waits: every rank of
+every launch, every export and scoring script. Nothing a run keeps is written then; what a normal
+exit does that matters is done here before the process ends."""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import sys
+import threading
+from typing import NoReturn
+
+
+def exit_now(code: int = 0) -> NoReturn:
+    """End this process with exit status `code` after what a normal exit does that a run relies
+    on: the other non-daemon threads joined, the atexit functions run (wandb's finish, DeepSpeed's
+    and torch's own), stdout and stderr flushed; the interpreter is not torn down."""
+    current = threading.current_thread()
+    for thread in threading.enumerate():
+        if thread is not current and not thread.daemon:
+            thread.join()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
