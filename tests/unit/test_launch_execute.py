@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 from launch_helpers import standin, still_running
 
-from zerolab.backends.execute import execute
+from zerolab.backends.driver import run_job
+from zerolab.backends.execute import Execution, finish, start
 from zerolab.logs.failures import read_ending
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -26,8 +27,9 @@ def run(tmp_path: Path, *options: str) -> tuple[dict, Path]:
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     lines: list[str] = []
-    status = execute(
-        run_dir, standin(tmp_path / "pids", *options), dict(os.environ), tmp_path, echo=lines.append
+    argv = standin(tmp_path / "pids", *options)
+    status = run_job(
+        lambda: start(run_dir, argv, dict(os.environ), tmp_path, echo=lines.append), finish, Execution.stop
     )
     assert "".join(lines) == (run_dir / "train.log").read_text(), "the terminal and train.log differ"
     return status, run_dir
@@ -84,8 +86,10 @@ def test_cause_of_a_real_engine_crash_is_the_first_rank_error(tmp_path):
 LAUNCH_IN_CHILD = """
 import os, sys
 from pathlib import Path
-from zerolab.backends.execute import execute
-status = execute(Path(sys.argv[1]), sys.argv[2:], dict(os.environ), Path.cwd())
+from zerolab.backends.driver import run_job
+from zerolab.backends.execute import Execution, finish, start
+launch = lambda: start(Path(sys.argv[1]), sys.argv[2:], dict(os.environ), Path.cwd())
+status = run_job(launch, finish, Execution.stop)
 sys.exit(status.exit_code)
 """
 
@@ -123,7 +127,8 @@ def test_signal_stops_every_rank_and_records_killed(tmp_path, signal_number, nam
 CTRL_C_AS_THE_RANKS_START = """
 import os, signal, subprocess, sys
 from pathlib import Path
-from zerolab.backends.execute import execute
+from zerolab.backends.driver import run_job
+from zerolab.backends import execute
 start = subprocess.Popen
 def start_then_ctrl_c(*args, **kwargs):
     subprocess.Popen = start
@@ -131,7 +136,8 @@ def start_then_ctrl_c(*args, **kwargs):
     os.kill(os.getpid(), signal.SIGINT)  # the launcher is running, nothing is watching it yet
     return process
 subprocess.Popen = start_then_ctrl_c
-status = execute(Path(sys.argv[1]), sys.argv[2:], dict(os.environ), Path.cwd())
+launch = lambda: execute.start(Path(sys.argv[1]), sys.argv[2:], dict(os.environ), Path.cwd())
+status = run_job(launch, execute.finish, execute.Execution.stop)
 sys.exit(status.exit_code)
 """
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from zerolab.recipe.render import Launch
 from zerolab.recipe.resumption import Resume
@@ -43,8 +43,9 @@ class LaunchPlan:
 
 class Backend(Protocol):
     """Who starts a launch. A backend decides where the nodes stand (the render's placement and
-    run directory), what keeps a recipe from starting its way from here, writes the job, submits
-    it and follows it to its end (Ctrl-C cancels it)."""
+    run directory) and what keeps a recipe from starting its way from here; it writes the job,
+    submits it, follows it to its end and cancels it (zerolab.backends.driver.run calls these, and
+    cancels on Ctrl-C)."""
 
     name: str
 
@@ -70,7 +71,20 @@ class Backend(Protocol):
         """The job as text: what `zerolab render` and a dry run print, byte for byte what runs."""
         ...
 
-    def run(self, plan: LaunchPlan, *, echo: Callable[[str], None] = print_now) -> tuple[Path, Status]:
-        """Write the job, submit it and follow it to its end (Ctrl-C cancels it); returns the run
-        directory and its final status."""
+    def write(self, plan: LaunchPlan, *, echo: Callable[[str], None] = print_now) -> Any:
+        """Write the job, ready to submit (the local run directory and its files; the sbatch
+        script): what `submit` takes."""
+        ...
+
+    def submit(self, job: Any, *, echo: Callable[[str], None] = print_now) -> Any:
+        """Start the written job; what `follow` and `cancel` take."""
+        ...
+
+    def follow(self, submitted: Any, *, echo: Callable[[str], None] = print_now) -> tuple[Path, Status]:
+        """Follow the job to its end, showing its output; its run directory and final status."""
+        ...
+
+    def cancel(self, submitted: Any, number: int) -> None:
+        """Stop the job, as signal `number` (SIGINT, SIGTERM) asks; `follow` still returns at its
+        end, with the job killed. Asked again, stop it at once where the backend can."""
         ...

@@ -1,18 +1,35 @@
-"""Run a training command in a prepared run directory and record how it went in status.json."""
+"""The local job: a training command run in a prepared run directory, with how it went in
+status.json (running, then completed, failed with the cause, or killed)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from zerolab import rundir
-from zerolab.backends.process import Outcome, run_training
+from zerolab.backends.process import Training
 from zerolab.logs.failures import read_ending
 from zerolab.logs.signals import killed_by
 from zerolab.rundir import COMPLETED, FAILED, KILLED, RUNNING, Status, now_iso
 
 
-def execute(
+@dataclass(frozen=True)
+class Execution:
+    """A training command started in its run directory: what `finish` and `stop` act on."""
+
+    run_dir: Path
+    launcher: str
+    """The command's program name, for a cause that blames it."""
+    started: str
+    training: Training
+
+    def stop(self, number: int) -> None:
+        """Stop every rank, as signal `number` asks (zerolab.backends.process.Training.stop)."""
+        self.training.stop(number)
+
+
+def start(
     run_dir: Path,
     argv: list[str],
     env: dict[str, str],
@@ -20,12 +37,18 @@ def execute(
     *,
     echo: Callable[[str], None] | None = None,
     sample_interval_s: float = 1.0,
-) -> Status:
-    """Run `argv` with status.json `running` meanwhile, then `completed`, `failed` (with the
-    cause) or `killed`; returns the final status. Its `exit_code` is the command's."""
+) -> Execution:
+    """Start `argv` in `run_dir`, status.json `running` meanwhile."""
     started = now_iso()
     rundir.write_status(run_dir, Status(state=RUNNING, started=started))
-    outcome: Outcome = run_training(argv, env, cwd, run_dir, echo=echo, sample_interval_s=sample_interval_s)
+    training = Training(argv, env, cwd, run_dir, echo=echo, sample_interval_s=sample_interval_s).start()
+    return Execution(run_dir, Path(argv[0]).name, started, training)
+
+
+def finish(execution: Execution) -> Status:
+    """Wait for the command's end and record it in status.json: `completed`, `failed` (with the
+    cause) or `killed`; returns the final status, whose `exit_code` is the command's."""
+    outcome = execution.training.wait()
     last_lines: list[str] = []
     if outcome.stopped_by:
         state, cause = KILLED, f"stopped by {outcome.stopped_by}"
@@ -33,16 +56,16 @@ def execute(
         state, cause = COMPLETED, None
     else:
         state = FAILED
-        cause, last_lines = failure_cause(run_dir, outcome.exit_code, Path(argv[0]).name)
+        cause, last_lines = failure_cause(execution.run_dir, outcome.exit_code, execution.launcher)
     final = Status(
         state=state,
-        started=started,
+        started=execution.started,
         exit_code=outcome.exit_code,
         ended=now_iso(),
         cause=cause,
         last_lines=last_lines,
     )
-    return rundir.write_status(run_dir, final)
+    return rundir.write_status(execution.run_dir, final)
 
 
 def failure_cause(run_dir: Path, exit_code: int, launcher: str) -> tuple[str, list[str]]:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from zerolab import __version__, rundir
 from zerolab.backends.base import LaunchPlan, print_now
-from zerolab.backends.execute import execute
+from zerolab.backends.execute import Execution, finish, start
 from zerolab.contracts import EXPORTED_MODEL_DIR
 from zerolab.engine.cuda import query_gpus
 from zerolab.engine.doctor import collect
@@ -76,8 +76,10 @@ class LocalBackend:
         """The script to paste (zerolab.recipe.output.render_text)."""
         return render_text(plan.recipe, plan.launch)
 
-    def run(self, plan: LaunchPlan, *, echo: Callable[[str], None] = print_now) -> tuple[Path, rundir.Status]:
-        """Make the run directory at the plan's path, write its files, run the training."""
+    def write(self, plan: LaunchPlan, *, echo: Callable[[str], None] = print_now) -> LocalJob:
+        """Make the run directory at the plan's path with every file docs/run-directory.md lists,
+        and run the steps before the ranks (an export, a checkpoint's conversion); a failure
+        removes it (rundir.made)."""
         assert plan.run_dir is not None, "a local plan decides its run directory"
         check_port_free(plan.recipe)  # free when planned; a sweep planned it before its first cell
         rendered, facts = plan.launch, plan.facts
@@ -95,15 +97,25 @@ class LocalBackend:
                 export_model(Path(rendered.request.model), directory, echo)
             for step in rendered.before:
                 run_step(step, env, echo)
+        return LocalJob(plan, directory, [launcher, *rendered.argv[1:]], env)
+
+    def submit(self, job: LocalJob, *, echo: Callable[[str], None] = print_now) -> LocalRun:
+        """Start the launcher in the run directory."""
+        facts = job.plan.facts
         echo(
-            f"zerolab: launching {plan.name} ({facts.world_size} ranks, rendezvous port {facts.master_port}) "
-            f"into {display_path(directory)}\n"
+            f"zerolab: launching {job.plan.name} ({facts.world_size} ranks, rendezvous port "
+            f"{facts.master_port}) into {display_path(job.directory)}\n"
         )
-        started = time.monotonic()
-        status = execute(directory, [launcher, *rendered.argv[1:]], env, Path.cwd(), echo=echo)
-        seconds = time.monotonic() - started
+        began = time.monotonic()
+        return LocalRun(job, start(job.directory, job.argv, job.env, Path.cwd(), echo=echo), began)
+
+    def follow(self, run: LocalRun, *, echo: Callable[[str], None] = print_now) -> tuple[Path, rundir.Status]:
+        """Wait for the launcher's end; the run directory and its final status."""
+        status = finish(run.execution)
+        seconds = time.monotonic() - run.began
+        directory = run.job.directory
         echo(
-            f"zerolab: {plan.name} {status.state} in {seconds:.0f} s (exit code {status.exit_code})"
+            f"zerolab: {run.job.plan.name} {status.state} in {seconds:.0f} s (exit code {status.exit_code})"
             f"{': ' + status.cause if status.cause else ''}; run directory {display_path(directory)}\n"
         )
         if status.last_lines:
@@ -111,6 +123,30 @@ class LocalBackend:
                 "zerolab: the last lines before it:\n" + "".join(f"  {line}\n" for line in status.last_lines)
             )
         return directory, status
+
+    def cancel(self, run: LocalRun, number: int) -> None:
+        """Stop every rank (SIGTERM, SIGKILL after a grace period; at once when asked twice)."""
+        run.execution.stop(number)
+
+
+@dataclass(frozen=True)
+class LocalJob:
+    """A local launch written: its run directory, and the command and environment that start it."""
+
+    plan: LaunchPlan
+    directory: Path
+    argv: list[str]
+    env: dict[str, str]
+
+
+@dataclass(frozen=True)
+class LocalRun:
+    """A local launch started."""
+
+    job: LocalJob
+    execution: Execution
+    began: float
+    """time.monotonic() at its start."""
 
 
 def check_local_gpus(recipe: Recipe) -> None:

@@ -1,6 +1,6 @@
-"""Run the training command as its own process group: its combined output streamed to the
-terminal and to train.log, resources sampled, Ctrl-C and SIGTERM passed on to every rank,
-and nothing left running afterwards."""
+"""The training command run as its own process group: its combined output streamed to the
+terminal and to train.log, resources sampled, a stop asked for (Ctrl-C, SIGTERM: zerolab.backends.
+driver) passed on to every rank, and nothing left running afterwards."""
 
 from __future__ import annotations
 
@@ -35,119 +35,93 @@ class Outcome:
     stopped_by: str | None
 
 
-def run_training(
-    argv: list[str],
-    env: dict[str, str],
-    cwd: Path,
-    run_dir: Path,
-    *,
-    echo: Callable[[str], None] | None = None,
-    sample_interval_s: float = 1.0,
-) -> Outcome:
-    """Run `argv` to the end; returns its Outcome. The exit code is the command's own, or
-    128 + the signal number when it was stopped by SIGINT/SIGTERM sent to us."""
-    echo = echo or _to_stdout
-    stopper = _Stopper()
-    with (run_dir / LOG_FILE).open("w", buffering=1, errors="replace") as log, stopper:
-        # the stopper is in place before the ranks start: a Ctrl-C at any moment reaches them
-        process = subprocess.Popen(
-            argv,
-            env=env,
-            cwd=cwd,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # its own process group: signals reach every rank, and only them
+class Training:
+    """The training command as its own process group: started (`start`), its output streamed and
+    its resources sampled, stopped when asked (`stop`), followed to its end (`wait`)."""
+
+    def __init__(
+        self,
+        argv: list[str],
+        env: dict[str, str],
+        cwd: Path,
+        run_dir: Path,
+        *,
+        echo: Callable[[str], None] | None = None,
+        sample_interval_s: float = 1.0,
+    ) -> None:
+        self.argv, self.env, self.cwd, self.run_dir = argv, env, cwd, run_dir
+        self.echo = echo or _to_stdout
+        self.sample_interval_s = sample_interval_s
+        self.stopped_by: int | None = None
+        """The signal that asked for the stop, if one did."""
+
+    def start(self) -> Self:
+        """Start the command, its output going to train.log and the terminal, samples.csv sampled."""
+        self._log = (self.run_dir / LOG_FILE).open("w", buffering=1, errors="replace")
+        try:
+            self.process = subprocess.Popen(
+                self.argv,
+                env=self.env,
+                cwd=self.cwd,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # its own process group: signals reach every rank, and only them
+            )
+        except BaseException:
+            self._log.close()
+            raise
+        self._sampler = Sampler(
+            self.run_dir / SAMPLES_FILE, self.process.pid, interval_s=self.sample_interval_s
+        ).start()
+        self._reader = threading.Thread(target=self._pump, name="zerolab-log", daemon=True)
+        self._reader.start()
+        return self
+
+    def stop(self, number: int) -> None:
+        """Asked by signal `number` (SIGINT, SIGTERM): SIGTERM to every rank, SIGKILL to what is
+        left GRACE_S later; asked again, SIGKILL at once."""
+        if self.stopped_by is not None:  # a second Ctrl-C: no more waiting
+            _signal_group(self.process.pid, signal.SIGKILL)
+            return
+        self.stopped_by = number
+        print(
+            f"\nzerolab: {_SIGNAL_NAMES[number]}: stopping every rank (what they print from here on goes "
+            f"to {LOG_FILE} only)",
+            file=sys.stderr,
+            flush=True,
         )
-        stopper.watch(process)
-        sampler = Sampler(run_dir / SAMPLES_FILE, process.pid, interval_s=sample_interval_s).start()
-        reader = threading.Thread(
-            target=_pump, args=(process, log, echo, stopper), name="zerolab-log", daemon=True
-        )
-        reader.start()
-        exit_code = process.wait()
-        sampler.stop()
-        _stop_leftovers(process.pid, list(sampler.seen.values()))
-        reader.join(timeout=10)
-    if stopper.signal_number is not None:
-        exit_code = 128 + stopper.signal_number
-    return Outcome(
-        exit_code=exit_code,
-        stopped_by=_SIGNAL_NAMES.get(stopper.signal_number) if stopper.signal_number else None,
-    )
+        _signal_group(self.process.pid, signal.SIGTERM)
+        timer = threading.Timer(GRACE_S, _signal_group, args=(self.process.pid, signal.SIGKILL))
+        timer.daemon = True
+        timer.start()
+
+    def wait(self) -> Outcome:
+        """Wait for the command's end, then stop whatever it left running; its Outcome. The exit
+        code is the command's own, or 128 + the signal number when a signal stopped it."""
+        exit_code = self.process.wait()
+        self._sampler.stop()
+        _stop_leftovers(self.process.pid, list(self._sampler.seen.values()))
+        self._reader.join(timeout=10)
+        self._log.close()
+        if self.stopped_by is not None:
+            return Outcome(128 + self.stopped_by, _SIGNAL_NAMES[self.stopped_by])
+        return Outcome(exit_code, None)
+
+    def _pump(self) -> None:
+        """Copy the command's output, line by line, to train.log and, until it is asked to stop,
+        the terminal (the launchers answer SIGTERM with tracebacks of their own stopping)."""
+        assert self.process.stdout is not None
+        for raw in iter(self.process.stdout.readline, b""):
+            line = raw.decode("utf-8", errors="replace")
+            self._log.write(line)
+            if self.stopped_by is None:
+                self.echo(line)
 
 
 def _to_stdout(line: str) -> None:
     sys.stdout.write(line)
     sys.stdout.flush()
-
-
-def _pump(process: subprocess.Popen, log, echo, stopper: _Stopper) -> None:
-    """Copy the command's output, line by line, to train.log and, until we are asked to stop it,
-    the terminal (the launchers answer SIGTERM with tracebacks of their own stopping)."""
-    assert process.stdout is not None
-    for raw in iter(process.stdout.readline, b""):
-        line = raw.decode("utf-8", errors="replace")
-        log.write(line)
-        if stopper.signal_number is None:
-            echo(line)
-
-
-class SignalCatcher:
-    """While entered (in the main thread): SIGINT and SIGTERM go to `caught(number)` instead of
-    their handlers, which come back on exit."""
-
-    def __enter__(self) -> Self:
-        self._previous: dict[int, object] = {}
-        if threading.current_thread() is threading.main_thread():
-            for number in (signal.SIGINT, signal.SIGTERM):
-                self._previous[number] = signal.signal(number, lambda number, frame: self.caught(number))
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for number, handler in self._previous.items():
-            signal.signal(number, handler)
-
-    def caught(self, number: int) -> None:
-        """What a caught signal does."""
-        raise NotImplementedError
-
-
-class _Stopper(SignalCatcher):
-    """While installed: SIGINT/SIGTERM to us -> SIGTERM to the watched training's process group,
-    then SIGKILL after GRACE_S if anything is still running. A signal that comes before the
-    training is watched is passed on as soon as it is."""
-
-    def __init__(self) -> None:
-        self.process: subprocess.Popen | None = None
-        self.signal_number: int | None = None
-
-    def watch(self, process: subprocess.Popen) -> None:
-        """Stop `process`'s group on a signal; at once if one has come already."""
-        self.process = process
-        if self.signal_number is not None:
-            self._stop()
-
-    def caught(self, number: int) -> None:
-        if self.signal_number is None:
-            self.signal_number = number
-            print(
-                f"\nzerolab: {_SIGNAL_NAMES[number]}: stopping every rank (what they print from here on goes "
-                f"to {LOG_FILE} only)",
-                file=sys.stderr,
-                flush=True,
-            )
-            if self.process is not None:
-                self._stop()
-        elif self.process is not None:  # a second Ctrl-C: no more waiting
-            _signal_group(self.process.pid, signal.SIGKILL)
-
-    def _stop(self) -> None:
-        assert self.process is not None
-        _signal_group(self.process.pid, signal.SIGTERM)
-        timer = threading.Timer(GRACE_S, _signal_group, args=(self.process.pid, signal.SIGKILL))
-        timer.daemon = True
-        timer.start()
 
 
 def _signal_group(pgid: int, number: int) -> None:

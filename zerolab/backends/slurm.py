@@ -9,8 +9,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from zerolab.backends import slurm_job
 from zerolab.backends.base import LaunchPlan, print_now
-from zerolab.backends.slurm_job import submit_and_wait
+from zerolab.backends.slurm_job import SlurmRun
 from zerolab.backends.slurm_script import SlurmOptions, render_for_job, sbatch_for_recipe
 from zerolab.engine.paths import engine_python
 from zerolab.recipe.render import Launch
@@ -51,11 +52,31 @@ class SlurmBackend:
         """The sbatch script."""
         return sbatch_for_recipe(plan.recipe, plan.launch, self.options, plan.resume)
 
-    def run(self, plan: LaunchPlan, *, echo: Callable[[str], None] = print_now) -> tuple[Path, Status]:
-        """sbatch the script, follow the job until SLURM ends it (Ctrl-C: scancel)."""
-        directory, status = submit_and_wait(self.job(plan), plan.name, echo=echo)
+    def write(self, plan: LaunchPlan, *, echo: Callable[[str], None] = print_now) -> SlurmJob:
+        """The sbatch script, ready to submit (its run directory gets it once SLURM names the job)."""
+        return SlurmJob(plan.name, self.job(plan))
+
+    def submit(self, job: SlurmJob, *, echo: Callable[[str], None] = print_now) -> SlurmRun:
+        """sbatch the script from this directory."""
+        return slurm_job.submit(job.script, job.name, echo=echo)
+
+    def follow(self, run: SlurmRun, *, echo: Callable[[str], None] = print_now) -> tuple[Path, Status]:
+        """Follow the job until SLURM ends it, printing its state changes and train.log's lines."""
+        directory, status = slurm_job.follow(run, echo=echo)
         echo(
-            f"zerolab: {plan.name} {status.state} (exit code {status.exit_code})"
+            f"zerolab: {run.name} {status.state} (exit code {status.exit_code})"
             f"{': ' + status.cause if status.cause else ''}; run directory {directory}\n"
         )
         return directory, status
+
+    def cancel(self, run: SlurmRun, number: int) -> None:
+        """scancel the job."""
+        slurm_job.cancel(run, number)
+
+
+@dataclass(frozen=True)
+class SlurmJob:
+    """A SLURM launch written: the sbatch script."""
+
+    name: str
+    script: str

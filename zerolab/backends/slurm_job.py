@@ -18,7 +18,6 @@ from pathlib import Path
 
 from zerolab import rundir
 from zerolab.backends.execute import failure_cause
-from zerolab.backends.process import SignalCatcher
 from zerolab.errors import UserError
 from zerolab.locations import display_path
 from zerolab.logs.failures import read_ending
@@ -64,11 +63,20 @@ class JobState:
         )
 
 
-def submit_and_wait(
-    script: str, name: str, *, echo: Callable[[str], None], poll_s: float = POLL_S
-) -> tuple[Path, Status]:
-    """Submit `script` (an sbatch script writing logs/NAME/slurm-JOBID) from this directory, follow
-    the job to its end; returns its run directory and final status (also in status.json)."""
+@dataclass
+class SlurmRun:
+    """A submitted job: its id, run directory and submission time; the signal that cancelled it."""
+
+    job: str
+    name: str
+    directory: Path
+    started: str
+    stopped_by: str | None = None
+
+
+def submit(script: str, name: str, *, echo: Callable[[str], None]) -> SlurmRun:
+    """Submit `script` (an sbatch script writing logs/NAME/slurm-JOBID) from this directory; the
+    job's run directory gets the script."""
     sbatch = shutil.which("sbatch")
     if sbatch is None:
         raise UserError(
@@ -85,10 +93,20 @@ def submit_and_wait(
     directory.mkdir(parents=True, exist_ok=True)
     rundir.write_job_script(directory, script)
     echo(f"zerolab: submitted {name} as SLURM job {job}; run directory {display_path(directory)}\n")
-    started = now_iso()
-    with _Cancelling(job) as cancel:
-        ended = _follow(job, directory, echo, poll_s)
-    return directory, _record(directory, job, ended, started, cancel.stopped_by)
+    return SlurmRun(job, name, directory, now_iso())
+
+
+def follow(run: SlurmRun, *, echo: Callable[[str], None], poll_s: float = POLL_S) -> tuple[Path, Status]:
+    """Follow the job until SLURM ends it; its run directory and final status (also in status.json)."""
+    ended = _follow(run.job, run.directory, echo, poll_s)
+    return run.directory, _record(run.directory, run.job, ended, run.started, run.stopped_by)
+
+
+def cancel(run: SlurmRun, number: int) -> None:
+    """scancel the job, once; `follow` goes on until SLURM has ended it."""
+    if run.stopped_by is None:
+        run.stopped_by = signal.Signals(number).name
+        subprocess.run(["scancel", run.job], capture_output=True, check=False)
 
 
 def _follow(job: str, directory: Path, echo: Callable[[str], None], poll_s: float) -> JobState:
@@ -199,17 +217,3 @@ class _Tail:
         self.partial = lines.pop()
         for line in lines:
             echo(line.decode(errors="replace") + "\n")
-
-
-class _Cancelling(SignalCatcher):
-    """While following a job: SIGINT or SIGTERM cancels it (scancel) and the wait goes on until
-    SLURM has ended it; `stopped_by` names the signal."""
-
-    def __init__(self, job: str) -> None:
-        self.job = job
-        self.stopped_by: str | None = None
-
-    def caught(self, number: int) -> None:
-        if self.stopped_by is None:
-            self.stopped_by = signal.Signals(number).name
-            subprocess.run(["scancel", self.job], capture_output=True, check=False)

@@ -8,6 +8,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from zerolab.backends.driver import run
 from zerolab.contracts import LADDER_ENV, LADDER_MD, Plan, plan_text
 from zerolab.engine.ladder_phases import standard_phases
 from zerolab.errors import UserError
@@ -83,7 +84,7 @@ def run_ladder(args: argparse.Namespace) -> int:
     planned = plan_launch(words, run_dir=run_dir)
     os.environ[LADDER_ENV] = plan_text(plan)
     try:
-        _, status = planned.backend.run(planned)
+        _, status = run(planned)
     finally:
         os.environ.pop(LADDER_ENV, None)
     table = run_dir / LADDER_MD

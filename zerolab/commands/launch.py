@@ -8,6 +8,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from zerolab.backends.driver import run
 from zerolab.backends.slurm_options import add_slurm_arguments, backend_words, site_options
 from zerolab.errors import UserError
 from zerolab.launch.plan import plan
@@ -65,5 +66,5 @@ def run_launch(args: argparse.Namespace) -> int:
         raise UserError(
             f"--run-dir is not an option of hardware.backend {planned.backend.name}: the job makes its own"
         )
-    _, status = planned.backend.run(planned)
+    _, status = run(planned)
     return int(status.exit_code or 0)

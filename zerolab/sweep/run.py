@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from zerolab import rundir
+from zerolab.backends.driver import run
 from zerolab.backends.local import LocalBackend
 from zerolab.engine.doctor import collect
 from zerolab.engine.paths import engine_missing
@@ -172,7 +173,7 @@ def _run(plan: Plan, directory: Path, checked: list[Checked], console: Any, reco
             started = time.monotonic()
             try:
                 backend = replace(item.ready.backend, doctor=doctor)
-                run_dir, status = backend.run(item.ready, echo=progress.echo)
+                run_dir, status = run(replace(item.ready, backend=backend), echo=progress.echo)
             except UserError as error:  # refused at its launch (its model's export): nothing left of it
                 status = record_refusal(
                     directory, replace(item, state=None, action=REFUSE, refusal=str(error))
