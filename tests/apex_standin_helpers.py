@@ -3,12 +3,12 @@ zerolab.rank.apex_standin share."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import textwrap
 
 import pytest
 
+from zerolab.engine.paths import engine_python_env
 from zerolab.locations import REPO_ROOT
 from zerolab.rank.apex_standin import BUILD_APEX
 
@@ -29,7 +29,7 @@ def run_python(python: str, *code: str) -> str:
     program = "\n".join(textwrap.dedent(piece) for piece in (STANDINS_APPLIED, *code))
     result = subprocess.run(
         [python, "-c", program],
-        env={**os.environ, "PYTHONPATH": str(REPO_ROOT), "DS_ACCELERATOR": "cpu"},
+        env={**engine_python_env(), "PYTHONPATH": str(REPO_ROOT), "DS_ACCELERATOR": "cpu"},
         capture_output=True,
         text=True,
         cwd=REPO_ROOT,

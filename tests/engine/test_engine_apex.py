@@ -13,6 +13,7 @@ from pathlib import Path
 
 from zerolab.engine import fused_kernels
 from zerolab.engine.apex import EXTENSIONS
+from zerolab.engine.paths import engine_python_env
 from zerolab.engine.pins import load_pins
 from zerolab.locations import REPO_ROOT
 
@@ -34,7 +35,7 @@ def test_the_extensions_built_are_the_compiled_modules_the_engine_imports(engine
 def build_apex(python: Path, tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [str(python), "-m", "zerolab.engine.build", "apex", "--workdir", str(tmp_path / "work")],
-        env={**os.environ, "PYTHONPATH": str(REPO_ROOT), **env},
+        env={**engine_python_env(), "PYTHONPATH": str(REPO_ROOT), **env},
         capture_output=True,
         text=True,
         cwd=REPO_ROOT,

@@ -79,9 +79,13 @@ def test_a_second_one_node_run_takes_a_free_port_and_records_it(engine, tmp_path
 
     def training(run_dir, argv, env, cwd, **_):
         started.append(argv)
+        return run_dir
+
+    def finished(run_dir):
         return write_status(run_dir, Status(state="completed", exit_code=0))
 
-    monkeypatch.setattr("zerolab.backends.local.execute", training)
+    monkeypatch.setattr("zerolab.backends.local.start", training)
+    monkeypatch.setattr("zerolab.backends.local.finish", finished)
     with default_port_in_use():
         for launcher in ("torchrun", "deepspeed"):
             run_dir = tmp_path / launcher

@@ -2,13 +2,13 @@
 and its GPT2BPETokenizer gives the same ids (run in the engine's Python, in a subprocess)."""
 
 import json
-import os
 import subprocess
 
 from prep_helpers import SAMPLE, prep
 
 from zerolab.assets import EOT_TOKEN_ID, GPT2_MERGES, GPT2_VOCAB
 from zerolab.data_prep.records import DollyFields
+from zerolab.engine.paths import engine_python_env
 
 READ_WITH_MEGATRON = """
 import json, sys
@@ -46,7 +46,7 @@ def test_megatron_reads_our_output_and_its_tokenizer_agrees(tmp_path, engine):
     result = subprocess.run(
         [str(engine_python), "-c", READ_WITH_MEGATRON, str(engine_dir), f"{out}_text_document",
          str(tmp_path / "texts.json"), str(GPT2_VOCAB), str(GPT2_MERGES)],
-        capture_output=True, text=True, timeout=300, env={**os.environ, "DS_ACCELERATOR": "cpu"},
+        capture_output=True, text=True, timeout=300, env={**engine_python_env(), "DS_ACCELERATOR": "cpu"},
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     read = json.loads(result.stdout.strip().splitlines()[-1])

@@ -310,7 +310,7 @@ def test_full_activation_checkpointing_is_taken_in_either_spelling(override, cap
 def test_a_model_under_exports_is_a_folder_checked_before_launch(tmp_path, capsys, monkeypatch):
     # a fresh clone: no exports/ until `make demo` and `zerolab export`; nothing may launch
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr("zerolab.backends.local.execute", lambda *_, **__: pytest.fail("launched"))
+    monkeypatch.setattr("zerolab.backends.local.start", lambda *_, **__: pytest.fail("launched"))
     run_dir = tmp_path / "run"
     data = f"finetune.data={GLUE_SAMPLES}"
     err = refused(capsys, "launch", "finetune/cpu/tiny_wnli_dp", data, "--run-dir", str(run_dir))

@@ -31,7 +31,6 @@ from zerolab.engine.paths import (
     engine_dir,
     engine_python,
     engine_python_env,
-    torch_extensions_dir,
     zerolab_home,
     zerolab_on_path,
 )
@@ -195,7 +194,6 @@ def probe_engine(packages: dict[str, str], *, cached: bool) -> dict[str, Any]:
         with tempfile.TemporaryDirectory() as scratch:
             out = Path(scratch) / "probe.json"
             env = engine_python_env() | zerolab_on_path()
-            env["TORCH_EXTENSIONS_DIR"] = str(torch_extensions_dir())
             subprocess.run(
                 [str(python), str(PROBE_SCRIPT), str(out), ",".join(APEX_MODULES), *packages],
                 env=env,

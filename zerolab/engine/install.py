@@ -278,14 +278,9 @@ def prebuild_all(python: Path, pins: Pins, console: Console, *, cuda_builds: boo
         if plan.needed:
             raise UserError(f"the CUDA builds need {plan.problem['what']}; fix: {plan.problem['fix']}")
         console.print(f"  [yellow]warning[/]: missing {plan.problem['what']}; fix: {plan.problem['fix']}")
-    # As at launch, the engine's bin directory comes first on PATH: the Makefile asks `python3`
-    # for pybind11's headers, and DeepSpeed builds with the `ninja` found there (another
-    # ninja version keeps another build log, and rebuilds everything).
-    env = {
-        **engine_python_env(),
-        "PATH": f"{python.parent}{os.pathsep}{os.environ.get('PATH', '')}",
-        "TORCH_EXTENSIONS_DIR": str(torch_extensions_dir()),
-    }
+    # As at launch, the engine's bin directory comes first on PATH (engine_python_env): the Makefile
+    # asks `python3` for pybind11's headers, and DeepSpeed builds with the `ninja` found there.
+    env = engine_python_env()
     apex = [str(python), "-m", BUILD, "apex", "--workdir", str(zerolab_home() / "apex")]
     kernels = [str(python), "-m", BUILD, "fused-kernels", str(engine_dir())]
     recorded: dict = {"cuda": asdict(plan)}

@@ -19,9 +19,15 @@ from zerolab.locations import CHECKOUT
 
 
 def engine_python_env() -> dict[str, str]:
-    """This environment without PYTHONPATH and PYTHONHOME, for the engine's Python (or another
-    interpreter zerolab starts) to see only its own packages."""
-    return {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "PYTHONHOME")}
+    """This environment for the engine's Python (or another interpreter zerolab starts), as a
+    launch's ranks have it: without PYTHONPATH and PYTHONHOME (it sees only its own packages), the
+    engine's bin directory first on PATH (DeepSpeed builds its ops with the `ninja` found there:
+    another ninja version keeps another build log, and rebuilds everything) and zerolab's
+    TORCH_EXTENSIONS_DIR (the ops built at set-up, not rebuilt in torch's default folder)."""
+    env = {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "PYTHONHOME")}
+    env["PATH"] = f"{engine_bin_dir()}{os.pathsep}{env.get('PATH', '')}"
+    env["TORCH_EXTENSIONS_DIR"] = str(torch_extensions_dir())
+    return env
 
 
 def zerolab_on_path(*first: Path) -> dict[str, str]:
