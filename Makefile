@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 WORKERS ?= 2
-PYTEST := $(BIN)/pytest -n $(WORKERS) --dist loadfile
+PYTEST := $(BIN)/pytest -n $(WORKERS) --dist loadfile --no-loadscope-reorder
 
 .PHONY: help test test-fast test-engine lint dev docs setup demo gpu-kit gpu-check cluster-setup cluster-test
 

@@ -27,6 +27,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 DOLLY_SAMPLE = REPO_ROOT / "data_prep" / "samples" / "dolly151.jsonl"
 UNIT_TIER = REPO_ROOT / "tests" / "unit"
 ENGINE_TIER = REPO_ROOT / "tests" / "engine"
+CLUSTER_TIER = REPO_ROOT / "tests" / "cluster"
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -45,6 +46,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             "these tests in tests/unit/ use the engine fixture, directly or through another fixture; "
             "tests that need the engine go in tests/engine/ (tests/README.md):\n  " + "\n  ".join(misplaced)
         )
+    items.sort(key=tier_rank)
+
+
+def tier_rank(item: pytest.Item) -> int:
+    """The tiers in the order the xdist workers take their files (`--dist loadfile
+    --no-loadscope-reorder` keeps this order): the cluster's (mostly waiting on SLURM), then the
+    engine's (minutes each), then the unit tests' many short files, which fill in wherever one
+    worker finishes its engine files before the other."""
+    where = item.path.resolve().parents
+    return 0 if CLUSTER_TIER in where else 1 if ENGINE_TIER in where else 2
 
 
 @pytest.fixture

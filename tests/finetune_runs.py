@@ -21,11 +21,12 @@ GLUE_SAMPLES = REPO_ROOT / "data_prep" / "samples" / "glue"
 def fine_tune(model: Path, setup: str, run_dir: Path, *overrides: str) -> list[dict[str, Any]]:
     """The records of `zerolab launch finetune/cpu/tiny_wnli_SETUP` fine-tuning `model` (a Hugging
     Face folder or a run directory) with `overrides`, into `run_dir`."""
+    port = free_port()
     argv = [
         "launch",
         f"finetune/cpu/tiny_wnli_{setup}",
         f"finetune.model={model}",
-        f"hardware.master_port={free_port()}",
+        f"hardware.master_port={port}",
         *overrides,
         "--run-dir",
         str(run_dir),
@@ -34,6 +35,8 @@ def fine_tune(model: Path, setup: str, run_dir: Path, *overrides: str) -> list[d
     status = json.loads((run_dir / "status.json").read_text())
     log_tail = (run_dir / "train.log").read_text(errors="replace")[-3000:]
     assert code == 0 and status["state"] == "completed", (status.get("cause"), log_tail)
+    # DeepSpeed's CPU all-reduce buffers (64 MiB a rank) do not outlive the run (shm_buffers_unlinked)
+    assert not list(Path("/dev/shm").glob(f"deepspeed_allreduce_buffer_*_{port}_*"))
     problems: list[str] = []
     records = scan_records(run_dir, problems)
     assert not problems, problems

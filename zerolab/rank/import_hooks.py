@@ -83,7 +83,11 @@ class _PatchAfterImport(importlib.abc.MetaPathFinder):
 
 
 def patch_after_import(fullname: str, patch: Callable[[types.ModuleType], None]) -> None:
-    """Have `patch(module)` run once module `fullname` is imported (one hook per module)."""
+    """Have `patch(module)` run once module `fullname` is imported (one hook per module); at once
+    where it is imported already."""
+    if fullname in sys.modules:
+        patch(sys.modules[fullname])
+        return
     hook = next(
         (f for f in sys.meta_path if isinstance(f, _PatchAfterImport) and f.fullname == fullname), None
     )
