@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from launch_helpers import free_port
+from launch_helpers import free_port, shm_buffers_left
 
 from zerolab.cli import main
 from zerolab.finetune.records import scan_records
@@ -35,8 +35,7 @@ def fine_tune(model: Path, setup: str, run_dir: Path, *overrides: str) -> list[d
     status = json.loads((run_dir / "status.json").read_text())
     log_tail = (run_dir / "train.log").read_text(errors="replace")[-3000:]
     assert code == 0 and status["state"] == "completed", (status.get("cause"), log_tail)
-    # DeepSpeed's CPU all-reduce buffers (64 MiB a rank) do not outlive the run (shm_buffers_unlinked)
-    assert not list(Path("/dev/shm").glob(f"deepspeed_allreduce_buffer_*_{port}_*"))
+    assert not shm_buffers_left(port)  # no host memory left behind
     problems: list[str] = []
     records = scan_records(run_dir, problems)
     assert not problems, problems

@@ -51,3 +51,9 @@ def default_port_in_use() -> Iterator[None]:
             other_run.bind(("", DEFAULT_PORT))
             other_run.listen()
         yield
+
+
+def shm_buffers_left(port: int | str) -> list[Path]:
+    """DeepSpeed's CPU all-reduce buffers (64 MiB a rank) in /dev/shm of the run whose rendezvous
+    port is `port`: none once its ranks have mapped them (shm_buffers_unlinked)."""
+    return list(Path("/dev/shm").glob(f"deepspeed_allreduce_buffer_*_{port}_*"))

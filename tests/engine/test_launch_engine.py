@@ -18,7 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 from engine_runs import ITERATIONS
-from launch_helpers import free_port
+from launch_helpers import free_port, shm_buffers_left
 
 from zerolab.cli import main
 from zerolab.locations import REPO_ROOT
@@ -102,9 +102,7 @@ def test_a_whole_run_on_cpu(z1_launch, z1_run, tmp_path):
     assert json.loads((run_dir / "doctor.json").read_text())["engine"]["matches_pin"] is True
     assert "zerolab: workaround shm_buffers_unlinked" in log
     port = next(word.partition("=")[2] for word in z1_launch[0] if word.startswith("hardware.master_port="))
-    assert not list(
-        Path("/dev/shm").glob(f"deepspeed_allreduce_buffer_*_{port}_*")
-    )  # no host memory left behind
+    assert not shm_buffers_left(port)  # no host memory left behind
     run = summary(run_dir, tmp_path)
     assert run["status"] == "completed"
     assert run["iterations_done"] == 20
