@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from zerolab.engine.paths import engine_python_env
+from zerolab.engine.paths import engine_python_env, zerolab_on_path
 from zerolab.locations import REPO_ROOT
 from zerolab.rank.apex_standin import BUILD_APEX
 
@@ -29,7 +29,7 @@ def run_python(python: str, *code: str) -> str:
     program = "\n".join(textwrap.dedent(piece) for piece in (STANDINS_APPLIED, *code))
     result = subprocess.run(
         [python, "-c", program],
-        env={**engine_python_env(), "PYTHONPATH": str(REPO_ROOT), "DS_ACCELERATOR": "cpu"},
+        env={**engine_python_env(), **zerolab_on_path(), "DS_ACCELERATOR": "cpu"},
         capture_output=True,
         text=True,
         cwd=REPO_ROOT,

@@ -21,7 +21,7 @@ from filelock import FileLock
 from zerolab.assets import GPT2_MERGES, GPT2_VOCAB
 from zerolab.cli import main
 from zerolab.contracts import RANDOM_GPT2_MODULE
-from zerolab.engine.paths import engine_dir, engine_missing, engine_python, engine_python_env
+from zerolab.engine.paths import engine_dir, engine_missing, engine_python, engine_python_env, zerolab_on_path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DOLLY_SAMPLE = REPO_ROOT / "data_prep" / "samples" / "dolly151.jsonl"
@@ -146,7 +146,13 @@ def hf_model(engine, tmp_path_factory) -> Path:
             tokenizer = ["--tokenizer", str(GPT2_VOCAB), str(GPT2_MERGES)]
             out = ["--out", str(folder / "tiny-gpt2")]
             command = [str(engine[1]), "-m", RANDOM_GPT2_MODULE, *shape, *tokenizer, *out]
-            subprocess.run(command, env=engine_python_env(), check=True, capture_output=True, timeout=300)
+            subprocess.run(
+                command,
+                env=engine_python_env() | zerolab_on_path(),
+                check=True,
+                capture_output=True,
+                timeout=300,
+            )
     return folder / "tiny-gpt2"
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from launch_helpers import free_port
 
-from zerolab.engine.paths import engine_python_env
+from zerolab.engine.paths import engine_python_env, zerolab_on_path
 from zerolab.locations import REPO_ROOT
 
 APPLY_LAUNCH_PATCHES = (
@@ -72,7 +72,7 @@ def run_on_engine(engine: tuple[Path, Path], code: str, **env: str) -> str:
         f"import sys\n{APPLY_LAUNCH_PATCHES}apply_wanted(LAUNCH_PATCHES)\n"
         f"sys.path.insert(0, {str(engine_dir)!r})\n"
     )
-    full_env = {**engine_python_env(), "DS_ACCELERATOR": "cpu", "PYTHONPATH": str(REPO_ROOT), **env}
+    full_env = {**engine_python_env(), "DS_ACCELERATOR": "cpu", **zerolab_on_path(), **env}
     result = subprocess.run(
         [str(python), "-c", prelude + textwrap.dedent(code)],
         env=full_env,

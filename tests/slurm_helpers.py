@@ -41,12 +41,19 @@ STUBS = {
 }
 
 
+def stand_ins_bin(tmp_path: Path) -> Path:
+    """Where run_sbatch puts its stand-ins: the engine's bin directory of the scripts rendered after
+    `monkeypatch.setenv("ZEROLAB_ENGINE_PYTHON", str(stand_ins_bin(tmp_path) / "python"))` (a host
+    job puts the engine's bin directory first on PATH, ahead of the stand-ins on run_sbatch's)."""
+    return tmp_path / "bin"
+
+
 def run_sbatch(
     script: str, tmp_path: Path, launch_exit: int = 0, job_id: str = "4242", array_task: int | None = None
 ) -> subprocess.CompletedProcess:
     """Run a rendered sbatch script in tmp_path with stand-ins for SLURM and the launchers (as
     task `array_task` of an array job, when given)."""
-    bin_dir = tmp_path / "bin"
+    bin_dir = stand_ins_bin(tmp_path)
     bin_dir.mkdir(exist_ok=True)
     for name, body in STUBS.items():
         stub = bin_dir / name

@@ -113,7 +113,9 @@ def test_a_lost_rank_fails_the_job_naming_its_node_and_signal_and_the_next_job_r
     job = launch_slurm(cluster, words, lost)
     wait_for(lambda: list((lost / "logs").glob("*/slurm-*/train.log")), "the job's train.log")
     log = slurm_run_dir(lost) / rundir.LOG_FILE
-    wait_for(lambda: "iteration        2/" in log.read_text(errors="replace"), "iteration 2")
+    at_2 = lambda: "iteration        2/" in log.read_text(errors="replace")  # noqa: E731
+    wait_for(lambda: at_2() or job.poll() is not None, "iteration 2")
+    assert job.poll() is None, log.read_text(errors="replace")[-3000:]  # the job ended before iteration 2
     rank1 = [process for process in cluster.processes("node2") if is_rank(process, 1)]
     assert len(rank1) == 1, [process.cmdline() for process in cluster.processes("node2")]
     killed_at = time.monotonic()

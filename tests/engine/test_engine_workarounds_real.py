@@ -16,8 +16,7 @@ from cuda_helpers import cuda_toolkit
 from engine_patch_helpers import one_rank_env, run_on_engine
 
 from zerolab.engine import fused_kernels
-from zerolab.engine.paths import engine_python_env
-from zerolab.locations import REPO_ROOT
+from zerolab.engine.paths import engine_python_env, zerolab_on_path
 
 
 def test_real_engine_imports_with_the_workarounds(engine):
@@ -129,7 +128,7 @@ def test_real_fused_kernels_get_only_the_gencode_pairs_nvcc_builds(engine, tmp_p
     toolkit = cuda_toolkit(tmp_path, release)
     result = subprocess.run(
         [str(python), "-c", FUSED_KERNELS_BUILD, str(tmp_path / "engine"), str(toolkit)],
-        env={**engine_python_env(), "PYTHONPATH": str(REPO_ROOT)},
+        env=engine_python_env() | zerolab_on_path(),
         capture_output=True,
         text=True,
         check=True,
@@ -164,7 +163,7 @@ def test_a_stale_lock_of_the_real_fused_kernels_is_removed_before_the_build(engi
             str(tmp_path / "engine"),
             str(cuda_toolkit(tmp_path, "12.9")),
         ],
-        env={**engine_python_env(), "PYTHONPATH": str(REPO_ROOT)},
+        env=engine_python_env() | zerolab_on_path(),
         capture_output=True,
         text=True,
         timeout=120,

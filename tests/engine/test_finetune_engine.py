@@ -14,7 +14,7 @@ import subprocess
 
 from finetune_runs import failed_fine_tune, fine_tune
 
-from zerolab.engine.paths import engine_python_env
+from zerolab.engine.paths import engine_python_env, zerolab_on_path
 from zerolab.finetune.glue import glue_task
 from zerolab.locations import REPO_ROOT
 from zerolab.summarize.collect import summarize_paths
@@ -134,7 +134,7 @@ def test_on_one_process_the_loop_scores_what_hugging_faces_trainer_scores(engine
     [ours] = [record for record in records if record["kind"] == "eval"]
     done = subprocess.run(
         [str(engine[1]), "-c", TRAINER, str(run_dir), str(tmp_path / "trainer")],
-        env=engine_python_env(),
+        env=engine_python_env() | zerolab_on_path(),
         capture_output=True,
         text=True,
         timeout=600,

@@ -25,7 +25,7 @@ from engine_runs import held_out_probe, train
 from zerolab.cli import main
 from zerolab.contracts import RANK_DIR
 from zerolab.data_prep.tokenizer import EOT_TOKEN_ID, decode
-from zerolab.engine.paths import engine_python_env
+from zerolab.engine.paths import engine_python_env, zerolab_on_path
 from zerolab.evaluate.run import evaluate
 from zerolab.imported import read_manifest
 from zerolab.locations import REPO_ROOT
@@ -84,7 +84,7 @@ def _engine_json(python: Path, code: str, *args: str, cwd: Path | None = None) -
         [str(python), "-c", textwrap.dedent(code), *args],
         capture_output=True,
         text=True,
-        env=engine_python_env(),
+        env=engine_python_env() | zerolab_on_path(),
         cwd=cwd,
         timeout=600,
         check=False,

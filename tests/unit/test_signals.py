@@ -67,6 +67,33 @@ def test_a_ranks_own_prefixed_lines_are_its_last_lines():
     assert read(prefixed).last_lines == (" loading a batch",)
 
 
+LOST_PEER = [  # a killed rank's data loader worker, as torch prints it (the pinned engine on CPU)
+    "[rank0]: Traceback (most recent call last):",
+    '[rank0]:   File "/usr/lib/python3.11/multiprocessing/resource_sharer.py", line 138, in _serve',
+    "[rank0]:     with self._listener.accept() as conn:",
+    "[rank0]:          ^^^^^^^^^^^^^^^^^^^^^^^",
+    '[rank0]:   File "/usr/lib/python3.11/multiprocessing/connection.py", line 395, in _recv',
+    "[rank0]:     chunk = read(handle, remaining)",
+    "[rank0]:             ^^^^^^^^^^^^^^^^^^^^^^^",
+    "[rank0]: ConnectionResetError: [Errno 104] Connection reset by peer",
+]
+
+
+def test_the_tracebacks_of_processes_that_lost_the_killed_rank_are_not_its_last_lines():
+    """Rank 1 killed at iteration 3: the tracebacks of the processes that lost their connection to
+    it (rank 0's data loader worker, or a peer rank unprefixed) follow the death and would push the
+    iterations out; a traceback that ends otherwise stays."""
+    lines = SIGKILL_RANK1.read_text().splitlines()
+    report = next(i for i, line in enumerate(lines) if "failed (exitcode:" in line)
+    unprefixed = [line.replace("[rank0]:", "") for line in LOST_PEER]
+    for lost in (LOST_PEER, unprefixed, [line.replace("[rank0]", "[rank1]") for line in LOST_PEER]):
+        found = read([*lines[:report], *lost, *lines[report:]])
+        assert found.last_lines[-1].startswith(" iteration        3/     200 |"), found.last_lines
+    error = [*unprefixed[:-1], "ValueError: a batch of the wrong shape"]
+    found = read([*lines[:report], *error, *lines[report:]])
+    assert found.last_lines[-1] == "ValueError: a batch of the wrong shape"
+
+
 @pytest.mark.parametrize(
     "path",
     sorted(

@@ -7,15 +7,23 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from slurm_helpers import launched, option, run_sbatch, shellcheck
+from slurm_helpers import launched, option, run_sbatch, shellcheck, stand_ins_bin
 
 from zerolab import rundir
 from zerolab.backends.slurm_script import SlurmOptions, render_for_job, sbatch_for_recipe
 from zerolab.cli import main
+from zerolab.locations import REPO_ROOT
 from zerolab.recipe.compose import load_recipe
 from zerolab.recipe.naming import renamed
+from zerolab.recipe.render import Launch, render
 
 SLURM_2_NODES = ("hardware.nodes=2", "hardware.procs_per_node=4", "train.global_batch_size=64")
+
+
+@pytest.fixture(autouse=True)
+def engine_bin_holds_the_stand_ins(tmp_path, monkeypatch):
+    """The jobs rendered here put run_sbatch's stand-ins first on PATH, as the engine's bin directory."""
+    monkeypatch.setenv("ZEROLAB_ENGINE_PYTHON", str(stand_ins_bin(tmp_path) / "python"))
 
 
 def job(*overrides: str, launcher: str = "torchrun", options: SlurmOptions | None = None, resume=None) -> str:
@@ -69,7 +77,6 @@ def test_a_checkpointing_job_saves_and_a_second_job_resumes_it(tmp_path, monkeyp
     assert option(launched(first), "--save") == f"{shown(first)}/checkpoints"
     assert rundir.last_checkpoint(first) == 10
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("ZEROLAB_ENGINE_PYTHON", str(tmp_path / "bin" / "python"))  # the stand-ins' bin
     argv = ["render", "--slurm", "--resume", shown(first), "train.iters=200"]
     assert main(argv) == 0
     script = capsys.readouterr().out
@@ -92,9 +99,14 @@ def test_image_jobs_run_the_image_engine_and_mount_absolute_inputs(tmp_path):
     assert f"{data.parent}:{data.parent}" in script
 
 
-def test_host_jobs_put_the_engine_bin_first_on_path():
-    script = job(options=SlurmOptions(engine_bin="/shared/zerolab/venv/bin"))
-    assert 'export PATH=/shared/zerolab/venv/bin:"${PATH}"' in script
+def test_host_jobs_run_the_launch_with_command_sh_environment(tmp_path):
+    """This engine's bin directory first on PATH and this checkout first on PYTHONPATH: the ranks
+    import the zerolab that wrote the job, whichever checkout the engine environment has installed."""
+    script = job()
+    assert f"\n{Launch.exports()}\n" in script
+    assert f'PATH="{stand_ins_bin(tmp_path)}${{PATH:+:$PATH}}"' in script
+    assert f'PYTHONPATH="{REPO_ROOT}${{PYTHONPATH:+:$PYTHONPATH}}"' in script
+    assert f"\n{Launch.exports()}\n" in render(load_recipe("cpu/tiny_z1")).script(REPO_ROOT, "a launch")
 
 
 def test_values_reach_the_launcher_as_written(tmp_path):

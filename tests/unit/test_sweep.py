@@ -15,7 +15,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from slurm_helpers import launched, option, run_sbatch, shellcheck
+from slurm_helpers import launched, option, run_sbatch, shellcheck, stand_ins_bin
 
 from zerolab import rundir
 from zerolab.backends.local import LocalBackend
@@ -249,7 +249,7 @@ SLURM_WORDS = [
 
 def test_slurm_writes_one_array_job_of_the_cells_that_pass_the_checks(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("ZEROLAB_ENGINE_PYTHON", str(tmp_path / "bin" / "python"))  # the stand-ins' bin
+    monkeypatch.setenv("ZEROLAB_ENGINE_PYTHON", str(stand_ins_bin(tmp_path) / "python"))
     assert main(["sweep", *SLURM_WORDS, "--slurm", "--name", "grid", "--partition", "gpu"]) == 0
     directory = tmp_path / "logs" / "sweeps" / "grid"
     out = capsys.readouterr().out

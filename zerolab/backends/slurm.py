@@ -13,23 +13,17 @@ from zerolab.backends import slurm_job
 from zerolab.backends.base import LaunchPlan, print_now
 from zerolab.backends.slurm_job import SlurmRun
 from zerolab.backends.slurm_script import SlurmOptions, render_for_job, sbatch_for_recipe
-from zerolab.engine.paths import engine_python
 from zerolab.recipe.render import Launch
 from zerolab.recipe.resumption import Resume
 from zerolab.recipe.schema import Recipe
 from zerolab.rundir import Status
 
 
-def default_options() -> SlurmOptions:
-    """No site settings: the hosts' own engine environment, this engine's bin directory."""
-    return SlurmOptions(engine_bin=str(engine_python().parent))
-
-
 @dataclass(frozen=True)
 class SlurmBackend:
     """A SLURM job (hardware.backend slurm, or --slurm)."""
 
-    options: SlurmOptions = field(default_factory=default_options)
+    options: SlurmOptions = field(default_factory=SlurmOptions)
     name: str = "slurm"
 
     def problems(self, recipe: Recipe, *, engine_required: bool = True) -> list[str]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 
 from zerolab.backends.slurm_script import SlurmOptions
-from zerolab.engine.paths import engine_python
 from zerolab.errors import UserError
 
 
@@ -32,9 +31,9 @@ def backend_words(args: argparse.Namespace) -> list[str]:
 
 
 def site_options(args: argparse.Namespace) -> SlurmOptions | None:
-    """The SlurmOptions --slurm's site options give (without --image, the jobs run this engine's bin
-    directory); None without --slurm. UserError when --image, --partition or --account is given
-    without --slurm."""
+    """The SlurmOptions --slurm's site options give (without --image, the jobs run this machine's
+    engine set-up and this checkout); None without --slurm. UserError when --image, --partition or
+    --account is given without --slurm."""
     given = [option for option in ("image", "partition", "account") if getattr(args, option)]
     if not args.slurm:
         if given:
@@ -45,5 +44,4 @@ def site_options(args: argparse.Namespace) -> SlurmOptions | None:
         partition=args.partition,
         account=args.account,
         time_limit=args.time,
-        engine_bin=None if args.image else str(engine_python().parent),
     )

@@ -52,8 +52,6 @@ class SlurmOptions:
     partition: str | None = None
     account: str | None = None
     time_limit: str = "02:00:00"
-    engine_bin: str | None = None
-    """Without an image: the directory holding the engine's python, torchrun and deepspeed."""
 
 
 def scheduled_placement(run_dir: str) -> Placement:
@@ -264,9 +262,10 @@ def _input_paths(recipe: Recipe) -> list[str]:
 
 
 def _environment(options: SlurmOptions) -> str:
-    if options.image or not options.engine_bin:
-        return ""
-    return f'export PATH={shlex.quote(options.engine_bin)}:"${{PATH}}"\n'
+    """Without an image, the job's launcher gets command.sh's environment (Launch.exports): the
+    engine's bin directory first on PATH, this checkout's zerolab first on PYTHONPATH (the ranks
+    import the zerolab that wrote the job, not whichever the engine environment has installed)."""
+    return "" if options.image else f"{Launch.exports()}\n"
 
 
 def _first(options: SlurmOptions, mounts: list[str]) -> str:

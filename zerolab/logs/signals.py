@@ -51,6 +51,12 @@ _SUBPROCESS_DIED = re.compile(r"died with <Signals\.\w+: (\d+)>")
 _LAUNCHER_LOG = re.compile(r"^[IWEF]\d{4} [\d:.]+\s+\d+ \S+\.py:\d+\]|\[(?:launch|runner)\.py:\d+:")
 """torchrun's own log lines (glog style) and the DeepSpeed launcher's: not a rank's output."""
 _RANK_DIGITS = re.compile(r"(\d+)$")
+_TRACEBACK = "Traceback (most recent call last):"
+_LOST_PEER = re.compile(
+    r"ConnectionResetError|BrokenPipeError|Connection reset by peer|Connection closed by peer"
+)
+"""A traceback ending in one of these is a process that lost its connection to the one that died (a
+peer rank, a rank's data loader workers): what followed the death, not what came before it."""
 
 
 def signal_words(number: int) -> str:
@@ -70,7 +76,8 @@ def killed_by(number: int) -> str:
 @dataclass(frozen=True)
 class RankSignal:
     """A rank killed by a signal: its global rank and host (None when the launcher does not say),
-    the signal, the log line that says so, and that rank's (or else the log's) last output lines."""
+    the signal, the log line that says so, and that rank's (or else the log's) last output lines,
+    less the tracebacks of the processes that lost their connection to it."""
 
     rank: int | None
     signal: int
@@ -104,6 +111,7 @@ class RankSignalReader:
     def __init__(self, *, keep_last_lines: bool = True) -> None:
         self._keep = keep_last_lines
         self._recent: dict[str | None, deque[str]] = {}
+        self._tracebacks: dict[str | None, list[str]] = {}  # a traceback being read, per source
         self._before: dict[str | None, list[str]] | None = None
         self._in_root = False
         self._block_rank: int | None = None
@@ -116,12 +124,11 @@ class RankSignalReader:
         """Look at one line."""
         if not _REPORT_GATE.search(text) or not _REPORT.search(text):
             if self._keep and self._before is None and text and not text.isspace():
-                recent = self._recent.get(source)
-                if recent is None:
-                    recent = self._recent[source] = deque(maxlen=4 * LAST_LINES)
-                recent.append(text)
+                self._keep_line(source, text)
             return
         if self._before is None:
+            for key, lines in self._tracebacks.items():  # not ended before the report: kept
+                self._recent_of(key).extend(lines)
             self._before = {key: list(lines) for key, lines in self._recent.items()}
         if _TORCHRUN_ROOT in text:
             self._in_root = True
@@ -140,6 +147,29 @@ class RankSignalReader:
                 if match := pattern.search(text):  # as an exit code: minus the signal number
                     self._other = _Death(None, sign * int(match[1]), number, None)
                     break
+
+    def _keep_line(self, source: str | None, text: str) -> None:
+        """Keep an output line as one of the last lines of `source`; a traceback is kept once its
+        exception line (back at the traceback's indent) ends it, unless it is a lost peer's."""
+        block = self._tracebacks.get(source)
+        if block is None and text.lstrip() == _TRACEBACK:
+            self._tracebacks[source] = [text]
+            return
+        if block is None:
+            self._recent_of(source).append(text)
+            return
+        block.append(text)
+        indent = len(block[0]) - len(block[0].lstrip())
+        if len(text) - len(text.lstrip()) <= indent:  # the exception line
+            del self._tracebacks[source]
+            if not _LOST_PEER.search(text):
+                self._recent_of(source).extend(block)
+
+    def _recent_of(self, source: str | None) -> deque[str]:
+        recent = self._recent.get(source)
+        if recent is None:
+            recent = self._recent[source] = deque(maxlen=4 * LAST_LINES)
+        return recent
 
     @property
     def found(self) -> RankSignal | None:

@@ -172,17 +172,21 @@ class Launch:
             "TORCH_EXTENSIONS_DIR": str(torch_extensions_dir()),
         }
 
+    @classmethod
+    def exports(cls) -> str:
+        """The shell line that gives a script's launcher runtime_env (command.sh's, a SLURM job's)."""
+        return "export " + " ".join(f'{name}="{value}"' for name, value in cls.runtime_env().items())
+
     def script(self, start_dir: Path, note: str) -> str:
         """command.sh: this launch, re-runnable from anywhere: it changes to `start_dir`, the
         directory the recipe's relative paths are relative to. `note` heads it (what, when)."""
-        exports = " ".join(f'{name}="{value}"' for name, value in self.runtime_env().items())
         return (
             "#!/usr/bin/env bash\n"
             f"# {note}\n"
             "# Re-runs the same launch; its --save (if any) writes into this run's checkpoints/.\n"
             "set -euo pipefail\n"
             f"cd {shlex.quote(str(start_dir))}\n"
-            f"export {exports}\n"
+            f"{self.exports()}\n"
             f"{self.steps_before()}{self.shell()}\n"
         )
 
