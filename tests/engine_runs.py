@@ -35,11 +35,11 @@ SHARED_RUNS: dict[str, tuple[str, ...]] = {
     "z3_offload_param": ("cpu/tiny_z3_offload_param",),
     "tp2": ("cpu/tiny_z1", "parallel.tensor=2"),
     "pp2": ("cpu/tiny_dp", "parallel.pipeline=2"),
-    "pp2_z1": ("cpu/tiny_z1", "parallel.pipeline=2"),
+    "pp2_z1": ("cpu/tiny_z1", "parallel.pipeline=2", "activation_checkpointing=full"),
     "bf16": ("cpu/tiny_dp", "precision=bf16"),
 }
 """Runs several test modules read: the five demo setups, ZeRO-3 with the weights offloaded, tensor
-and pipeline parallel 2, and bf16."""
+and pipeline parallel 2 (under ZeRO-1 with every layer recomputed), and bf16."""
 DEMO_SETUPS = ("z0", "z1", "z2", "z3", "z3_offload")
 
 

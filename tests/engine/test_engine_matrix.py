@@ -66,10 +66,6 @@ def test_zero_stages_train_like_plain_data_parallelism(baseline, trained, setup,
 
 
 RECOMPUTE_CASES = {
-    "full block": (
-        ["activation_checkpointing=full", "activation_checkpointing.method=block"],
-        {"recompute_granularity": "full", "recompute_method": "block", "recompute_num_layers": 1},
-    ),
     "full uniform in chunks of 2": (
         ["activation_checkpointing=full", "activation_checkpointing.num_layers=2"],
         {"recompute_granularity": "full", "recompute_method": "uniform", "recompute_num_layers": 2},
@@ -90,9 +86,14 @@ RECOMPUTE_CASES = {
 }
 """Each way of recomputing activations, by the flags it renders (one case per set of flags: a
 non-default value covers the default one, host memory adds one flag to DeepSpeed's own). Selective
-recomputation trains in the deepspeed launcher's run (test_the_deepspeed_launcher): one launch
-proves both, neither changing the arithmetic."""
+recomputation trains in the deepspeed launcher's run (test_the_deepspeed_launcher), full recomputation
+by blocks in the run at micro batch 1, and full recomputation across pipeline stages in the shared
+pp2_z1 run: one launch proves both, neither changing the arithmetic."""
 SELECTIVE = (["activation_checkpointing=selective"], {"recompute_granularity": "selective"})
+FULL_BLOCK = (
+    ["activation_checkpointing=full", "activation_checkpointing.method=block"],
+    {"recompute_granularity": "full", "recompute_method": "block", "recompute_num_layers": 1},
+)
 
 
 @pytest.mark.parametrize("case", list(RECOMPUTE_CASES))
@@ -130,17 +131,12 @@ def test_partitioned_contiguous_checkpoints_across_tensor_ranks_with_evaluation(
 
 @pytest.mark.parametrize("zero", ["z0", "z1"])
 def test_pipeline_parallel_two(trained, zero):
+    """Under ZeRO-1 with full recomputation across the pipeline's stages (engine_runs.SHARED_RUNS)."""
     run = trained("pp2" if zero == "z0" else "pp2_z1")
     assert run.args["pipeline_model_parallel_size"] == 2 and run.args["data_parallel_size"] == 1
     assert "initialized pipeline model parallel with size 2" in run.text
     assert run.ds["zero_optimization_stage"] == int(zero[1])
-
-
-def test_pipeline_parallel_with_full_recomputation(dataset, tmp_path):
-    run = train(
-        dataset, tmp_path / "run", "cpu/tiny_z1", "parallel.pipeline=2", "activation_checkpointing=full"
-    )
-    assert run.args["pipeline_model_parallel_size"] == 2 and run.args["recompute_granularity"] == "full"
+    assert run.args["recompute_granularity"] == (None if zero == "z0" else "full")
 
 
 def test_bf16(baseline, trained):
@@ -152,8 +148,11 @@ def test_bf16(baseline, trained):
 
 
 def test_micro_batch_one_with_more_accumulation_trains_the_same_batch(baseline, dataset, tmp_path):
-    run = train(dataset, tmp_path / "run", "cpu/tiny_dp", "train.micro_batch_size=1")
+    """With full recomputation by blocks (RECOMPUTE_CASES), which this launch proves too."""
+    overrides, engine_args = FULL_BLOCK
+    run = train(dataset, tmp_path / "run", "cpu/tiny_dp", "train.micro_batch_size=1", *overrides)
     assert run.args["micro_batch_size"] == 1 and run.ds["gradient_accumulation_steps"] == 4
+    assert {key: run.args.get(key) for key in engine_args} == engine_args
     assert same_losses(run, baseline, 1e-4), (run.losses, baseline.losses)
 
 
@@ -166,13 +165,17 @@ def test_the_deepspeed_launcher(baseline, dataset, tmp_path):
     assert same_losses(run, baseline, 1e-5), (run.losses, baseline.losses)
 
 
-def test_tensorboard_wandb_and_extra_settings_reach_the_engine(dataset, tmp_path):
+def test_loggers_extra_settings_and_split_datasets_reach_the_engine(dataset, split_dataset, tmp_path):
     """One ZeRO-2 run (round_robin_gradients is a ZeRO-2 setting): the loggers write into the run
-    directory, and `extra`'s Megatron flags and DeepSpeed keys reach the engine."""
+    directory, `extra`'s Megatron flags and DeepSpeed keys reach the engine, and it trains and
+    evaluates on the train and valid datasets of `zerolab prep --split`."""
     run = train(
         dataset,
         tmp_path / "run",
         "cpu/tiny_z2",
+        "data.path=null",
+        f"data.train_path={split_dataset['train']}",
+        f"data.valid_path={split_dataset['valid']}",
         "logging.tensorboard=true",
         "logging.wandb_project=zerolab-tests",
         "logging.wandb_mode=offline",
@@ -188,17 +191,6 @@ def test_tensorboard_wandb_and_extra_settings_reach_the_engine(dataset, tmp_path
     assert name.startswith("tiny_z2+" + "+".join(SHORT) + "+extra.") and "logging" not in name, name
     assert run.args["eod_mask_loss"] is True and run.args["timing_log_level"] == 2
     assert "round_robin_gradients=True" in run.ds["zero_config"]
-
-
-def test_the_split_datasets_of_prep_train_and_evaluate(dataset, split_dataset, tmp_path):
-    run = train(
-        dataset,
-        tmp_path / "run",
-        "cpu/tiny_dp",
-        "data.path=null",
-        f"data.train_path={split_dataset['train']}",
-        f"data.valid_path={split_dataset['valid']}",
-    )
     assert run.args["data_path"] is None and run.args["train_data_path"] == str([split_dataset["train"]])
     assert run.args["valid_data_path"] == str([split_dataset["valid"]])
     assert run.log.validations, "the validation split was not evaluated"

@@ -41,6 +41,41 @@ def test_real_engine_imports_with_the_workarounds(engine):
     ]
 
 
+def test_deepspeed_gets_py_cpuinfos_answer_asked_once_per_machine(engine, tmp_path):
+    """The first process asks py-cpuinfo and keeps its answer beside the ops; the next reads it."""
+    first = run_on_engine(
+        engine,
+        """
+        import cpuinfo, json
+        from deepspeed.ops.adam import cpu_adam
+        from deepspeed.ops.op_builder import CPUAdamBuilder
+        builder = CPUAdamBuilder()
+        assert cpu_adam.get_cpu_info is cpuinfo.get_cpu_info  # taken by name before the patch: patched
+        real = cpuinfo.get_cpu_info.__wrapped__()
+        answer = cpuinfo.get_cpu_info()
+        assert all(answer.get(key) == real.get(key) for key in ("arch", "flags", "vendor_id_raw"))
+        print(json.dumps([builder.cpu_arch(), builder.simd_width(), answer["vendor_id_raw"]]))
+        """,
+        TORCH_EXTENSIONS_DIR=str(tmp_path),
+    )
+    (kept,) = tmp_path.glob("cpuinfo-*.json")
+    second = run_on_engine(
+        engine,
+        """
+        import cpuinfo, cpuinfo.cpuinfo as inner, json
+        def asked():
+            raise AssertionError("py-cpuinfo was asked again")
+        inner.get_cpu_info_json = asked
+        from deepspeed.ops.op_builder import CPUAdamBuilder
+        builder = CPUAdamBuilder()
+        print(json.dumps([builder.cpu_arch(), builder.simd_width(), cpuinfo.get_cpu_info()["vendor_id_raw"]]))
+        """,
+        TORCH_EXTENSIONS_DIR=str(tmp_path),
+    )
+    assert first.splitlines()[-1] == second.splitlines()[-1]
+    assert json.loads(kept.read_text())["arch"]
+
+
 def test_real_zero3_init_parameters_are_weight_decayed_like_unpartitioned_ones(engine):
     out = run_on_engine(
         engine,

@@ -4,7 +4,7 @@ continued under another setup gives, at iterations 3 and 4, the losses and learn
 run that was never interrupted (fp32, 1e-4), its checkpoint converted once to DeepSpeed's universal
 format beside the original and reused; a checkpoint the conversion cannot read is refused, with
 nothing left behind; a sweep continues one run under each setup and says where its cells started.
-About 8 tiny launches."""
+About 7 tiny launches."""
 
 from __future__ import annotations
 
@@ -66,24 +66,6 @@ def assert_continues(continued: Path, whole: Path, iterations: tuple[int, ...]) 
         assert abs(loss - loss_whole) <= 1e-4, (iteration, loss, loss_whole)
 
 
-def test_zero1_on_two_ranks_continues_on_one(runs, tmp_path):
-    saved, whole = runs("cpu/tiny_z1")
-    continued = launch("--resume", str(saved), "hardware.procs_per_node=1", run_dir=tmp_path / "one")
-    assert_continues(continued, whole, (3, 4))
-    checkpoints = saved / rundir.CHECKPOINTS_DIR
-    assert (checkpoints / universal_folder(2) / "zero").is_dir()  # beside the original
-    assert (checkpoints / LATEST_UNIVERSAL).read_text() == universal_folder(2)
-    command = (continued / rundir.COMMAND_FILE).read_text()
-    assert "python -m zerolab.rank.universal_checkpoint " in command and "--universal-checkpoint" in command
-    facts = json.loads((continued / rundir.RUN_FILE).read_text())
-    assert facts["resumed_from"] == str(saved.resolve()) and facts["resumed_iteration"] == 2
-    assert (
-        facts["resumed_setup"] == "z1 dp2 tp1 pp1"
-        and facts["zero_stage"] == 1
-        and facts["data_parallel"] == 1
-    )
-
-
 def test_zero3_continues_with_its_optimizer_offloaded_on_one_rank(runs, tmp_path):
     saved, _ = runs("cpu/tiny_z3", uninterrupted=False)
     _, whole = runs(
@@ -128,9 +110,18 @@ def test_a_sweep_continues_one_run_under_each_setup_reusing_the_conversion(
     assert main([*argv, "--name", "study"]) == 0
     assert "between ZeRO 1-2 and ZeRO-3" in capsys.readouterr().out  # z3 refused, with the reason
     study = tmp_path / "sweeps" / "study"
-    converted = saved / rundir.CHECKPOINTS_DIR / universal_folder(2)
-    # converted once (here by the z1 cell, or an earlier test), then reused by the z2 cell
+    checkpoints = saved / rundir.CHECKPOINTS_DIR
+    assert (checkpoints / universal_folder(2) / "zero").is_dir()  # beside the original
+    assert (checkpoints / LATEST_UNIVERSAL).read_text() == universal_folder(2)
+    # converted once, by the z1 cell's first step, then reused by the z2 cell
+    command = (study / "zero-z1" / rundir.COMMAND_FILE).read_text()
+    assert "python -m zerolab.rank.universal_checkpoint " in command and "--universal-checkpoint" in command
+    converted = checkpoints / universal_folder(2)
     assert converted.stat().st_mtime < (study / "zero-z2" / rundir.COMMAND_FILE).stat().st_mtime
+    assert_continues(study / "zero-z1", whole, (3, 4))  # ZeRO-1 on 2 ranks -> on 1
     assert_continues(study / "zero-z2", whole, (3, 4))  # ZeRO-1 on 2 ranks -> ZeRO-2 on 1
+    facts = json.loads((study / "zero-z1" / rundir.RUN_FILE).read_text())
+    assert facts["resumed_from"] == str(saved.resolve()) and facts["resumed_iteration"] == 2
+    assert (facts["resumed_setup"], facts["zero_stage"], facts["data_parallel"]) == ("z1 dp2 tp1 pp1", 1, 1)
     table = (study / "summary.md").read_text()
     assert "resumed from" in table and table.count(f"{saved.name}@2") == 2

@@ -35,6 +35,7 @@ def test_every_workaround_is_named_and_explained_in_one_line():
         "helpers_not_built_at_launch",
         "python_sample_index",
         "shm_buffers_unlinked",
+        "cpu_info_once",
         "zero3_gathers_complete",
         "zero3_weights_only_load",
         "zero3_universal_group_settings",

@@ -44,7 +44,7 @@ from zerolab.contracts import (
 from zerolab.rank.finetune_inputs import InputError, read_request, read_split
 from zerolab.rank.glue_metrics import glue_metrics
 from zerolab.rank.prompt_exit import exit_now
-from zerolab.rank.workarounds import shm_buffers_unlinked
+from zerolab.rank.workarounds import DEEPSPEED_WORKAROUNDS
 
 
 def encode(rows: list[dict[str, Any]], task: GlueTask, tokenizer: Any, max_seq_length: int) -> dict[str, Any]:
@@ -224,7 +224,8 @@ def main(request_file: str) -> None:
     if task is None:
         tasks = ", ".join(GLUE_TASKS)
         raise InputError(f"{request_file}: no GLUE task `{request.task}`; GLUE's tasks: {tasks}")
-    shm_buffers_unlinked()  # else each CPU rank leaves its 64 MiB all-reduce buffer in /dev/shm
+    for workaround in DEEPSPEED_WORKAROUNDS:
+        workaround()
     deepspeed.init_distributed(dist_backend="nccl" if torch.cuda.is_available() else "gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(request.seed)

@@ -11,11 +11,15 @@ only once the engine module it patches has been imported).
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import importlib
 import importlib.abc
 import importlib.machinery
 import importlib.util
+import json
 import os
+import platform
 import re
 import sys
 import time
@@ -539,6 +543,74 @@ def shm_buffers_unlinked() -> None:
     patch_after_import(DS_TORCH_BACKEND, _unlink_once_mapped)
 
 
+CPUINFO = "cpuinfo"
+_CPU_LINES = ("vendor_id", "model name", "flags", "Features", "CPU implementer", "CPU part")
+"""The /proc/cpuinfo fields that say which CPU this is (x86, then Arm): its answer's cache key."""
+
+
+def cpu_info_file(version: str) -> Path | None:
+    """Where py-cpuinfo `version`'s answer for this machine's CPU is kept: beside DeepSpeed's ops
+    built for it (TORCH_EXTENSIONS_DIR, which every launch sets), named by the CPU it describes;
+    None outside a launch or without /proc/cpuinfo."""
+    folder = os.environ.get("TORCH_EXTENSIONS_DIR")
+    try:
+        text = Path("/proc/cpuinfo").read_text(errors="replace")
+    except OSError:
+        return None
+    lines = sorted({line for line in text.splitlines() if line.partition(":")[0].strip() in _CPU_LINES})
+    if not folder or not lines:
+        return None
+    key = hashlib.sha256("\n".join([platform.machine(), version, *lines]).encode()).hexdigest()[:16]
+    return Path(folder, f"cpuinfo-{key}.json")
+
+
+def _kept_answer(path: Path | None) -> dict[str, Any]:
+    """py-cpuinfo's answer kept at `path`; {} where there is none (or none whole)."""
+    with contextlib.suppress(OSError, ValueError):
+        return json.loads(path.read_text()) if path else {}
+    return {}
+
+
+def _keep_answer(path: Path, answer: dict[str, Any]) -> None:
+    """Write `answer` to `path` whole (a rank reading it meanwhile finds none, and asks), or not at all."""
+    written = path.with_name(f"{path.name}.{os.getpid()}")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        written.write_text(json.dumps(answer))
+        os.replace(written, path)
+    except OSError:
+        written.unlink(missing_ok=True)
+
+
+def _ask_once(module: types.ModuleType) -> None:
+    ask = module.get_cpu_info
+    answer: dict[str, Any] = {}
+
+    def get_cpu_info() -> dict[str, Any]:
+        if not answer:
+            path = cpu_info_file(str(getattr(module, "CPUINFO_VERSION_STRING", "")))
+            answer.update(_kept_answer(path))
+            if not answer:
+                answer.update(ask())
+                if path:
+                    _keep_answer(path, answer)
+        return dict(answer)  # a copy: a caller may change what it gets
+
+    get_cpu_info.__wrapped__ = ask  # type: ignore[attr-defined]
+    module.get_cpu_info = get_cpu_info  # type: ignore[attr-defined]
+    for other in list(sys.modules.values()):  # those that took it by name before (cpu_adam, cpu_lion)
+        if vars(other).get("get_cpu_info") is ask:
+            other.get_cpu_info = get_cpu_info  # type: ignore[attr-defined]
+
+
+# DeepSpeed asks py-cpuinfo about the CPU three times per rank that loads its CPU Adam (offload), and
+# py-cpuinfo answers each time from a new Python process that times the clock: 1.1 s each, 3.3 s of
+# every such rank's start on 2 cores, measured. DeepSpeed reads the architecture, flags and vendor.
+def cpu_info_once() -> None:
+    """Ask py-cpuinfo about this machine's CPU once, then read its answer, kept beside DeepSpeed's ops."""
+    patch_after_import(CPUINFO, _ask_once)
+
+
 DS_PARTITION_PARAMETERS = "deepspeed.runtime.zero.partition_parameters"
 
 
@@ -688,11 +760,17 @@ WORKAROUNDS: tuple[LaunchPatch, ...] = tuple(
         helpers_not_built_at_launch,
         python_sample_index,
         shm_buffers_unlinked,
+        cpu_info_once,
         zero3_gathers_complete,
         zero3_weights_only_load,
         zero3_universal_group_settings,
     )
 )
+
+
+DEEPSPEED_WORKAROUNDS: tuple[Callable[[], None], ...] = (shm_buffers_unlinked, cpu_info_once)
+"""Those of DeepSpeed itself, no Megatron module: every DeepSpeed process applies them (fine-tuning's
+too, which runs no Megatron)."""
 
 
 def apply_all() -> list[LaunchPatch]:
