@@ -84,14 +84,16 @@ def render_text(recipe: Recipe, launch: Launch) -> str:
     if launch.run_dir == RUN_DIR_PLACEHOLDER:
         where = (
             "RUN_DIR: the run directory (zerolab launch creates logs/NAME/TIMESTAMP). To run this by hand, "
-            "set RUN_DIR to a new directory, put the engine's bin directory first on PATH (command.sh does) "
-            "and paste this in this directory: it writes the DeepSpeed config into RUN_DIR, then launches."
+            "set RUN_DIR to a new directory, put the engine's bin directory first on PATH and this checkout "
+            "first on PYTHONPATH (command.sh does) and paste this in this directory: it writes the "
+            "DeepSpeed config into RUN_DIR, then launches."
         )
         guard = ': "${RUN_DIR:?set RUN_DIR to the run directory first}" && '
     else:
         where = (
             f"Writes the DeepSpeed config into {as_text(launch.run_dir)}, then launches, from this directory "
-            "with the engine's bin directory first on PATH (command.sh does)."
+            "with the engine's bin directory first on PATH and this checkout first on PYTHONPATH "
+            "(command.sh does)."
         )
         guard = ""
     header = "".join(
