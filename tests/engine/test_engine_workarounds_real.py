@@ -41,6 +41,21 @@ def test_real_engine_imports_with_the_workarounds(engine):
     ]
 
 
+def test_real_engine_imports_wandb_only_once_it_is_used(engine):
+    """The matrix's W&B run logs through it: tests/engine/test_engine_matrix.py."""
+    out = run_on_engine(
+        engine,
+        """
+        import megatron.training, megatron.global_vars
+        print("wandb" in sys.modules, "wandb.sdk" in sys.modules, megatron.training.wandb is not None)
+        print(callable(megatron.training.wandb.init), "wandb.sdk" in sys.modules)
+        real = sys.modules["wandb"]
+        print(real.__file__.endswith("wandb/__init__.py"), real.Image.__name__)
+        """,
+    )
+    assert out.split("\n")[-4:-1] == ["True False True", "True True", "True Image"]
+
+
 def test_deepspeed_gets_py_cpuinfos_answer_asked_once_per_machine(engine, tmp_path):
     """The first process asks py-cpuinfo and keeps its answer beside the ops; the next reads it."""
     first = run_on_engine(

@@ -21,6 +21,7 @@ def test_every_workaround_is_named_and_explained_in_one_line():
     names = [w.name for w in WORKAROUNDS]
     assert names == [
         "lazy_vision_import",
+        "lazy_wandb_import",
         "missing_compression_module",
         "contiguous_attention_inputs",
         "zero3_weight_decay_groups",

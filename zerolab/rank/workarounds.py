@@ -41,24 +41,35 @@ from zerolab.rank.sample_index_check import smoke_check
 KNN_MONITOR = "megatron.model.vision.knn_monitor"
 
 
+def _real_module(stub: types.ModuleType) -> types.ModuleType:
+    """The module `stub` stands in for, imported from its file the first time it is needed (then the
+    one in sys.modules); where its import fails, `stub` stays."""
+    fullname = stub.__name__
+    loaded = sys.modules.get(fullname)
+    if loaded is not None and loaded is not stub:
+        return loaded
+    parent = fullname.rpartition(".")[0]
+    where = sys.modules[parent].__path__ if parent else None
+    spec = importlib.machinery.PathFinder.find_spec(fullname, where)
+    real = importlib.util.module_from_spec(spec)
+    sys.modules[fullname] = real
+    try:
+        spec.loader.exec_module(real)
+    except BaseException:
+        sys.modules[fullname] = stub
+        raise
+    return real
+
+
 def _lazy_module(module: types.ModuleType) -> None:
     """Each attribute of `module` becomes a function that loads the real module on first call."""
-    fullname = module.__name__
-
-    def load_real() -> types.ModuleType:
-        parent = sys.modules[fullname.rpartition(".")[0]]
-        spec = importlib.machinery.PathFinder.find_spec(fullname, parent.__path__)
-        real = importlib.util.module_from_spec(spec)
-        sys.modules[fullname] = real
-        spec.loader.exec_module(real)
-        return real
 
     def __getattr__(attribute: str) -> Callable[..., Any]:
         if attribute.startswith("__"):
             raise AttributeError(attribute)
 
         def deferred(*args: Any, **kwargs: Any) -> Any:
-            return getattr(load_real(), attribute)(*args, **kwargs)
+            return getattr(_real_module(module), attribute)(*args, **kwargs)
 
         deferred.__name__ = attribute
         return deferred
@@ -69,6 +80,26 @@ def _lazy_module(module: types.ModuleType) -> None:
 def lazy_vision_import() -> None:
     """Defer megatron.model.vision.knn_monitor (torchvision) until DINO pretraining calls it."""
     sys.meta_path.insert(0, StubFinder(KNN_MONITOR, _lazy_module))
+
+
+WANDB = "wandb"
+
+
+def _forwarding_module(module: types.ModuleType) -> None:
+    """`module` imports the real one when first asked for an attribute, and hands each on from it."""
+
+    def __getattr__(attribute: str) -> Any:
+        return getattr(_real_module(module), attribute)
+
+    module.__getattr__ = __getattr__  # type: ignore[attr-defined]
+
+
+# megatron/training.py imports wandb at its top, in every rank, whether or not the run logs to W&B:
+# 0.4 s a rank (its Settings model parses its own source for field docs), measured on 2 cores.
+def lazy_wandb_import() -> None:
+    """Import wandb (0.4 s a rank) only once a run that logs to W&B uses it, not in every rank."""
+    if importlib.machinery.PathFinder.find_spec(WANDB) is not None:  # else the engine's ImportError stays
+        sys.meta_path.insert(0, StubFinder(WANDB, _forwarding_module))
 
 
 COMPRESS = "deepspeed.compression.compress"
@@ -746,6 +777,7 @@ WORKAROUNDS: tuple[LaunchPatch, ...] = tuple(
     launch_patch(function)
     for function in (
         lazy_vision_import,
+        lazy_wandb_import,
         missing_compression_module,
         contiguous_attention_inputs,
         zero3_weight_decay_groups,
