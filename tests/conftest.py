@@ -11,12 +11,12 @@ import contextlib
 import os
 import shutil
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import pytest
 from engine_runs import SHARED_RUNS, Trained, held_out_probe, read_trained, train
-from filelock import FileLock
+from filelock import FileLock, Timeout
 
 from zerolab.assets import GPT2_MERGES, GPT2_VOCAB
 from zerolab.cli import main
@@ -93,6 +93,20 @@ def made_once(tmp_path_factory: pytest.TempPathFactory, name: str) -> Iterator[t
         made.touch()
 
 
+def being_made(tmp_path_factory: pytest.TempPathFactory, name: str) -> bool:
+    """Whether another worker is filling made_once's folder `name` at this moment."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent
+    lock = FileLock(f"{root / 'made-once' / name}.lock")
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        return True
+    lock.release()
+    return False
+
+
 @pytest.fixture(scope="session")
 def dataset(tmp_path_factory) -> str:
     """The bundled dolly sample, prepared by `zerolab prep` into a temporary directory: the
@@ -132,6 +146,16 @@ def trained(engine, dataset, tmp_path_factory) -> Callable[[str], Trained]:
                     done[name] = train(dataset, folder / name, recipe, *overrides, probe=probe)
         return done[name]
 
+    def each(names: Iterable[str]) -> None:
+        """Every run of `names`, those no other worker is training first: a worker waits for the
+        other only when nothing is left for it to train."""
+        left = [name for name in names if name not in done]
+        while left:
+            name = next((name for name in left if not being_made(tmp_path_factory, f"run-{name}")), left[0])
+            get(name)
+            left.remove(name)
+
+    get.each = each  # type: ignore[attr-defined]
     return get
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from engine_runs import SHORT, Trained, same_losses, train
+from engine_runs import SHARED_RUNS, SHORT, Trained, same_losses, train
 
 from zerolab.recipe.compose import load_recipe
 
@@ -24,7 +24,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def baseline(trained) -> Trained:
-    """Plain data parallelism, fp32, micro batch 2 x accumulation 2 x 2 ranks, no recomputation."""
+    """Plain data parallelism, fp32, micro batch 2 x accumulation 2 x 2 ranks, no recomputation.
+    The module reads every shared run: they are trained first, those no other worker trains first."""
+    trained.each(SHARED_RUNS)
     return trained("z0")
 
 

@@ -81,6 +81,7 @@ def compared(engine, trained, exported) -> dict[str, dict[str, Any]]:
     """Each shared run's export against the engine's forward pass of its final weights, in one call
     of the engine's Python: by setup, the largest logit difference, both losses, and what the
     exported tokenizer and config say."""
+    trained.each(SHARED_RUNS)
     pairs = [(str(exported(setup)), str(trained(setup).probe)) for setup in SHARED_RUNS]
     _, python = engine
     results = _engine_python_json(python, COMPARE, json.dumps(pairs))
