@@ -73,15 +73,20 @@ def engine() -> tuple[Path, Path]:
     return engine_dir(), engine_python()
 
 
+def _made_once_folder(tmp_path_factory: pytest.TempPathFactory, name: str) -> Path:
+    """made_once's folder `name`, in the session's temporary folder that every worker's lies in."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the workers' folders lie in the session's
+    return root / "made-once" / name
+
+
 @contextlib.contextmanager
 def made_once(tmp_path_factory: pytest.TempPathFactory, name: str) -> Iterator[tuple[Path, bool]]:
     """A folder made once per test session and shared by its pytest-xdist workers (`make test` runs
     two), locked while the caller looks at it and fills it: yields (folder, whether it was made
     before). A folder whose filling failed is emptied for the next caller."""
-    root = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        root = root.parent  # the workers' folders lie in the session's
-    folder = root / "made-once" / name
+    folder = _made_once_folder(tmp_path_factory, name)
     folder.parent.mkdir(exist_ok=True)
     made = folder / ".made"
     with FileLock(f"{folder}.lock"):
@@ -95,10 +100,7 @@ def made_once(tmp_path_factory: pytest.TempPathFactory, name: str) -> Iterator[t
 
 def being_made(tmp_path_factory: pytest.TempPathFactory, name: str) -> bool:
     """Whether another worker is filling made_once's folder `name` at this moment."""
-    root = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        root = root.parent
-    lock = FileLock(f"{root / 'made-once' / name}.lock")
+    lock = FileLock(f"{_made_once_folder(tmp_path_factory, name)}.lock")
     try:
         lock.acquire(timeout=0)
     except Timeout:

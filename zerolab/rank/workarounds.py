@@ -584,12 +584,14 @@ def cpu_info_file(version: str) -> Path | None:
     built for it (TORCH_EXTENSIONS_DIR, which every launch sets), named by the CPU it describes;
     None outside a launch or without /proc/cpuinfo."""
     folder = os.environ.get("TORCH_EXTENSIONS_DIR")
+    if not folder:
+        return None
     try:
         text = Path("/proc/cpuinfo").read_text(errors="replace")
     except OSError:
         return None
     lines = sorted({line for line in text.splitlines() if line.partition(":")[0].strip() in _CPU_LINES})
-    if not folder or not lines:
+    if not lines:
         return None
     key = hashlib.sha256("\n".join([platform.machine(), version, *lines]).encode()).hexdigest()[:16]
     return Path(folder, f"cpuinfo-{key}.json")
