@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -144,9 +145,35 @@ SWITCHES: tuple[Switch, ...] = (
         "bias-GeLU and bias-dropout-add by torch.compile: other rounding and dropout draws (off by default)",
         False,
     ),
+    Switch(
+        "compiled_layers",
+        "each transformer layer by torch.compile, one graph for all (sdpa, TP 1, ZeRO 0-2; off by default)",
+        False,
+    ),
+    Switch(
+        "coalesced_grad_reduction",
+        "ZeRO 1-3: gradients kept through a step's micro batches, reduced once per step (off by default)",
+        False,
+    ),
 )
 """Every switch, in the order the ladder adds them."""
 SWITCH_NAMES: tuple[str, ...] = tuple(switch.name for switch in SWITCHES)
+
+
+def patch_line(kind: str, name: str, why: str) -> str:
+    """The line rank 0 prints at the top of train.log for each change applied at launch
+    (`zerolab: switch compiled_layers: ...`); zerolab.logs reads the switches back from it."""
+    return f"zerolab: {kind} {name}: {why}"
+
+
+def not_used_line(name: str, why: str) -> str:
+    """The line a rank prints once when a switch that is on falls back to the engine's own code."""
+    return f"zerolab: {name}: not used: {why}"
+
+
+SWITCH_LINE = re.compile(r"^zerolab: switch (\w+): ")
+NOT_USED_LINE = re.compile(r"^zerolab: (\w+): not used: ")
+"""patch_line of a switch, and not_used_line, as the log reader finds them."""
 
 LADDER_JSON = "ladder.json"
 LADDER_MD = "ladder.md"

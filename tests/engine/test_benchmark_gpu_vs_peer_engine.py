@@ -20,7 +20,7 @@ LINE = re.compile(
 
 def test_both_sides_run_on_cpu_into_the_report(engine, dataset, tmp_path):
     out, work = tmp_path / "gpu.md", tmp_path / "work"
-    command = [sys.executable, str(SCRIPT), "--device", "cpu", "--tiny", "--zero", "0", "--iters", "3",
+    command = [sys.executable, str(SCRIPT), "--device", "cpu", "--tiny", "--cases", "tiny:0", "--iters", "3",
                "--peer-steps", "1", "--peer-warmup-steps", "1", "--profile", "all", "--data", dataset,
                "--work", str(work), "--out", str(out)]  # fmt: skip
     result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=900)

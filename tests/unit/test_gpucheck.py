@@ -107,3 +107,16 @@ def test_the_working_tree_a_lent_machine_carries_leaves_ignored_files_out(tmp_pa
     (tmp_path / "kit").mkdir()
     (tmp_path / "kit" / "wheel.whl").write_bytes(b"z" * 2**22)
     assert round(kits.working_tree_mib(tmp_path), 3) == 2.0  # the kit is carried by name, not as tree
+
+
+def test_a_kit_inside_the_checkout_and_not_ignored_counts_once(tmp_path):
+    """The kit's size line counts the tree less the kit, then the kit: 56 MiB that travel once were
+    "97.0 MiB, OVER" when a kit inside the checkout was counted as tree and as kit."""
+    git("init", "-q", cwd=tmp_path)
+    (tmp_path / "tracked").write_bytes(b"x" * 2**20)
+    git("add", "tracked", cwd=tmp_path)
+    (tmp_path / ".gpu-kit").mkdir()
+    (tmp_path / ".gpu-kit" / "wheel.whl").write_bytes(b"z" * 2**22)
+    assert round(kits.working_tree_mib(tmp_path), 3) == 5.0  # git would carry the kit as tree
+    tree = kits.working_tree_mib(tmp_path, besides=tmp_path / ".gpu-kit")
+    assert round(tree + kits.size_mib(tmp_path / ".gpu-kit"), 3) == 5.0

@@ -11,30 +11,35 @@ import pytest
 
 from zerolab.commands.ladder import ladder_plan
 from zerolab.contracts import SWITCHES, Phase, Plan, plan_text
-from zerolab.engine.ladder_phases import standard_phases
+from zerolab.engine.ladder_phases import EVERY_SWITCH, standard_phases
 from zerolab.errors import UserError
 from zerolab.rank.speed_ladder import call_site, kernel_class, ladder_markdown, read_plan, summarise_kernels
 
 EQUAL = [switch.name for switch in SWITCHES if switch.equal]
+OTHER = [switch.name for switch in SWITCHES if not switch.equal]
 
 
-def test_the_standard_phases_add_each_equal_switch_then_leave_each_out():
+def test_the_standard_phases_add_each_switch_then_all_then_leave_each_out():
     phases = standard_phases()
     assert [p.name for p in phases[:2]] == ["engine as it is", "dropout 0"]
     assert phases[0].on == () and not phases[0].dropout_zero and phases[1].dropout_zero
     added = phases[2 : 2 + len(EQUAL)]
     assert [p.on for p in added] == [tuple(EQUAL[: i + 1]) for i in range(len(EQUAL))]
-    left_out = phases[2 + len(EQUAL) : 2 + 2 * len(EQUAL)]
+    others = phases[2 + len(EQUAL) : 2 + len(EQUAL) + len(OTHER)]
+    assert [p.on for p in others] == [(*EQUAL, name) for name in OTHER]
+    assert {"compiled_layers", "coalesced_grad_reduction"} <= set(OTHER)
+    every = phases[2 + len(EQUAL) + len(OTHER)]
+    assert every.name == EVERY_SWITCH and every.on == (*EQUAL, *OTHER)
+    left_out = phases[3 + len(EQUAL) + len(OTHER) :]
     assert [set(EQUAL) - set(p.on) for p in left_out] == [{name} for name in EQUAL]
-    assert phases[-1].on == (*EQUAL, "compiled_elementwise")
-    assert [p.name for p in phases if p.inspect] == ["engine as it is", f"+ {EQUAL[-1]}"]
+    assert [p.name for p in phases if p.inspect] == ["engine as it is", f"+ {EQUAL[-1]}", EVERY_SWITCH]
     assert all(p.dropout_zero for p in phases[1:])
 
 
 def test_a_plan_travels_as_text_and_counts_its_iterations():
     plan = Plan(standard_phases(), "/tmp/out", warmup=1, measured=2, tokens_per_iteration=4096, rounds=2)
     assert read_plan(plan_text(plan)) == plan
-    assert plan.iterations() == 2 * len(plan.phases) * 3 + 2 * 2  # two inspected phases: profile, census
+    assert plan.iterations() == 2 * len(plan.phases) * 3 + 3 * 2  # three inspected phases: profile, census
 
 
 def test_a_plan_naming_an_unknown_switch_or_no_plan_is_refused():

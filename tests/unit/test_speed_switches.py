@@ -10,12 +10,14 @@ import os
 import pytest
 from engine_patch_helpers import run_entry
 
-from zerolab.contracts import SPEED_ENV, SWITCH_NAMES, SWITCHES
+from zerolab.contracts import SPEED_ENV, SWITCH_NAMES, SWITCHES, not_used_line, patch_line
+from zerolab.logs.parse import parse_log
 from zerolab.rank.megatron_entry import LAUNCH_PATCHES
 from zerolab.rank.speed_switches import launch_switches, set_on
 from zerolab.recipe.compose import load_recipe
 from zerolab.recipe.render import render
 from zerolab.recipe.schema import SpeedSection
+from zerolab.summarize.summary import speed_switches
 
 
 def test_each_switch_is_a_schema_key_with_its_doc_and_default():
@@ -24,8 +26,9 @@ def test_each_switch_is_a_schema_key_with_its_doc_and_default():
     for switch in SWITCHES:
         assert fields[switch.name].description == switch.doc
         assert fields[switch.name].default is switch.equal  # proven equal: on by default
-    assert [s.name for s in SWITCHES if not s.equal] == ["compiled_elementwise"]
-    assert "off by default" in SpeedSection.model_fields["compiled_elementwise"].description
+    off = ["compiled_elementwise", "compiled_layers", "coalesced_grad_reduction"]
+    assert [s.name for s in SWITCHES if not s.equal] == off
+    assert all("off by default" in SpeedSection.model_fields[name].description for name in off)
 
 
 def test_render_names_the_switches_on_and_only_for_pretraining():
@@ -65,3 +68,25 @@ def test_each_switch_is_a_launch_patch_explained_in_one_line():
         assert patch.why and "\n" not in patch.why and len(patch.why) < 110
     os.environ.pop(SPEED_ENV, None)
     assert not any(patch.wanted() for patch in switches)
+
+
+def test_the_summary_names_the_switches_a_run_set_apart_and_those_it_could_not_use(tmp_path):
+    """A study reads which runs reduced gradients once per step or ran compiled layers: the summary's
+    speed_switches, from the lines the ranks print (contracts' patch_line and not_used_line)."""
+    defaults = [switch for switch in SWITCHES if switch.default and switch.name != "manual_gc"]
+    lines = [patch_line("switch", switch.name, switch.doc) for switch in defaults]
+    lines += [
+        patch_line("switch", "compiled_layers", "x"),
+        patch_line("switch", "coalesced_grad_reduction", "y"),
+    ]
+    lines.append(
+        not_used_line("coalesced_grad_reduction", "coalesce_grad_reduction requires ZeRO stage 1/2/3")
+    )
+    log_file = tmp_path / "train.log"
+    log_file.write_text("\n".join(lines) + "\n")
+    log = parse_log(log_file)
+    assert speed_switches(log) == "-manual_gc +compiled_layers +coalesced_grad_reduction (not used)"
+    log_file.write_text("\n".join(patch_line("switch", s.name, s.doc) for s in SWITCHES if s.default) + "\n")
+    assert speed_switches(parse_log(log_file)) == ""  # the defaults
+    log_file.write_text("iteration 1/ 2 | lm loss: 1.0E+01 |\n")
+    assert speed_switches(parse_log(log_file)) is None  # a log that names no switch

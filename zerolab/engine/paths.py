@@ -22,12 +22,11 @@ def engine_python_env() -> dict[str, str]:
     """This environment for the engine's Python (or another interpreter zerolab starts), as a
     launch's ranks have it: without PYTHONPATH and PYTHONHOME (it sees only its own packages), the
     engine's bin directory first on PATH (DeepSpeed builds its ops with the `ninja` found there:
-    another ninja version keeps another build log, and rebuilds everything) and zerolab's
-    TORCH_EXTENSIONS_DIR (the ops built at set-up, not rebuilt in torch's default folder)."""
+    another ninja version keeps another build log, and rebuilds everything) and zerolab's build
+    caches (engine_caches)."""
     env = {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "PYTHONHOME")}
     env["PATH"] = f"{engine_bin_dir()}{os.pathsep}{env.get('PATH', '')}"
-    env["TORCH_EXTENSIONS_DIR"] = str(torch_extensions_dir())
-    return env
+    return env | engine_caches()
 
 
 def zerolab_on_path(*first: Path) -> dict[str, str]:
@@ -69,6 +68,15 @@ def torch_extensions_dir() -> Path:
     """Where DeepSpeed JIT-builds its C++ ops for the engine (TORCH_EXTENSIONS_DIR at launch):
     zerolab's own, so that other torch programs on the machine neither rebuild nor replace them."""
     return Path(os.environ.get("TORCH_EXTENSIONS_DIR") or zerolab_home() / "torch_extensions")
+
+
+def engine_caches() -> dict[str, str]:
+    """The environment that points the engine's builds at zerolab's folders, as every launch and
+    engine process has it: DeepSpeed's JIT-built ops (TORCH_EXTENSIONS_DIR) and torch.compile's
+    kernels (TORCHINDUCTOR_CACHE_DIR: speed.compiled_layers compiles a layer once per machine, later
+    launches load it)."""
+    inductor = os.environ.get("TORCHINDUCTOR_CACHE_DIR") or str(zerolab_home() / "torchinductor")
+    return {"TORCH_EXTENSIONS_DIR": str(torch_extensions_dir()), "TORCHINDUCTOR_CACHE_DIR": inductor}
 
 
 def cuda_link_dir() -> Path:

@@ -1,14 +1,15 @@
-"""The GPU check's steps, in order, each one command (or a few) with its log and a time budget:
+"""The GPU check's steps, in order, each one command (or a few) with its log and a time allowance:
 a virtual environment over the machine's own Python and CUDA torch, filled from the kit, and the
-engine checked out, nothing compiled; the bundled dolly sample prepared; the speed ladder on GPT-2
-1.5B ZeRO-2 (`zerolab ladder`); ZeRO-0 at GPT-2 1.5B micro 4 and 124M micro 16 against the
-plain-PyTorch peer (benchmarks/gpu_vs_peer.py); the seed setups at 124M; then the report
-(zerolab.gpucheck.report). Named steps beyond the budgeted plan (the seeds with optimizer offload,
-the five seed recipes at 1.5B, the fine-tuning recipes) run when `--only` names them.
+engine checked out, nothing compiled; the bundled dolly sample prepared; ZeRO-0 and ZeRO-2 at GPT-2
+1.5B micro 4 and ZeRO-0 at 124M micro 16 against the plain-PyTorch peer (benchmarks/gpu_vs_peer.py);
+the seed setups ZeRO 0-3 and 3 with optimizer offload at 124M; the speed ladder on GPT-2 1.5B ZeRO-2
+(`zerolab ladder`) with the time left; then the report (zerolab.gpucheck.report). The headline
+figures come first, so that a check cut short still has them. Named steps beyond the budgeted plan
+(the five seed recipes at 1.5B, the fine-tuning recipes) run when `--only` names them.
 
 A step that completed is recorded in logs/gpu-check/steps/ and skipped when the check runs again,
 so that a check cut short by a time limit goes on where it stopped. `--budget` refuses to start a
-step whose budget no longer fits and stops a step at the budget's end. `--rehearse` runs the same
+step whose allowance no longer fits and stops a step at its allowance's end. `--rehearse` runs the same
 plan on this machine's CPU with the tiny model, each step's time recorded. Standard library only:
 the machine's Python runs the first step before zerolab's dependencies are installed.
 """
@@ -40,11 +41,12 @@ REHEARSAL_WORK = LOGS_DIR / "gpu-check-rehearsal"
 """The same for a rehearsal on CPU, so that it never counts as a step of the real check."""
 SWEEP_NAME = "gpu-check"
 SEED_RECIPE = "gpt2_dp"
-SEED_SETUPS = "zero=z0,z1,z2,z3"
-OFFLOAD_SETUP = "zero=z3_offload"
+SEED_SETUPS = "zero=z0,z1,z2,z3,z3_offload"
 """recipes/gpt2_{dp,z1,z2,z3,z3_offload}.yaml differ only in their zero block: a sweep of gpt2_dp
-over it launches the seed recipes. Offload has a step of its own: DeepSpeed's CPU Adam is compiled
-at its first use (about a minute), and the budgeted plan compiles nothing."""
+over it launches the seed recipes (offload compiles DeepSpeed's CPU Adam at its first use)."""
+FASTEST = ["speed.compiled_layers=true", "speed.coalesced_grad_reduction=true"]
+"""The speed switches off by default that the peer comparison and the seed setups run with: the
+engine at its fastest (the ladder measures each switch on its own)."""
 LADDER_RECIPE = "gpt2_z2"
 SAMPLE = SAMPLES_DIR / "dolly151.jsonl"
 LINKS = "zerolab-gpu-check.pth"
@@ -92,6 +94,12 @@ class Step:
     budget_s: int
     commands: list[Command | Write] = field(default_factory=list)
     fatal: bool = True
+    rest: bool = False
+    """Given what is left of the check's budget (budget_s is then the least it starts with)."""
+
+    def allowance(self) -> str:
+        """The step's allowance in words, as the check prints it."""
+        return f"the time left, at least {self.budget_s} s" if self.rest else f"{self.budget_s} s"
 
 
 @dataclass(frozen=True)
@@ -134,8 +142,9 @@ class Scale:
 GPU_SCALE = Scale(
     ladder=[LADDER_RECIPE, "hardware.procs_per_node=1", "--measured", "2", "--rounds", "2"],
     peer=[
-        "--zero",
-        "0",
+        "--cases",
+        "1.5b:0,2",
+        "124m:0",
         "--iters",
         "12",
         "--peer-steps",
@@ -148,8 +157,9 @@ GPU_SCALE = Scale(
     seeds=[SEED_RECIPE, "model=gpt2-124m", "train.micro_batch_size=16", "hardware.procs_per_node=1"],
     seeds_1_5b=[SEED_RECIPE, "hardware.procs_per_node=1"],
 )
-"""The budgeted plan on one GPU: the ladder on GPT-2 1.5B ZeRO-2 (micro 4, global batch 32 x 1024),
-ZeRO-0 against the peer at 1.5B micro 4 and 124M micro 16, the seed setups at 124M micro 16."""
+"""The budgeted plan on one GPU: ZeRO-0 and ZeRO-2 against the peer at 1.5B micro 4 and ZeRO-0 at
+124M micro 16, the seed setups at 124M micro 16, the ladder on GPT-2 1.5B ZeRO-2 (micro 4, global
+batch 32 x 1024)."""
 REHEARSAL_SCALE = Scale(
     ladder=[
         "cpu/tiny_z2",
@@ -165,8 +175,8 @@ REHEARSAL_SCALE = Scale(
         "--device",
         "cpu",
         "--tiny",
-        "--zero",
-        "0",
+        "--cases",
+        "tiny:0",
         "--iters",
         "6",
         "--peer-steps",
@@ -240,7 +250,7 @@ def environment_step(options: Options) -> Step:
     python = str(venv_python(options))
     zerolab = [str(driver_python(options)), "-m", "zerolab"]
     kit = options.kit
-    step = Step("environment", "", budget_s=60)
+    step = Step("environment", "", budget_s=45)
     if options.rehearse:
         step.what = f"this machine's engine set-up ({options.home}), checked: nothing installed or compiled"
         step.commands.append(Command([*zerolab, "engine", "install", "--no-build"]))
@@ -301,6 +311,7 @@ def steps(options: Options) -> list[Step]:
         python,
         str(REPO_ROOT / "benchmarks" / "gpu_vs_peer.py"),
         *scale.peer,
+        *(word for setting in FASTEST for word in ("--set", setting)),
         "--data",
         prefix,
         "--work",
@@ -332,16 +343,9 @@ def steps(options: Options) -> list[Step]:
         environment_step(options),
         data,
         Step(
-            "ladder",
-            f"zerolab ladder {' '.join(scale.ladder)}: the speed switches turned between iterations",
-            budget_s=240,
-            commands=[Command(ladder)],
-            fatal=False,
-        ),
-        Step(
             "peer",
-            "benchmarks/gpu_vs_peer.py: zerolab (ZeRO-0, the default switches) against plain PyTorch",
-            budget_s=170,
+            "benchmarks/gpu_vs_peer.py: zerolab (the default switches and the fastest) against plain PyTorch",
+            budget_s=270,
             commands=[Command(peer)],
             fatal=False,
         ),
@@ -349,26 +353,23 @@ def steps(options: Options) -> list[Step]:
             "seeds",
             f"the seed setups {SEED_SETUPS} at {' '.join(scale.seeds[1:])}, {options.iters} iterations each",
             budget_s=150,
-            commands=[Command(sweep(scale.seeds, SEED_SETUPS, sweep_name(options.work)))],
+            commands=[Command(sweep([*scale.seeds, *FASTEST], SEED_SETUPS, sweep_name(options.work)))],
             fatal=False,
+        ),
+        Step(
+            "ladder",
+            f"zerolab ladder {' '.join(scale.ladder)}: the speed switches turned between iterations",
+            budget_s=45,
+            commands=[Command(ladder)],
+            fatal=False,
+            rest=True,
         ),
         Step("report", "benchmarks/gpu.md, and the results folder", budget_s=10, commands=[Command(report)]),
-        Step(
-            "seeds_offload",
-            "the seed setup ZeRO-3 + CPU optimizer offload (compiles DeepSpeed's CPU Adam, about a minute)",
-            budget_s=150,
-            commands=[Command(sweep(scale.seeds, OFFLOAD_SETUP, sweep_name(options.work, "offload")))],
-            fatal=False,
-        ),
         Step(
             "seeds_1_5b",
             "the five seed recipes as shipped (GPT-2 1.5B) on one GPU",
             budget_s=480,
-            commands=[
-                Command(
-                    sweep(scale.seeds_1_5b, "zero=z0,z1,z2,z3,z3_offload", sweep_name(options.work, "1.5b"))
-                )
-            ],
+            commands=[Command(sweep(scale.seeds_1_5b, SEED_SETUPS, sweep_name(options.work, "1.5b")))],
             fatal=False,
         ),
         Step(
@@ -381,14 +382,14 @@ def steps(options: Options) -> list[Step]:
     ]
 
 
-PLANNED = ("environment", "data", "ladder", "peer", "seeds", "report")
-"""The steps a check runs unless --only names others: the budgeted plan."""
-STEP_NAMES = (*PLANNED, "seeds_offload", "seeds_1_5b", "finetune")
+PLANNED = ("environment", "data", "peer", "seeds", "ladder", "report")
+"""The steps a check runs unless --only names others: the budgeted plan, headline figures first."""
+STEP_NAMES = (*PLANNED, "seeds_1_5b", "finetune")
 
 
 def describe(step: Step, number: int, total: int) -> list[str]:
     """The lines the check prints for a step before it runs it (and all that --dry-run prints)."""
-    lines = [f"{number}/{total} {step.name}: {step.what}"]
+    lines = [f"{number}/{total} {step.name} ({step.allowance()}): {step.what}"]
     for command in step.commands:
         if isinstance(command, Write):
             lines.append(f"  - write {command.path}: {command.why}")
@@ -435,20 +436,21 @@ def run(
         left = options.budget_s - (time.monotonic() - started) - reserve
         if step.budget_s > left:
             print(
-                f"{number}/{total} {step.name}: not started: it is given {step.budget_s} s and "
+                f"{number}/{total} {step.name}: not started: it is given {step.allowance()} and "
                 f"{max(left, 0):.0f} s of the check's --budget {options.budget_s:.0f} are left",
                 flush=True,
             )
             continue
         began = time.monotonic()
-        failed = _execute(step, timeout_s=left)
+        given = left if step.rest else step.budget_s
+        failed = _execute(step, timeout_s=given)
         seconds = time.monotonic() - began
         if failed is not None and step.fatal:
             print(f"{number}/{total} {step.name}: FAILED after {seconds:.0f} s: {failed}", flush=True)
             return 1
         outcome = "done" if failed is None else f"done, with a problem: {failed}"
         print(f"{number}/{total} {step.name}: {outcome} in {seconds:.0f} s", flush=True)
-        record = {"seconds": round(seconds, 1), "budget_s": step.budget_s, "problem": failed}
+        record = {"seconds": round(seconds, 1), "budget_s": round(given), "problem": failed}
         state_file(options.work, step.name).parent.mkdir(parents=True, exist_ok=True)
         state_file(options.work, step.name).write_text(json.dumps(record) + "\n")
         if after_step is not None and step is not report:

@@ -321,9 +321,10 @@ CARRY_LIMIT_MIB = 64
 """What a lent GPU machine of this workplace takes along: the working tree and the kit together."""
 
 
-def working_tree_mib(root: Path = REPO_ROOT) -> float | None:
+def working_tree_mib(root: Path = REPO_ROOT, besides: Path | None = None) -> float | None:
     """The files git would carry from the checkout at `root` (tracked, and untracked but not
-    ignored), in MiB; None outside a git checkout."""
+    ignored), in MiB, less those under `besides` (a kit inside the checkout travels once, counted
+    as the kit); None outside a git checkout."""
     listing = subprocess.run(
         ["git", "-C", str(root), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
         capture_output=True,
@@ -332,6 +333,8 @@ def working_tree_mib(root: Path = REPO_ROOT) -> float | None:
     if listing.returncode != 0:
         return None
     paths = [root / name for name in listing.stdout.decode().split("\0") if name]
+    if besides is not None:
+        paths = [path for path in paths if not path.resolve().is_relative_to(besides.resolve())]
     return sum(path.stat().st_size for path in paths if path.is_file()) / 2**20
 
 
@@ -353,7 +356,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"zerolab: error: {error}", file=sys.stderr)
         return 2
     wheels = kit.manifest["wheels"]
-    tree = working_tree_mib()
+    tree = working_tree_mib(besides=kit.root)
     if tree is not None:
         total = tree + size_mib(kit.root)
         verdict = "within" if total <= CARRY_LIMIT_MIB else "OVER"

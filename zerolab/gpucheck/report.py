@@ -19,8 +19,17 @@ import tarfile
 import time
 from pathlib import Path
 
-from zerolab.gpucheck.check import FINETUNE_RECIPE, STEP_NAMES, WORK, state_file, sweep_name
+from zerolab.gpucheck.check import (
+    FASTEST,
+    FINETUNE_RECIPE,
+    SEED_SETUPS,
+    STEP_NAMES,
+    WORK,
+    state_file,
+    sweep_name,
+)
 from zerolab.locations import REPO_ROOT, SWEEPS_DIR
+from zerolab.summarize.report import summarize_sweep
 
 GPU_REPORT = REPO_ROOT / "benchmarks" / "gpu.md"
 REPORT_NAME = "gpu.md"
@@ -76,7 +85,7 @@ def seed_lines(summary: dict) -> list[str]:
 
 
 def step_lines(work: Path) -> list[str]:
-    """Each step with its time against its budget, or that it did not run."""
+    """Each step with its time against its allowance, or that it did not run."""
     lines = []
     for name in STEP_NAMES:
         path = state_file(work, name)
@@ -99,18 +108,23 @@ def _included(path: Path, missing: str) -> list[str]:
 
 
 def _sweep(title: str, command: str, directory: Path, missing: str) -> list[str]:
+    """A sweep's section: its summary.json, or of a sweep cut short (its cells written, no summary
+    yet), the summary of the runs it has."""
     lines = ["", f"## {title}", "", command, ""]
     summary = directory / "summary.json"
+    if not summary.is_file() and any(directory.glob("*/run.json")):
+        summarize_sweep(directory)
     if summary.is_file():
         return lines + seed_lines(json.loads(summary.read_text()))
     return [*lines, f"Not measured: {missing}."]
 
 
 def report_text(work: Path) -> str:
-    """The report's text for the check in `work`."""
+    """The report's text for the check in `work`: the headline figures first (the peer, the seed
+    setups), then the ladder."""
     sweeps = REPO_ROOT / SWEEPS_DIR
     lines = [
-        "# zerolab on one GPU: the speed ladder, the plain-PyTorch peer, the seed setups",
+        "# zerolab on one GPU: the plain-PyTorch peer, the seed setups, the speed ladder",
         "",
         f"Written by `make gpu-check` on {time.strftime('%Y-%m-%d %H:%M %Z')}. GPU: **{gpu_name()}**.",
         "",
@@ -118,33 +132,24 @@ def report_text(work: Path) -> str:
         "",
         *step_lines(work),
         "",
-        "## The speed ladder",
-        "",
-        *_included(work / "ladder" / "ladder.md", "Not measured: the ladder step did not run."),
-        "",
         "## zerolab against a plain PyTorch GPT-2",
         "",
         *_included(work / "gpu_vs_peer.md", "Not measured: the peer step did not run."),
     ]
     lines += _sweep(
         "The seed setups at GPT-2 124M on one GPU",
-        "`zerolab sweep gpt2_dp zero=z0,z1,z2,z3 model=gpt2-124m train.micro_batch_size=16 "
-        "hardware.procs_per_node=1 ...` (the seed recipes differ only in their zero block); steady-state "
-        "medians by `zerolab summarize`; the estimate is `zerolab estimate`'s peak for the run's setup "
-        "against its max allocated.",
+        f"`zerolab sweep gpt2_dp {SEED_SETUPS} model=gpt2-124m train.micro_batch_size=16 "
+        f"hardware.procs_per_node=1 {' '.join(FASTEST)} ...` (the seed recipes differ only in their zero "
+        "block); steady-state medians by `zerolab summarize`; the estimate is `zerolab estimate`'s peak "
+        "for the run's setup against its max allocated.",
         sweeps / sweep_name(work),
         "the seeds step did not run",
     )
-    lines += _sweep(
-        "ZeRO-3 with the optimizer offloaded, GPT-2 124M",
-        "`zerolab sweep gpt2_dp zero=z3_offload ...` (its own step: DeepSpeed's CPU Adam is compiled "
-        "at its first use).",
-        sweeps / sweep_name(work, "offload"),
-        "the seeds_offload step did not run",
-    )
+    lines += ["", "## The speed ladder", ""]
+    lines += _included(work / "ladder" / "ladder.md", "Not measured: the ladder step did not run.")
     lines += _sweep(
         "The five seed recipes as shipped (GPT-2 1.5B)",
-        "`zerolab sweep gpt2_dp zero=z0,z1,z2,z3,z3_offload hardware.procs_per_node=1 ...`.",
+        f"`zerolab sweep gpt2_dp {SEED_SETUPS} hardware.procs_per_node=1 ...`.",
         sweeps / sweep_name(work, "1.5b"),
         "the seeds_1_5b step did not run",
     )

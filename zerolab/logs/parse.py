@@ -9,6 +9,7 @@ from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from zerolab.contracts import NOT_USED_LINE, SWITCH_LINE
 from zerolab.logs import deepspeed, megatron
 from zerolab.logs.config_dump import ConfigCollector
 from zerolab.logs.failures import EndingDetector
@@ -70,6 +71,10 @@ class ParsedLog:
     bad_values: list[tuple[int, str]] = field(default_factory=list)
     """(line number, what) of the first MAX_BAD_VALUES malformed values, each left out."""
     bad_value_count: int = 0
+    switches_on: list[str] = field(default_factory=list)
+    """The speed switches rank 0 said it turned on (`zerolab: switch NAME: ...`), in order."""
+    switches_not_used: list[str] = field(default_factory=list)
+    """Those of them a rank said fell back to the engine's own code (`zerolab: NAME: not used: ...`)."""
 
     @property
     def iteration_count(self) -> int:
@@ -199,6 +204,12 @@ class LogParser:
 
     def _feed_other(self, text: str, problems: list[str]) -> None:
         log = self.log
+        if text.startswith("zerolab: "):
+            for pattern, names in ((SWITCH_LINE, log.switches_on), (NOT_USED_LINE, log.switches_not_used)):
+                found = pattern.match(text)
+                if found and found.group(1) not in names:
+                    names.append(found.group(1))
+            return
         validation = megatron.parse_validation(text)
         if validation:
             log.validations.append(validation)

@@ -19,7 +19,7 @@ import runpy
 import sys
 from pathlib import Path
 
-from zerolab.contracts import FLASH_V2
+from zerolab.contracts import FLASH_V2, patch_line
 from zerolab.rank.apex_standin import APEX_TORCH_STANDINS
 from zerolab.rank.forward_probe import FORWARD_PROBE
 from zerolab.rank.import_hooks import LaunchPatch, apply_wanted
@@ -68,7 +68,7 @@ def main(argv: list[str]) -> None:
         sys.exit(f"zerolab: {error}")
     if os.environ.get("RANK", "0") == "0":
         for patch in applied:
-            print(f"zerolab: {patch.kind} {patch.name}: {patch.why}", flush=True)
+            print(patch_line(patch.kind, patch.name, patch.why), flush=True)
     sys.argv = [str(script), *launcher_options, *rest[1:]]
     sys.path.insert(0, str(script.parent))
     runpy.run_path(str(script), run_name="__main__")

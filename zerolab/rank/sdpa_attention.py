@@ -27,6 +27,7 @@ def sdpa_wanted() -> bool:
 
 def _sdpa_core_attention(module: types.ModuleType) -> None:
     # torch here, not at the top: only in the engine's environment
+    import torch
     import torch.nn.functional as F
 
     core_attention = module.CoreAttention
@@ -34,12 +35,10 @@ def _sdpa_core_attention(module: types.ModuleType) -> None:
     causal = module.AttnMaskType.causal
 
     def whole_sequence_causal(attention: Any) -> bool:
-        """GPT's mask: causal over the whole sequence (not one mask per document)."""
-        if not hasattr(attention, "_zerolab_sdpa"):
-            attention._zerolab_sdpa = (
-                attention.attn_mask_type == causal and not module.get_args().reset_attention_mask
-            )
-        return attention._zerolab_sdpa
+        """GPT's mask: causal over the whole sequence (not one mask per document). Asked at every
+        call, not kept on the layer: a compiled layer (speed.compiled_layers) would compile again for
+        each layer that had not kept it yet."""
+        return attention.attn_mask_type == causal and not module.get_args().reset_attention_mask
 
     def sdpa_forward(
         self: Any, query_layer: Any, key_layer: Any, value_layer: Any, attention_mask: Any
@@ -49,8 +48,13 @@ def _sdpa_core_attention(module: types.ModuleType) -> None:
         if key_layer.size(0) != seq or not whole_sequence_causal(self):
             return engine_forward(self, query_layer, key_layer, value_layer, attention_mask)
         query, key, value = (t.permute(1, 2, 0, 3) for t in (query_layer, key_layer, value_layer))
-        # The engine scales by 1 / norm_factor, then (query-key layer scaling) by coeff in its softmax.
-        scale = (self.scale_mask_softmax.scale or 1.0) / self.norm_factor
+        # The engine scales by 1 / norm_factor, then (query-key layer scaling) by coeff in its softmax;
+        # a compiled layer (speed.compiled_layers) takes 1/sqrt(head size) itself, the same number
+        # but for rounding, where each layer's own coefficient would compile the layer once per layer.
+        if torch.compiler.is_compiling():
+            scale = head_size**-0.5
+        else:
+            scale = (self.scale_mask_softmax.scale or 1.0) / self.norm_factor
         dropout = self.attention_dropout.p if self.attention_dropout.training else 0.0
 
         def attend() -> Any:

@@ -11,6 +11,7 @@ before the training script (torch is imported only once the engine module it pat
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import gc
 import importlib
@@ -19,7 +20,17 @@ import types
 from collections.abc import Callable
 from typing import Any
 
-from zerolab.contracts import GC_INTERVAL, LADDER_ENV, SPEED_ENV, SWITCH_NAMES, SWITCHES, Switch
+from zerolab.contracts import (
+    ATTENTION_ENV,
+    GC_INTERVAL,
+    LADDER_ENV,
+    SDPA,
+    SPEED_ENV,
+    SWITCH_NAMES,
+    SWITCHES,
+    Switch,
+    not_used_line,
+)
 from zerolab.rank.import_hooks import LaunchPatch, patch_after_import
 
 TRANSFORMER = "megatron.model.transformer"
@@ -27,6 +38,7 @@ TENSOR_PARALLEL_DATA = "megatron.core.tensor_parallel.data"
 FUSED_LAYER_NORM = "megatron.model.fused_layer_norm"
 TRAINING = "megatron.training"
 DS_TIMER = "deepspeed.utils.timer"
+SCHEDULES = "megatron.core.pipeline_parallel.schedules"
 
 _on: set[str] = set()
 
@@ -70,9 +82,6 @@ def launch_switches() -> frozenset[str]:
 def _torch_without_scalar_copies(torch: types.ModuleType) -> types.ModuleType:
     """A stand-in for the `torch` module whose `tensor(number, device=...)` fills the device
     tensor in place (torch.full) instead of copying a host number to it."""
-    proxy = types.ModuleType(torch.__name__)
-    proxy.__dict__.update(torch.__dict__)
-    proxy.__getattr__ = lambda name: getattr(torch, name)  # type: ignore[attr-defined]
     tensor = torch.tensor
 
     def scalar_tensor(data: Any, *args: Any, **kwargs: Any) -> Any:
@@ -86,8 +95,7 @@ def _torch_without_scalar_copies(torch: types.ModuleType) -> types.ModuleType:
             return torch.full((), data, **kwargs)
         return tensor(data, *args, **kwargs)
 
-    proxy.tensor = scalar_tensor  # type: ignore[attr-defined]
-    return proxy
+    return _module_proxy(torch, tensor=scalar_tensor)
 
 
 def _scalars_filled_on_device(module: types.ModuleType) -> None:
@@ -184,6 +192,8 @@ def _elementwise_dispatch(module: types.ModuleType) -> None:
 
     def pick(scripted: Callable[..., Any], eager: Callable[..., Any]) -> Callable[..., Any]:
         def chosen(*args: Any) -> Any:
+            if torch.compiler.is_compiling():  # inside a compiled layer: traced, never TorchScript
+                return eager(*args)
             if is_on("compiled_elementwise"):
                 return compiled(eager)(*args)
             if is_on("eager_elementwise"):
@@ -246,6 +256,154 @@ def _collect_between_steps(module: types.ModuleType) -> None:
     module.train_step = train_step_manual_gc  # type: ignore[attr-defined]
 
 
+# --- compiled_layers ---------------------------------------------------------------------------
+
+
+def _say_once(said: set[str], name: str, text: str, *, used: bool = True) -> None:
+    """Print `zerolab: NAME: TEXT` (or, not `used`, the contracts' not_used_line) once per process."""
+    if name not in said:
+        said.add(name)
+        print(f"zerolab: {name}: {text}" if used else not_used_line(name, text), flush=True)
+
+
+def _compiled_layers(module: types.ModuleType) -> None:
+    """Each ParallelTransformerLayer's forward by torch.compile (regional compilation, as
+    Megatron-DeepSpeed PR #322 measured): one code object compiled once, its graph shared by every
+    layer (the layers' parameters are the graph's inputs), where compiling the whole model would
+    recompile on the engine's per-step integers. What would break the graph inside a layer is
+    answered while compiling only: the engine's try/except TypeError around self-attention (the
+    argument its attention does not take is dropped), the TorchScript bias-dropout-add (its eager
+    twin), make_viewless_tensor (applied to the compiled layer's output instead) and the
+    model-parallel RNG fork around attention dropout (at tensor parallel 1 every draw comes from the
+    one generator). Other layouts (tensor parallel > 1, ZeRO-3's partitioned weights, MoE, sequence
+    parallelism, generation with a key-value cache) run the engine's layer, and say so once."""
+    import torch
+
+    layer_class = module.ParallelTransformerLayer
+    engine_forward = layer_class.forward
+    attention_forward = module.ParallelAttention.forward
+    make_viewless_tensor = module.core.utils.make_viewless_tensor
+    tensor_parallel = module.tensor_parallel
+    # A layer's integers (query-key layer scaling's coefficient is its number) are inputs of the
+    # one graph, not constants that would compile it once per layer.
+    torch._dynamo.config.allow_unspec_int_on_nn_module = True
+    compiled_forward = torch.compile(engine_forward)
+    said: set[str] = set()
+    layouts: dict[str, str | None] = {}  # the reason the launch's layout runs the engine's layers
+
+    def fallback_reason(layer: Any, kwargs: dict[str, Any]) -> str | None:
+        """Why this layer runs the engine's own forward, or None to compile it."""
+        if kwargs.get("inference_params") is not None:
+            return "generation with a key-value cache"
+        if "args" not in layouts:
+            args = module.get_args()
+            reasons = [
+                (
+                    os.environ.get(ATTENTION_ENV) != SDPA,
+                    "model.attention is not sdpa (the engine's attention "
+                    "has constants of its own in each layer, which would compile the layer once per layer)",
+                ),
+                (args.tensor_model_parallel_size > 1, f"tensor parallel {args.tensor_model_parallel_size}"),
+                (getattr(args, "zero_stage", 0) >= 3, "ZeRO-3 (its weights are gathered by hooks)"),
+                (getattr(args, "ds_sequence_parallel_size", 1) > 1, "DeepSpeed sequence parallelism"),
+                (args.sequence_parallel, "sequence parallelism"),
+            ]
+            layouts["args"] = next((why for met, why in reasons if met), None)
+        if layouts["args"] is not None:
+            return layouts["args"]
+        if layer.num_experts != 1 or layer.layer_type != module.LayerType.encoder:
+            return "mixture of experts or a cross-attention layer"
+        return None
+
+    def layer_forward(self: Any, hidden_states: Any, *args: Any, **kwargs: Any) -> Any:
+        if not (is_on("compiled_layers") and self.training):  # evaluation: the engine's layer
+            return engine_forward(self, hidden_states, *args, **kwargs)
+        reason = fallback_reason(self, kwargs)
+        if reason is not None:
+            _say_once(said, "compiled_layers", f"{reason}; the engine's own layers run", used=False)
+            return engine_forward(self, hidden_states, *args, **kwargs)
+        _say_once(said, "compiled_layers", "each transformer layer compiled, one graph for all")
+        output, *rest = compiled_forward(self, hidden_states, *args, **kwargs)
+        return (make_viewless_tensor(output, requires_grad=output.requires_grad, keep_graph=True), *rest)
+
+    def attention(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if torch.compiler.is_compiling():
+            kwargs.pop("cpu_offloading", None)  # the engine's own fallback when its attention refuses it
+        return attention_forward(self, *args, **kwargs)
+
+    def viewless(inp: Any, requires_grad: bool, keep_graph: bool) -> Any:
+        if torch.compiler.is_compiling():  # a compiled graph's output is made viewless after it
+            return inp
+        return make_viewless_tensor(inp, requires_grad, keep_graph)
+
+    class _NoFork:
+        def fork(self, *args: Any, **kwargs: Any) -> Any:
+            return contextlib.nullcontext()
+
+    def rng_tracker() -> Any:
+        if torch.compiler.is_compiling():  # compiled layers run at tensor parallel 1 only
+            return _NoFork()
+        return tensor_parallel.get_cuda_rng_tracker()
+
+    core_proxy = _module_proxy(
+        module.core, utils=_module_proxy(module.core.utils, make_viewless_tensor=viewless)
+    )
+    module.core = core_proxy  # type: ignore[attr-defined]
+    module.tensor_parallel = _module_proxy(tensor_parallel, get_cuda_rng_tracker=rng_tracker)  # type: ignore[attr-defined]
+    layer_forward.__wrapped__ = engine_forward  # type: ignore[attr-defined]
+    attention.__wrapped__ = attention_forward  # type: ignore[attr-defined]
+    layer_class.forward = layer_forward
+    module.ParallelAttention.forward = attention
+
+
+def _module_proxy(original: types.ModuleType, **replaced: Any) -> types.ModuleType:
+    """A stand-in for `original` with the attributes `replaced`, everything else looked up in it."""
+    proxy = types.ModuleType(original.__name__)
+    proxy.__dict__.update(original.__dict__)
+    proxy.__getattr__ = lambda name: getattr(original, name)  # type: ignore[attr-defined]
+    proxy.__dict__.update(replaced)
+    return proxy
+
+
+# --- coalesced_grad_reduction ------------------------------------------------------------------
+
+
+def _one_reduction_per_step(module: types.ModuleType) -> None:
+    """Megatron's step without pipeline parallelism runs every micro batch's backward through
+    DeepSpeed, whose ZeRO 1-2 optimizer copies each gradient into its reduction buckets at every
+    micro batch; inside DeepSpeed's coalesce_grad_reduction() the gradients accumulate on the
+    parameters and are reduced once, when the step's last backward has run. Where DeepSpeed does
+    not offer it (ZeRO-0, its bf16 optimizer of ZeRO-1, pipeline parallelism) the engine's own
+    reduction runs, and the rank says why once."""
+    engine_loop = module.forward_backward_no_pipelining
+    said: set[str] = set()
+
+    def coalesced(*args: Any, **kwargs: Any) -> Any:
+        model = kwargs.get("model")
+        engine = model[0] if isinstance(model, list) else model
+        if (
+            not is_on("coalesced_grad_reduction")
+            or kwargs.get("forward_only")
+            or not hasattr(engine, "coalesce_grad_reduction")
+        ):
+            return engine_loop(*args, **kwargs)
+        with contextlib.ExitStack() as stack:
+            # last on the way out: the block gives the engine back the boundary it had on entry,
+            # where Megatron's loop leaves it at the step's boundary, for engine.step() to apply it
+            stack.callback(engine.set_gradient_accumulation_boundary, True)
+            try:
+                stack.enter_context(engine.coalesce_grad_reduction())
+            except NotImplementedError as refusal:  # DeepSpeed's own word on what it supports
+                why = f"{refusal}; reduced at every micro batch"
+                _say_once(said, "coalesced_grad_reduction", why, used=False)
+            else:
+                _say_once(said, "coalesced_grad_reduction", "gradients reduced once per step")
+            return engine_loop(*args, **kwargs)
+
+    coalesced.__wrapped__ = engine_loop  # type: ignore[attr-defined]
+    module.forward_backward_no_pipelining = coalesced  # type: ignore[attr-defined]
+
+
 SWITCH_HOOKS: dict[str, tuple[tuple[str, Callable[[types.ModuleType], None]], ...]] = {
     "unsynced_throughput_timer": ((DS_TIMER, _timer_without_waits),),
     "sync_free_zeros": ((TRANSFORMER, _scalars_filled_on_device),),
@@ -254,6 +412,8 @@ SWITCH_HOOKS: dict[str, tuple[tuple[str, Callable[[types.ModuleType], None]], ..
     "host_trims": ((FUSED_LAYER_NORM, _memoised_argspec),),
     "manual_gc": ((TRAINING, _collect_between_steps),),
     "compiled_elementwise": ((TRANSFORMER, _elementwise_dispatch),),
+    "compiled_layers": ((TRANSFORMER, _elementwise_dispatch), (TRANSFORMER, _compiled_layers)),
+    "coalesced_grad_reduction": ((SCHEDULES, _one_reduction_per_step),),
 }
 """Each switch's hooks (contracts.SWITCHES names and explains them): (engine module, patch of that module)."""
 

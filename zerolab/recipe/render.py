@@ -22,7 +22,7 @@ from zerolab.contracts import (
     FinetuneRequest,
 )
 from zerolab.engine.cuda import toolkit_home
-from zerolab.engine.paths import cuda_link_dir, engine_bin_dir, engine_python, torch_extensions_dir
+from zerolab.engine.paths import cuda_link_dir, engine_bin_dir, engine_caches, engine_python
 from zerolab.finetune.request import write_request
 from zerolab.locations import CHECKOUT
 from zerolab.recipe.destinations import DeepSpeed, one_to_one
@@ -166,11 +166,7 @@ class Launch:
         if toolkit is not None:
             env["CUDA_HOME"] = str(toolkit)
             env["LIBRARY_PATH"] = first_on("LIBRARY_PATH", str(cuda_link_dir()))
-        return env | {
-            "PYTHONSAFEPATH": "1",
-            "PYTHONUNBUFFERED": "1",
-            "TORCH_EXTENSIONS_DIR": str(torch_extensions_dir()),
-        }
+        return env | {"PYTHONSAFEPATH": "1", "PYTHONUNBUFFERED": "1"} | engine_caches()
 
     @classmethod
     def exports(cls) -> str:

@@ -246,6 +246,15 @@ COLUMNS: tuple[Column, ...] = (
     ),
     Column("precision", "`fp32`, `bf16` or `fp16`", label="precision", show=lambda v: v or "", terminal=18),
     Column(
+        "speed_switches",
+        "the speed switches (docs/speed.md) that differ from their defaults, as train.log names them: "
+        "`+compiled_layers` on, `-manual_gc` off; `(not used)` where the run's layout fell back to the "
+        "engine's own code (e.g. `coalesced_grad_reduction` at ZeRO-0). Empty: the defaults; null: a log "
+        "that names no switch",
+        label="speed switches",
+        show=lambda value: value or "",
+    ),
+    Column(
         "resumed_from",
         "the run whose checkpoint this one continues (`zerolab launch --resume`, `zerolab sweep --resume`), "
         "and that checkpoint's iteration (`resumed_iteration`); the table says `RUN@ITERATION`. Null: the "

@@ -35,6 +35,7 @@ class SummaryRow:
     micro_batch_size: int | None
     global_batch_size: int | None
     precision: str | None
+    speed_switches: str | None
     resumed_from: str | None
     resumed_iteration: int | None
     status: str

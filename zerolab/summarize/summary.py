@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from zerolab.contracts import SWITCHES
 from zerolab.estimate.runs import estimated_peak_gib
 from zerolab.logs.failures import cause_text
 from zerolab.logs.parse import ParsedLog
@@ -118,6 +119,21 @@ def _ends_early(log: ParsedLog) -> str:
     last = int(log.iterations["iteration"][-1])
     of = f" of {log.train_iters}" if log.train_iters else ""
     return f"status.json says completed, but {name} ends at iteration {last}{of}"
+
+
+def speed_switches(log: ParsedLog) -> str | None:
+    """The speed switches a run set apart from their defaults (`+NAME` on, `-NAME` off, `(not used)`
+    where it fell back), in the switches' order: "" for the defaults, None for a log naming none."""
+    if not log.switches_on:
+        return None
+    on = set(log.switches_on)
+    words = []
+    for switch in SWITCHES:
+        if (switch.name in on) != switch.default:
+            sign = "+" if switch.name in on else "-"
+            unused = " (not used)" if switch.name in log.switches_not_used else ""
+            words.append(f"{sign}{switch.name}{unused}")
+    return " ".join(words)
 
 
 def _anomalies(log: ParsedLog) -> list[str]:
@@ -413,6 +429,7 @@ def summarize_run(run: Run, log: ParsedLog, facts: RunDirFacts | None, options: 
         micro_batch_size=setup.micro_batch_size,
         global_batch_size=setup.global_batch_size,
         precision=setup.precision,
+        speed_switches=speed_switches(log),
         resumed_from=setup.resumed_from,
         resumed_iteration=setup.resumed_iteration,
         status=outcome.status,
