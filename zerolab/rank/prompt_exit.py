@@ -18,10 +18,10 @@ def exit_now(code: int = 0) -> NoReturn:
     """End this process with exit status `code` after what a normal exit does that a run relies
     on: the other non-daemon threads joined, the atexit functions run (wandb's finish, DeepSpeed's
     and torch's own), stdout and stderr flushed; the interpreter is not torn down."""
-    current = threading.current_thread()
-    for thread in threading.enumerate():
-        if thread is not current and not thread.daemon:
-            thread.join()
+    # The interpreter's own first step at exit: the threads' exit hooks (a thread pool's, such as
+    # torch.compile's, tells its idle workers to end), then every non-daemon thread joined; joining
+    # before those hooks waited forever on the pool's workers.
+    threading._shutdown()  # type: ignore[attr-defined]
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
