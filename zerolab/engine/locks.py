@@ -1,7 +1,7 @@
 """The locks in requirements/, written by `make lock` (uv pip compile, from PyPI): the exact version
-of every package each environment installs. pins.toml owns the engine stack's versions; the locks
-are resolved under them, and the two later ones under dev.txt's, so a package has one version
-wherever it is installed:
+of every package each environment installs. pins.toml owns the engine stack's versions: engine.txt
+is resolved from them, dev.txt under engine.txt, zerolab.txt under dev.txt, so a package has one
+version wherever it is installed:
 
     dev.txt      make dev's .venv: zerolab's dependencies and its test tools, with hashes
     zerolab.txt  zerolab's dependencies alone: the GPU image and the GPU kit install these
