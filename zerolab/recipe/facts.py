@@ -26,8 +26,9 @@ def run_facts(recipe: Recipe) -> RunFacts:
     model, job = recipe.model, job_of(recipe)
     try:
         epoch_tokens: int | None = job.epoch_tokens()
-    except UserError:
-        epoch_tokens = None
+        iters: int | None = job.train_iters()
+    except UserError:  # epochs of data not prepared yet: counted at launch, which refuses without it
+        epoch_tokens = iters = None
     init_from = init_source = None
     if model.init_from is not None:
         init_from = str(Path(model.init_from).resolve())
@@ -48,7 +49,7 @@ def run_facts(recipe: Recipe) -> RunFacts:
         recompute_granularity=recipe.activation_checkpointing.granularity,
         gradient_accumulation_steps=recipe.gradient_accumulation_steps,
         precision=recipe.precision_name,
-        train_iters=job.train_iters(),
+        train_iters=iters,
         epoch_tokens=epoch_tokens,
         init_from=init_from,
         init_source=init_source,
