@@ -192,7 +192,9 @@ def test_missing_split_files_name_the_prep_command_that_writes_them(tmp_path, ca
 
 
 @pytest.mark.parametrize("setup", SETUPS)
-def test_a_recipe_renders_before_its_data_is_prepared_and_launch_refuses(setup, tmp_path, capsys, monkeypatch):
+def test_a_recipe_renders_before_its_data_is_prepared_and_launch_refuses(
+    setup, tmp_path, capsys, monkeypatch
+):
     # a fresh clone: no data/glue; render shows the command, the length is counted at launch
     monkeypatch.chdir(tmp_path)
     assert main(["render", f"finetune/gpt2_xl_mrpc_{setup}"]) == 0

@@ -15,6 +15,7 @@ import pytest
 from summarize_helpers import CPU, REAL, make_run_dir
 
 from zerolab.cli import main
+from zerolab.logs.parse import parse_log
 from zerolab.summarize import plots
 
 STOPPED_BY = {"Ctrl-C": ("SIGINT (Ctrl-C)", 130), "SIGTERM": ("SIGTERM", 143)}
@@ -123,3 +124,31 @@ def test_a_failure_before_the_stop_is_noted(tmp_path: Path, capsys):
     assert len(noted) == 1 and noted[0].startswith(
         f"train.log:{number}: before it was stopped: out of memory: CUDA out of memory. Tried to allocate"
     )
+
+
+def test_a_log_cut_inside_a_traceback_or_with_tracebacks_of_several_hosts_is_a_failed_run(tmp_path: Path):
+    cut = tmp_path / "cut.log"  # frames, no exception line yet
+    cut.write_text(
+        'starting\nTraceback (most recent call last):\n  File "pretrain_gpt.py", line 3, in <module>\n'
+    )
+    hosts = tmp_path / "hosts.log"  # pdsh's prefixes, no iteration line
+    hosts.write_text(
+        "".join(
+            f"10.0.1.10{n}: {text}\n"
+            for text in (
+                "Traceback (most recent call last):",
+                '  File "pretrain_gpt.py", line 3, in <module>',
+            )
+            for n in (1, 2)
+        )
+        + "10.0.1.101: RuntimeError: NCCL error in: init\n10.0.1.102: RuntimeError: NCCL error in: init\n"
+    )
+    causes = {}
+    for path in (cut, hosts):
+        failure = parse_log(path).ending.failure
+        assert failure is not None and failure.kind == "exception", path.name
+        causes[path.name] = failure.detail
+    assert causes == {
+        "cut.log": "the log ends inside a traceback",
+        "hosts.log": "RuntimeError: NCCL error in: init",
+    }

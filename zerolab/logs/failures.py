@@ -118,12 +118,15 @@ class EndingDetector:
         self._after_traceback = False
         self._handled: str | None = None  # the source whose recorded exception was then handled
         self._exception_source: str | None = None
+        self._open_traceback: Failure | None = None  # a traceback with only frames after it so far
         self.nan_warnings = 0
         self._every_line = keep_last_lines
         self.signals = RankSignalReader(keep_last_lines=keep_last_lines)
 
     def feed(self, number: int, text: str, source: str | None = None) -> None:
         """Look at one line (`source`: its rank prefix, if any)."""
+        if self._open_traceback is not None and not text.startswith((" ", "\t")):
+            self._open_traceback = None  # its exception line, or another line: not a log cut inside it
         if self._every_line:  # the lines before a killed rank's report are kept
             self.signals.feed(number, source, text)
         if not _WORTH_A_LOOK.search(text):
@@ -136,6 +139,7 @@ class EndingDetector:
             self._handled = source  # the exception was caught, and raising another one failed the run
         elif "Traceback (most recent call last)" in text:
             self._after_traceback = True
+            self._open_traceback = Failure("exception", number, "the log ends inside a traceback")
         elif self._after_traceback and ("Error" in text or "Exception" in text):
             self._exception(number, text, source)
         if any(warning in text for warning in _NAN_WARNINGS):
@@ -166,4 +170,4 @@ class EndingDetector:
                 return Failure(kind, rank_signal.line, rank_signal.describe())
             if kind in self.found:
                 return self.found[kind]
-        return None
+        return self._open_traceback

@@ -14,7 +14,9 @@ MAX_LINE_BYTES = 64 * 1024
 _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[@-Z\\-_]|\^\[\[[0-?]*[ -/]*[@-~]|\^\[[@-Z\\-_a-z]")
 _ROLE_PREFIX = re.compile(r"^\[([A-Za-z_]*\d+)\]:")  # torchrun --tee `[default7]:`, torch>=2.2 `[rank2]:`
 _LABEL_PREFIX = re.compile(r"^(\d{1,6}): ")  # srun --label `3: `
-_HOST_PREFIX = re.compile(r"^([A-Za-z][\w.-]*?\d+): ")
+_HOST_PREFIX = re.compile(
+    r"^([A-Za-z][\w.-]*?\d+|(?:\d{1,3}\.){3}\d{1,3}): "
+)  # pdsh `node3: `, `10.0.1.101: `
 """pdsh (the deepspeed launcher over ssh) `node2: `, k8s `actor-multi-node-worker-0: `: a host name
 ending in digits (a word such as `Error: ` is not taken for one)."""
 
