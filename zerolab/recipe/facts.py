@@ -26,9 +26,14 @@ def run_facts(recipe: Recipe) -> RunFacts:
     model, job = recipe.model, job_of(recipe)
     try:
         epoch_tokens: int | None = job.epoch_tokens()
+    except UserError:
+        epoch_tokens = None
+    try:
         iters: int | None = job.train_iters()
-    except UserError:  # epochs of data not prepared yet: counted at launch, which refuses without it
-        epoch_tokens = iters = None
+    except UserError:
+        if not job.input_problems():
+            raise  # the data is there and cannot give the length: refused
+        iters = None  # epochs of data not prepared yet: counted at launch, which refuses without it
     init_from = init_source = None
     if model.init_from is not None:
         init_from = str(Path(model.init_from).resolve())
