@@ -152,3 +152,26 @@ def test_a_log_cut_inside_a_traceback_or_with_tracebacks_of_several_hosts_is_a_f
         "cut.log": "the log ends inside a traceback",
         "hosts.log": "RuntimeError: NCCL error in: init",
     }
+
+
+@pytest.mark.parametrize(
+    ("state", "code", "cause"),
+    [
+        ("killed", 137, "exit code 137: killed by SIGKILL (signal 9)"),
+        ("failed", 137, "exit code 137: killed by SIGKILL (signal 9)"),
+        ("failed", -9, "exit code -9: killed by SIGKILL (signal 9)"),
+        ("failed", 134, "exit code 134: killed by SIGABRT (signal 6)"),
+    ],
+)
+def test_a_run_ended_by_a_signal_without_a_cause_says_which(state, code, cause, tmp_path: Path, capsys):
+    """A job's status.json (a SLURM script's: state and exit code, no cause) over a log that ends
+    without a word (the OOM killer, a scheduler): the signal its exit code means, not the number."""
+    directory = make_run_dir(tmp_path / "logs", "tiny_z1", "final_z1")
+    lines = (directory / "train.log").read_text().splitlines(keepends=True)
+    end = next(i for i, line in enumerate(lines) if line.startswith(" iteration       10/")) + 1
+    (directory / "train.log").write_text("".join(lines[:end]))
+    (directory / "status.json").write_text(json.dumps({"state": state, "exit_code": code, "cause": None}))
+    row = _json(capsys, "summarize", str(tmp_path / "logs"), "--no-plots")["runs"][0]
+    assert row["status"] == state and row["cause"].startswith(cause)
+    if code in (137, -9):
+        assert "OOM killer" in row["cause"] and "scheduler" in row["cause"]
