@@ -150,7 +150,7 @@ def test_a_log_cut_inside_a_traceback_or_with_tracebacks_of_several_hosts_is_a_f
         causes[path.name] = failure.detail
     assert causes == {
         "cut.log": "the log ends inside a traceback",
-        "hosts.log": "RuntimeError: NCCL error in: init",
+        "hosts.log": "RuntimeError: NCCL error in: init (tracebacks on 10.0.1.101, 10.0.1.102)",
     }
 
 

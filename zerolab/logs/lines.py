@@ -31,6 +31,8 @@ class Line:
     cut: bool = False
     unterminated: bool = False
     """The file ends inside this line (no newline after it)."""
+    host: str | None = None
+    """The host whose output it is, where the prefix names one (pdsh's `node2: `, `10.0.1.101: `)."""
 
 
 def read_lines(path: Path) -> Iterator[Line]:
@@ -62,11 +64,12 @@ def clean_line(number: int, text: str, cut: bool = False, unterminated: bool = F
     text = text.replace("\x00", "")
     if text.startswith(">") and text[1:2] in ("", " "):  # a log pasted as a markdown blockquote
         text = text[2:]
-    source = None
+    source = host = None
     for pattern in (_ROLE_PREFIX, _LABEL_PREFIX, _HOST_PREFIX):
         match = pattern.match(text)
         if match:
             source = match.group(1)
+            host = source if pattern is _HOST_PREFIX else None
             text = text[match.end() :]
             break
-    return Line(number, source, text, cut, unterminated)
+    return Line(number, source, text, cut, unterminated, host)
