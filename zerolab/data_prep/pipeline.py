@@ -234,13 +234,13 @@ def _check_outputs(outputs: dict[str, Path], workdir: Path) -> None:
         check_folder(prefix.parent, "a folder of the output")
 
 
-def check_folder(folder: Path, what: str) -> None:
+def check_folder(folder: Path, what: str, option: str = "--out") -> None:
     """UserError when `folder`, or the first of its parents that exists, is a file (`what`: what the
-    folder is for, in the message)."""
+    folder is for, and `option` the one that gave it, in the message)."""
     taken = next((path for path in (folder, *folder.parents) if path.exists()), None)
     if taken is not None and not taken.is_dir():
         raise UserError(
-            f"--out: {taken} is a file, where {what} goes; move the file, or choose another --out"
+            f"{option}: {taken} is a file, where {what} goes; move the file, or choose another {option}"
         )
 
 
