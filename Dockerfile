@@ -35,12 +35,13 @@ RUN apt-get update \
     && rm -rf /var/lib/apt/lists/*
 
 # The engine's Python packages, exactly as pinned in pins.toml, less torch (the base
-# image's build, which apex is compiled against). NGC's pip constraint file pins the
+# image's build, which apex is compiled against), and zerolab's dependencies at the versions of
+# its lock (requirements/zerolab.txt, `make lock`). NGC's pip constraint file pins the
 # packages it ships; the constraints on the packages pinned here are dropped, as NVIDIA's
 # release notes say to do when overriding one.
 COPY zerolab/__init__.py /opt/zerolab-pins/zerolab/
 COPY zerolab/engine/__init__.py zerolab/engine/container.py zerolab/engine/pins.py zerolab/engine/pins.toml /opt/zerolab-pins/zerolab/engine/
-COPY docker/requirements-zerolab.txt /opt/zerolab-pins/
+COPY requirements/zerolab.txt /opt/zerolab-pins/requirements-zerolab.txt
 WORKDIR /opt/zerolab-pins
 RUN PYTHONPATH=/opt/zerolab-pins python3 -m zerolab.engine.container requirements requirements-engine.txt \
     && PYTHONPATH=/opt/zerolab-pins python3 -m zerolab.engine.container relax-constraints \

@@ -6,18 +6,29 @@ BIN := $(VENV)/bin
 WORKERS ?= 2
 PYTEST := $(BIN)/pytest -n $(WORKERS) --dist loadfile --no-loadscope-reorder
 
-.PHONY: help test test-fast test-engine lint dev docs setup demo gpu-kit gpu-check cluster-setup cluster-test
+.PHONY: help test test-fast test-engine lint dev lock docs setup demo gpu-kit gpu-check cluster-setup cluster-test
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
 
-$(BIN)/zerolab: pyproject.toml
+# The locks (zerolab/engine/locks.py says which environment installs which) are for Python 3.11 and
+# later: pins.toml's numpy needs it.
+LOCK := $(BIN)/uv pip compile --quiet --upgrade --universal --python-version 3.11 --custom-compile-command 'make lock'
+
+$(BIN)/zerolab: pyproject.toml requirements/dev.txt
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "make dev: $(PYTHON) is older than Python 3.11, which requirements/dev.txt needs (pins.toml's numpy): make dev PYTHON=python3.11" >&2; exit 2; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q --require-hashes -r requirements/dev.txt
+	$(BIN)/pip install -q --no-deps -e .
 	@touch $@
 
-dev: $(BIN)/zerolab  ## the development environment (.venv): zerolab and its test tools
+dev: $(BIN)/zerolab  ## the development environment (.venv): zerolab and its test tools, at requirements/dev.txt's versions
+
+lock: dev  ## refresh requirements/ to the newest versions pyproject.toml's ranges and pins.toml allow (uv, from PyPI); then make dev and make test say whether the refresh is safe
+	$(BIN)/python -m zerolab.engine.pins | $(LOCK) - -o requirements/engine.txt
+	$(LOCK) pyproject.toml --extra dev --generate-hashes -c requirements/engine.txt -o requirements/dev.txt
+	$(LOCK) pyproject.toml -c requirements/dev.txt -o requirements/zerolab.txt
 
 lint: dev  ## ruff, the import layers (import-linter: pyproject.toml), shellcheck and hadolint
 	$(BIN)/ruff check .

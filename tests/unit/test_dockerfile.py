@@ -11,10 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
-import tomllib
 from dockerfile_parse import DockerfileParser
 
-from zerolab.engine.container import requirement_name
 from zerolab.engine.install import BUILD
 from zerolab.engine.pins import load_pins
 
@@ -72,27 +70,9 @@ def test_every_pip_install_is_pinned(dockerfile):
         assert packages or requirement_files or editable
 
 
-def test_requirement_files_hold_exact_pins():
-    lines = (REPO_ROOT / "docker" / "requirements-zerolab.txt").read_text().splitlines()
-    entries = [line for line in lines if requirement_name(line)]
-    assert entries
-    for line in entries:
-        assert PINNED_LINE.match(line), line
-
-
-def test_every_zerolab_dependency_is_pinned_for_the_image():
-
-    project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
-    image = {
-        requirement_name(line)
-        for line in (REPO_ROOT / "docker" / "requirements-zerolab.txt").read_text().splitlines()
-    }
-    engine = {requirement_name(name) for name in load_pins().python}
-    for dependency in project["dependencies"]:
-        if "python_version <" in dependency:
-            continue
-        name = requirement_name(dependency)
-        assert name in image | engine, f"{name}: add an exact pin to docker/requirements-zerolab.txt"
+def test_the_image_installs_zerolabs_lock(dockerfile):
+    """The image's zerolab dependencies are requirements/zerolab.txt (tests/unit/test_locks.py)."""
+    assert "COPY requirements/zerolab.txt /opt/zerolab-pins/requirements-zerolab.txt" in dockerfile.content
 
 
 def test_engine_commit_is_the_pinned_one(dockerfile):

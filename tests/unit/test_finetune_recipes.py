@@ -191,6 +191,20 @@ def test_missing_split_files_name_the_prep_command_that_writes_them(tmp_path, ca
     assert f"zerolab prep glue mnli --out {tmp_path / 'glue'}" in err
 
 
+@pytest.mark.parametrize("setup", SETUPS)
+def test_a_recipe_renders_before_its_data_is_prepared_and_launch_refuses(
+    setup, tmp_path, capsys, monkeypatch
+):
+    # a fresh clone: no data/glue; render shows the command, the length is counted at launch
+    monkeypatch.chdir(tmp_path)
+    assert main(["render", f"finetune/gpt2_xl_mrpc_{setup}"]) == 0
+    captured = capsys.readouterr()
+    assert "iterations unknown until the data is prepared (launch counts them from it)" in captured.out
+    assert "zerolab.rank.finetune_loop" in captured.out and "zerolab prep glue mrpc" in captured.err
+    err = refused(capsys, "launch", f"finetune/gpt2_xl_mrpc_{setup}", "--run-dir", str(tmp_path / "r"))
+    assert "finetune.data: data/glue/mrpc_train.jsonl" in err and not (tmp_path / "r").exists()
+
+
 def test_a_fine_tuning_run_is_not_resumed(tmp_path, capsys):
     run = tmp_path / "run"
     run.mkdir()

@@ -36,6 +36,27 @@ def test_bad_options_exit_2_with_the_reason(args, message, tmp_path, monkeypatch
     assert message in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--results", "{file}"], "--results: {file} is a file, where the results folder goes"),
+        (["--work", "{file}/check"], "--work: {file} is a file, where the check's folder goes"),
+        (["--data", "{tmp}/dolly"], "--data {tmp}/dolly: {tmp}/dolly.idx: No such file or directory"),
+    ],
+)
+def test_paths_that_every_step_would_fail_on_are_refused_before_the_first(
+    args, message, tmp_path, monkeypatch, capsys
+):
+    """Not a check that prints ok and fails minutes in (--data: each step; --results: the report)."""
+    monkeypatch.setenv("ZEROLAB_HOME", str(tmp_path))
+    file = tmp_path / "notes.txt"
+    file.write_text("mine\n")
+    assert main([*(arg.format(file=file, tmp=tmp_path) for arg in args), "--dry-run"]) == 2
+    error = capsys.readouterr().err
+    assert message.format(file=file, tmp=tmp_path) in error and "Traceback" not in error
+    assert file.read_text() == "mine\n"
+
+
 def test_the_fewest_iterations_the_check_takes_outlast_the_seed_recipes_warm_up():
     # --iters 10 was taken, then every seed run refused (warm-up of 10 iterations; H200, 2026-11-25)
     seed = load_recipe(SEED_RECIPE, [f"train.iters={MIN_ITERS}"])

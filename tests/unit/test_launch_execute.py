@@ -21,6 +21,10 @@ from zerolab.backends.execute import Execution, finish, start
 from zerolab.logs.failures import read_ending
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+SIGKILL_WORDS = (
+    "killed by SIGKILL (signal 9): likely out of host memory (the OOM killer) or a scheduler's limit"
+)
+"""How a death by SIGKILL is said (zerolab.logs.signals.killed_by)."""
 
 
 def run(tmp_path: Path, *options: str) -> tuple[dict, Path]:
@@ -48,10 +52,18 @@ def test_completed_run_streams_every_rank_and_leaves_nothing_running(tmp_path):
     assert still_running(tmp_path / "pids") == []
 
 
-def test_exit_code_of_the_training_is_the_exit_code(tmp_path):
-    status, _ = run(tmp_path, "--iters", "1", "--exit-code", "3")
-    assert (status.state, status.exit_code) == ("failed", 3)
-    assert status.cause == "the training command exited with code 3"
+@pytest.mark.parametrize(
+    ("code", "cause"),
+    [
+        (3, "the training command exited with code 3"),
+        (137, f"the training command exited with code 137: {SIGKILL_WORDS}"),
+    ],
+)
+def test_exit_code_of_the_training_is_the_exit_code(tmp_path, code, cause):
+    """128 plus a signal (srun's code for a task the OOM killer ended) says which signal."""
+    status, _ = run(tmp_path, "--iters", "1", "--exit-code", str(code))
+    assert (status.state, status.exit_code) == ("failed", code)
+    assert status.cause == cause
 
 
 def test_crashing_rank_fails_the_launch_with_the_rank_error_as_cause(tmp_path):
@@ -66,10 +78,7 @@ def test_a_launcher_killed_by_a_signal_is_the_cause(tmp_path):
     status, _ = run(tmp_path, "--iters", "1000", "--sleep", "0.05", "--launcher-signal", str(signal.SIGKILL))
     assert (status.state, status.exit_code) == ("failed", -signal.SIGKILL)
     launcher = Path(sys.executable).name
-    assert (
-        status.cause
-        == f"the launcher ({launcher}) was killed by SIGKILL (signal 9): likely out of host memory"
-    )
+    assert status.cause == f"the launcher ({launcher}) was {SIGKILL_WORDS}"
     assert still_running(tmp_path / "pids") == []  # its orphaned ranks and helpers were stopped too
 
 
@@ -129,6 +138,7 @@ import os, signal, subprocess, sys
 from pathlib import Path
 from zerolab.backends.driver import run_job
 from zerolab.backends import execute
+
 start = subprocess.Popen
 def start_then_ctrl_c(*args, **kwargs):
     subprocess.Popen = start

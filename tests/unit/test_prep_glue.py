@@ -6,6 +6,10 @@ malformed row each a clear error."""
 from __future__ import annotations
 
 import json
+import resource
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -146,3 +150,43 @@ def test_a_file_as_the_dataset_folder_is_named(tmp_path, monkeypatch, capsys):
     assert prep("glue", "wnli", "--dataset", str(given), "--out", str(tmp_path / "data")) == 2
     error = capsys.readouterr().err
     assert f"--dataset {given} is a file; give a dataset folder" in error and "did not answer" not in error
+
+
+def test_a_split_that_cannot_be_written_leaves_none_of_the_files(tmp_path, monkeypatch):
+    """A validation file larger than the file system takes (RLIMIT_FSIZE, as a full disk): exit 2
+    naming it, and no train file left to be taken for a whole prep (a rerun refused it as existing)."""
+    train = rows_of(SAMPLES / "wnli_train.jsonl")
+    validation = rows_of(SAMPLES / "wnli_validation.jsonl") * 20
+    copy = hub_dataset_copy(tmp_path / "glue", "wnli", {"train": train, "validation": validation})
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+    def prep_glue(out: Path, limit: int | None = None) -> subprocess.CompletedProcess:
+        def limited():
+            if limit:  # the cache of datasets is written by the first run, this one only reads it
+                resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+                signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+
+        argv = [
+            sys.executable,
+            "-m",
+            "zerolab",
+            "prep",
+            "glue",
+            "wnli",
+            "--dataset",
+            str(copy),
+            "--out",
+            str(out),
+        ]
+        return subprocess.run(argv, capture_output=True, text=True, preexec_fn=limited, check=False)
+
+    assert prep_glue(tmp_path / "first").returncode == 0
+    assert (tmp_path / "first" / "wnli_train.jsonl").stat().st_size < 64_000
+    assert (tmp_path / "first" / "wnli_validation.jsonl").stat().st_size > 64_000
+    out = tmp_path / "data"
+    result = prep_glue(out, limit=64_000)
+    assert result.returncode == 2, result.stderr
+    assert f"cannot write {out}/wnli_validation.jsonl (File too large)" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not out.exists()

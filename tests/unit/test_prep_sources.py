@@ -1,8 +1,10 @@
 """Every input form gives the same documents: .jsonl, .json, .parquet, HF datasets, text."""
 
+import gzip
 import json
 
 import numpy as np
+import pytest
 from launch_helpers import free_port
 from prep_helpers import FIXTURES, SAMPLE, manifest, prep, same_bytes
 
@@ -43,6 +45,29 @@ def test_dolly_through_hf_datasets_from_a_local_dataset_directory(tmp_path, monk
     assert prep("dolly", "--dataset", str(dataset_dir), "--out", str(out)) == 0
     assert same_bytes(f"{out}_text_document.bin", reference)
     assert manifest(out)["source"] == {"dataset": str(dataset_dir), "split": "train", "streaming": False}
+
+
+@pytest.mark.parametrize("corpus", ["dolly", "openwebtext"], ids=["loaded", "streamed"])
+@pytest.mark.parametrize("fault", ["cut short", "damaged"])
+def test_a_bad_compressed_file_in_a_dataset_folder_is_named(tmp_path, monkeypatch, capsys, corpus, fault):
+    """Not "could not load through Hugging Face datasets (EOFError ...)": the file and the fix."""
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    dataset_dir = tmp_path / "dataset"
+    dataset_dir.mkdir()
+    data = bytearray(gzip.compress(SAMPLE.read_bytes()))
+    if fault == "cut short":
+        data = data[: len(data) // 2]
+    else:
+        for at in range(len(data) // 3, len(data) // 2, 101):
+            data[at] ^= 0x5A
+    path = dataset_dir / "train.jsonl.gz"
+    path.write_bytes(bytes(data))
+    assert prep(corpus, "--dataset", str(dataset_dir), "--out", str(tmp_path / "out" / "x")) == 2
+    error = capsys.readouterr().err
+    assert f"{path} is {fault}" in error and "download or copy it again" in error
+    assert "datasets" not in error
+    assert not (tmp_path / "out").exists()
 
 
 def test_unreachable_hub_is_a_clear_exit_2(tmp_path, monkeypatch, capsys):

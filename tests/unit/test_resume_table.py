@@ -164,3 +164,31 @@ def test_a_sweep_with_resume_takes_no_recipe(saved_run, capsys):
     assert (
         "give only KEY=V1,V2,... and KEY=VALUE words, not the recipe `cpu/tiny_z1`" in capsys.readouterr().err
     )
+
+
+@pytest.mark.parametrize("command", [["launch"], ["sweep"]], ids=["launch", "sweep"])
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        ("missing", "no such folder ({path} does not exist)"),
+        ("file", "a file, not a run directory"),
+        ("folder", "not a run directory (no recipe.yaml)"),
+    ],
+)
+def test_resume_of_a_path_that_is_no_run_directory_says_what_it_is(command, given, message, tmp_path, capsys):
+    path = tmp_path / given
+    if given == "file":
+        path.write_text("notes\n")
+    elif given == "folder":
+        path.mkdir()
+    assert main([*command, "--resume", str(path), "zero=z1,z2"]) == 2
+    error = capsys.readouterr().err
+    assert f"--resume {path}: {message.format(path=path)}; give a run directory zerolab launch wrote" in error
+
+
+def test_a_latest_checkpoint_file_cut_short_is_named_as_such(saved_run, capsys):
+    (saved_run / rundir.CHECKPOINTS_DIR / rundir.LATEST_CHECKPOINT).write_text("")
+    assert main(["launch", "--resume", str(saved_run), "zero=z2"]) == 2
+    error = capsys.readouterr().err
+    assert "latest_checkpointed_iteration.txt holds no iteration number: cut short?" in error
+    assert "is missing" not in error

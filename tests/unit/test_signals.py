@@ -12,6 +12,11 @@ import pytest
 from zerolab.logs.lines import clean_line
 from zerolab.logs.signals import RankSignalReader, killed_by, signal_words
 
+SIGKILL_WORDS = (
+    "killed by SIGKILL (signal 9): likely out of host memory (the OOM killer) or a scheduler's limit"
+)
+"""How a death by SIGKILL is said (zerolab.logs.signals.killed_by)."""
+
 LOGS = Path(__file__).parents[1] / "fixtures" / "logs"
 SIGKILL_RANK1 = LOGS / "cpu-engine" / "signal_sigkill_rank1.log"  # torchrun
 TWO_NODES_SIGKILL_RANK1 = LOGS / "cpu-engine" / "two_nodes_sigkill_rank1.log"  # torchrun on node2, under srun
@@ -29,14 +34,14 @@ def read(lines: list[str]):
 def test_signals_in_words():
     assert signal_words(signal.SIGSEGV) == "SIGSEGV (signal 11)"
     assert killed_by(signal.SIGSEGV) == "killed by SIGSEGV (signal 11)"
-    assert killed_by(signal.SIGKILL) == "killed by SIGKILL (signal 9): likely out of host memory"
+    assert killed_by(signal.SIGKILL) == SIGKILL_WORDS
     assert signal_words(99) == "signal 99"
 
 
 def test_torchruns_root_cause_names_the_rank_and_the_signal():
     lines = SIGKILL_RANK1.read_text().splitlines()
     found = read(lines)
-    assert found.describe() == "rank 1 killed by SIGKILL (signal 9): likely out of host memory"
+    assert found.describe() == f"rank 1 {SIGKILL_WORDS}"
     assert lines[found.line - 1].strip().startswith("exitcode  : -9")
     # The ranks' last output before torchrun's report; not torchrun's own "Sending process ..." line.
     assert len(found.last_lines) == 5
@@ -108,7 +113,7 @@ def test_no_other_real_log_reads_as_a_rank_killed_by_a_signal(path):
 
 def test_torchrun_on_another_node_names_it():
     found = read(TWO_NODES_SIGKILL_RANK1.read_text().splitlines())
-    assert found.describe() == "rank 1 on node2 killed by SIGKILL (signal 9): likely out of host memory"
+    assert found.describe() == f"rank 1 on node2 {SIGKILL_WORDS}"
 
 
 def test_over_several_nodes_the_rank_killed_by_a_signal_is_the_cause_not_the_ranks_that_failed_after_it():

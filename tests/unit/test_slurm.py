@@ -90,6 +90,18 @@ def test_a_checkpointing_job_saves_and_a_second_job_resumes_it(tmp_path, monkeyp
     assert "--override-opt_param-scheduler" in second and option(second, "--train-iters") == "200"
 
 
+def test_jobs_without_a_port_do_not_share_one_and_a_port_given_is_kept(tmp_path):
+    """Two jobs on one shared node each rendezvous on their own port (from the job id), not 29500."""
+    ports = []
+    for job_id in ("4242", "4243"):
+        assert run_sbatch(job(), tmp_path, job_id=job_id).returncode == 0
+        ports.append(int(option(launched(job_dir(tmp_path, job_id)), "--master-port")))
+    assert len(set(ports)) == 2 and 29500 not in ports
+    assert all(20000 <= port < 32768 for port in ports)
+    assert run_sbatch(job("hardware.master_port=29617"), tmp_path, job_id="4244").returncode == 0
+    assert option(launched(job_dir(tmp_path, "4244")), "--master-port") == "29617"
+
+
 def test_image_jobs_run_the_image_engine_and_mount_absolute_inputs(tmp_path):
     data = tmp_path / "corpora" / "owt_text_document"
     script = job(f"data.path={data}", options=SlurmOptions(image="registry.example/zerolab:gpu"))

@@ -380,3 +380,16 @@ def test_deepspeed_chat_perplexity_and_progress():
     log = _parsed("deepspeed_chat-k8s-pod-prefix")
     assert log.validations[-1].ppl == 2.159278392791748
     assert log.ds_skipped_steps == 19
+
+
+def test_megatron_lms_2019_validation_lines_are_read(tmp_path: Path):
+    # pretrain_gpt2.py of 2019 (FORMATS.md 1a): `LM loss:` and `LM PPL:`, no `value`
+    path = tmp_path / "train.log"
+    path.write_text(
+        " iteration     1000/    2000 | elapsed time per iteration (ms): 312.5 | learning rate 1.500E-04 |"
+        " lm loss 4.612345E+00 |\n"
+        "----------------------------------------------------------------------------------------------\n"
+        " validation loss at iteration 1000 | LM loss: 4.503653E+00 | LM PPL: 9.034E+01\n"
+    )
+    [validation] = parse_log(path).validations
+    assert (validation.iteration, validation.loss, validation.ppl) == (1000, 4.503653, 90.34)

@@ -15,6 +15,7 @@ import pytest
 from summarize_helpers import CPU, REAL, make_run_dir
 
 from zerolab.cli import main
+from zerolab.logs.parse import parse_log
 from zerolab.summarize import plots
 
 STOPPED_BY = {"Ctrl-C": ("SIGINT (Ctrl-C)", 130), "SIGTERM": ("SIGTERM", 143)}
@@ -123,3 +124,54 @@ def test_a_failure_before_the_stop_is_noted(tmp_path: Path, capsys):
     assert len(noted) == 1 and noted[0].startswith(
         f"train.log:{number}: before it was stopped: out of memory: CUDA out of memory. Tried to allocate"
     )
+
+
+def test_a_log_cut_inside_a_traceback_or_with_tracebacks_of_several_hosts_is_a_failed_run(tmp_path: Path):
+    cut = tmp_path / "cut.log"  # frames, no exception line yet
+    cut.write_text(
+        'starting\nTraceback (most recent call last):\n  File "pretrain_gpt.py", line 3, in <module>\n'
+    )
+    hosts = tmp_path / "hosts.log"  # pdsh's prefixes, no iteration line
+    hosts.write_text(
+        "".join(
+            f"10.0.1.10{n}: {text}\n"
+            for text in (
+                "Traceback (most recent call last):",
+                '  File "pretrain_gpt.py", line 3, in <module>',
+            )
+            for n in (1, 2)
+        )
+        + "10.0.1.101: RuntimeError: NCCL error in: init\n10.0.1.102: RuntimeError: NCCL error in: init\n"
+    )
+    causes = {}
+    for path in (cut, hosts):
+        failure = parse_log(path).ending.failure
+        assert failure is not None and failure.kind == "exception", path.name
+        causes[path.name] = failure.detail
+    assert causes == {
+        "cut.log": "the log ends inside a traceback",
+        "hosts.log": "RuntimeError: NCCL error in: init (tracebacks on 10.0.1.101, 10.0.1.102)",
+    }
+
+
+@pytest.mark.parametrize(
+    ("state", "code", "cause"),
+    [
+        ("killed", 137, "exit code 137: killed by SIGKILL (signal 9)"),
+        ("failed", 137, "exit code 137: killed by SIGKILL (signal 9)"),
+        ("failed", -9, "exit code -9: killed by SIGKILL (signal 9)"),
+        ("failed", 134, "exit code 134: killed by SIGABRT (signal 6)"),
+    ],
+)
+def test_a_run_ended_by_a_signal_without_a_cause_says_which(state, code, cause, tmp_path: Path, capsys):
+    """A job's status.json (a SLURM script's: state and exit code, no cause) over a log that ends
+    without a word (the OOM killer, a scheduler): the signal its exit code means, not the number."""
+    directory = make_run_dir(tmp_path / "logs", "tiny_z1", "final_z1")
+    lines = (directory / "train.log").read_text().splitlines(keepends=True)
+    end = next(i for i, line in enumerate(lines) if line.startswith(" iteration       10/")) + 1
+    (directory / "train.log").write_text("".join(lines[:end]))
+    (directory / "status.json").write_text(json.dumps({"state": state, "exit_code": code, "cause": None}))
+    row = _json(capsys, "summarize", str(tmp_path / "logs"), "--no-plots")["runs"][0]
+    assert row["status"] == state and row["cause"].startswith(cause)
+    if code in (137, -9):
+        assert "OOM killer" in row["cause"] and "scheduler" in row["cause"]

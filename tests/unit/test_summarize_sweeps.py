@@ -85,3 +85,17 @@ def test_one_sweep_keeps_its_cells_names(tmp_path: Path, capsys):
     directory = _demo(tmp_path, setups=("z0", "z1"))
     assert main(["summarize", str(directory), "--no-plots", "--format", "json"]) == 0
     assert [row["name"] for row in json.loads(capsys.readouterr().out)["runs"]] == ["zero-z0", "zero-z1"]
+
+
+def test_two_sweeps_of_one_name_get_a_figure_each_named_by_their_folder(tmp_path: Path, capsys):
+    """`demo` of two checkouts summarized together: two figures, not one written over the other."""
+    _demo(tmp_path / "a", "demo", "final", ("z0", "z1"))
+    _demo(tmp_path / "b", "demo", "bf16", ("z0", "z1", "z2"))
+    out = tmp_path / "out"
+    assert main(["summarize", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(out)]) == 0
+    assert sorted(path.name for path in out.glob("sweep-*.png")) == [
+        "sweep-a_demo-zero.png",
+        "sweep-b_demo-zero.png",
+    ]
+    names = [row["name"] for row in json.loads((out / "summary.json").read_text())["runs"]]
+    assert names == ["a/demo/zero-z0", "a/demo/zero-z1", "b/demo/zero-z0", "b/demo/zero-z1", "b/demo/zero-z2"]

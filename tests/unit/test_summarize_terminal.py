@@ -11,6 +11,7 @@ from summarize_helpers import make_run_dir, make_sweep
 
 from zerolab.cli import main
 from zerolab.summarize.columns import TABLE
+from zerolab.summarize.tables import FINE_TUNING_TITLE
 
 RUNS = ("final_z0", "final_z1", "final_z2", "final_z3", "final_z3off", "fp16_z2")
 
@@ -94,3 +95,14 @@ def test_brackets_in_names_and_labels_are_shown_as_they_are(tmp_path: Path, caps
     assert main(["compare", str(bracketed), str(other)]) == 0
     printed = " ".join(capsys.readouterr().out.split())
     assert "gpt2[bf16] (baseline)" in printed and "tokens/s per GPU [higher is better]" in printed
+
+
+def test_the_fine_tuning_table_prints_through_the_terminal_renderer(tmp_path: Path, capsys, monkeypatch):
+    # rich 15 took a header that is not a str for a Column: print_report crashed at this table
+    make_run_dir(tmp_path / "logs", "mrpc_z0", "final_z0", run={"task": "mrpc", "setup": "z0"})
+    monkeypatch.setenv("COLUMNS", "120")
+    assert main(["summarize", str(tmp_path / "logs"), "--out", str(tmp_path / "out"), "--no-plots"]) == 0
+    out = capsys.readouterr().out
+    table = out[out.index(FINE_TUNING_TITLE) :].splitlines()
+    assert [cell.strip() for cell in table[2].split("┃")[1:-1]] == ["model", "task", "z0"], table
+    assert [cell.strip() for cell in table[4].split("│")[2:3]] == ["mrpc"], table

@@ -10,7 +10,7 @@ from pathlib import Path
 from zerolab import rundir
 from zerolab.backends.process import Training
 from zerolab.logs.failures import read_ending
-from zerolab.logs.signals import killed_by
+from zerolab.logs.signals import killed_by, signal_of_exit
 from zerolab.rundir import COMPLETED, FAILED, KILLED, RUNNING, Status, now_iso
 
 
@@ -82,4 +82,6 @@ def failure_cause(run_dir: Path, exit_code: int, launcher: str) -> tuple[str, li
         return (failure.detail if failure.kind == "exception" else failure.label), []
     if exit_code < 0:
         return f"the launcher ({launcher}) was {killed_by(-exit_code)}", []
-    return f"the training command exited with code {exit_code}", []
+    number = signal_of_exit(exit_code)  # 128 plus a signal: srun's, a shell's ranks killed
+    killed = f": {killed_by(number)}" if number is not None else ""
+    return f"the training command exited with code {exit_code}{killed}", []

@@ -55,10 +55,17 @@ class SlurmOptions:
 
 
 def scheduled_placement(run_dir: str) -> Placement:
-    """In a SLURM job: each node's rank and node 0's address from the job's shell variables, a
-    hostfile of the allocation in the run directory, every node starting its own ranks."""
+    """In a SLURM job: each node's rank, node 0's address and the job's own rendezvous port (the
+    script's MASTER_PORT: two jobs sharing a node do not meet on one) from the job's shell
+    variables, a hostfile of the allocation in the run directory, every node starting its own ranks."""
     hostfile = f"{run_dir}/{rundir.HOSTFILE}"
-    return Placement(shell_variable("SLURM_NODEID"), shell_variable("MASTER_ADDR"), hostfile, ssh=False)
+    return Placement(
+        shell_variable("SLURM_NODEID"),
+        shell_variable("MASTER_ADDR"),
+        hostfile,
+        ssh=False,
+        master_port=shell_variable("MASTER_PORT"),
+    )
 
 
 def sbatch_for_recipe(

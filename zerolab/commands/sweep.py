@@ -8,9 +8,9 @@ from typing import Any
 
 from rich.console import Console
 
-from zerolab import rundir
 from zerolab.backends.slurm_options import add_slurm_arguments, site_options
 from zerolab.errors import UserError
+from zerolab.recipe.selection import resumed_recipe_file
 from zerolab.summarize.report import summarize_sweep
 from zerolab.sweep.array import write_array_job
 from zerolab.sweep.cells import cells_of, check_name, read_words
@@ -125,9 +125,7 @@ def run_sweep(args: argparse.Namespace) -> int:
 def resumed_recipe(resume: Path, words: list[str]) -> Path:
     """The recipe every cell of a sweep continuing `resume` starts from: the run's own, whose
     overrides the words are (a RECIPE word is refused, as `zerolab launch --resume` takes none)."""
-    recipe = resume / rundir.RECIPE_FILE
-    if not recipe.is_file():
-        raise UserError(f"--resume {resume}: not a run directory (no {rundir.RECIPE_FILE})")
+    recipe = resumed_recipe_file(resume)
     if words and "=" not in words[0]:
         raise UserError(
             f"--resume {resume}: the cells continue that run's recipe ({recipe}); give only KEY=V1,V2,... "

@@ -127,8 +127,9 @@ def run(*jobs: PrepJob) -> int:
     """Prepare the corpora of `jobs` (one, or one per split of a dataset that comes split); returns the
     exit status (0, or 2 through UserError). All or nothing: every job's output is checked before any
     input is read, every input is read into its job's shards before any output is made, and the
-    outputs are moved into place together, their manifests last. A refused or interrupted run leaves
-    no output, only the finished shards of `PREFIX.partial/` for the same command to resume from."""
+    outputs are moved into place together, their manifests last. A refused run leaves nothing; an
+    interrupted one no output, only the finished shards of `PREFIX.partial/` for the same command to
+    resume from."""
     pending = []
     for job in jobs:
         outputs, fingerprint = job.outputs(), job.fingerprint()
@@ -153,6 +154,10 @@ def run(*jobs: PrepJob) -> int:
             _forget_unfinished(workdirs)
             _interrupted(workdirs)
             raise
+        except UserError:  # a refused input: the command must change, no shard is worth keeping
+            for workdir in workdirs:
+                shutil.rmtree(workdir, ignore_errors=True)
+            raise
         except BaseException:
             _forget_unfinished(workdirs)
             raise
@@ -174,7 +179,6 @@ def _read(item: Pending) -> None:
     item.counts = _process(job, workdir, done, counts, position, item.outputs)
     refusal = _empty_output(job, item.counts)
     if refusal:
-        shutil.rmtree(workdir)
         raise UserError(refusal)
     item.seconds = time.perf_counter() - started
 
@@ -230,13 +234,13 @@ def _check_outputs(outputs: dict[str, Path], workdir: Path) -> None:
         check_folder(prefix.parent, "a folder of the output")
 
 
-def check_folder(folder: Path, what: str) -> None:
+def check_folder(folder: Path, what: str, option: str = "--out") -> None:
     """UserError when `folder`, or the first of its parents that exists, is a file (`what`: what the
-    folder is for, in the message)."""
+    folder is for, and `option` the one that gave it, in the message)."""
     taken = next((path for path in (folder, *folder.parents) if path.exists()), None)
     if taken is not None and not taken.is_dir():
         raise UserError(
-            f"--out: {taken} is a file, where {what} goes; move the file, or choose another --out"
+            f"{option}: {taken} is a file, where {what} goes; move the file, or choose another {option}"
         )
 
 

@@ -373,6 +373,7 @@ class HubDataset:
                     self.name, self.config, split=self.split, streaming=self.streaming
                 )
         except Exception as error:
+            self.check_compressed_files()
             if unreachable:
                 raise UserError(
                     f"could not load {self.name!r}: {no_folder}the Hugging Face hub ({unreachable}) did not "
@@ -386,7 +387,20 @@ class HubDataset:
         try:
             yield from rows
         except Exception as error:
+            self.check_compressed_files()
             raise UserError(self._failure(error)) from None
+
+    def check_compressed_files(self) -> None:
+        """Where the name is a local folder: UserError naming the first of its compressed files that
+        is cut short or damaged (what `datasets` failed on, reported as the file it is)."""
+        folder = Path(self.name).expanduser()
+        if not folder.is_dir():
+            return
+        for path in sorted(child for child in folder.rglob("*") if child.is_file()):
+            if compression_of(path) is not None:
+                with open(path, "rb") as raw, open_stream(path, raw) as stream:
+                    while stream.read(RAW_BLOCK):
+                        pass
 
     def _failure(self, error: Exception, no_folder: str = "") -> str:
         either = f"; there is no folder {self.name} here either" if no_folder else ""

@@ -1,8 +1,9 @@
 """`zerolab engine install` (`make setup`): the engine's virtual environment with every pin
-of pins.toml, zerolab itself installed into it, Megatron-DeepSpeed at the pinned commit, and
-what the engine compiles, built now so that no run compiles: Megatron's dataset helpers
-(smoke-checked), and on CUDA (zerolab.engine.cuda decides) apex's extensions and Megatron's
-fused kernels for the GPUs here, or on CPU DeepSpeed's CPU ops.
+of pins.toml (and what they need at requirements/engine.txt's versions), zerolab itself installed
+into it, Megatron-DeepSpeed at the pinned commit, and what the engine compiles, built now so
+that no run compiles: Megatron's dataset helpers (smoke-checked), and on CUDA
+(zerolab.engine.cuda decides) apex's extensions and Megatron's fused kernels for the GPUs here,
+or on CPU DeepSpeed's CPU ops.
 
 Each step checks before it acts, so a second run (or an environment made by hand with
 exactly the pins) costs seconds; what was set up is recorded in `install.json`.
@@ -26,6 +27,7 @@ from zerolab.engine import cuda, data_helpers
 from zerolab.engine.checkout import checkout_commit, ensure_checkout
 from zerolab.engine.container import BASE_IMAGE_PACKAGES, kept_builds
 from zerolab.engine.doctor import probe_engine
+from zerolab.engine.locks import ENGINE_LOCK
 from zerolab.engine.paths import (
     cuda_link_dir,
     engine_dir,
@@ -206,10 +208,10 @@ def install(
     if "torch" in missing:
         # torch first and explicitly, at its pin: left to a dependency resolver it picks the
         # newest build (on PyPI, a multi-GB CUDA one).
-        _pip(python, [f"torch=={pins.python['torch']}"])
+        _pip(python, ["-c", str(ENGINE_LOCK), f"torch=={pins.python['torch']}"])
     rest = [name for name in missing if name != "torch"]
-    if rest:
-        _pip(python, [f"{name}=={pins.python[name]}" for name in rest])
+    if rest:  # what the pins need at engine.txt's versions, the tested ones
+        _pip(python, ["-c", str(ENGINE_LOCK), *(f"{name}=={pins.python[name]}" for name in rest)])
     if not missing:
         console.print("  every pin already installed")
     still = pin_mismatches(python, wanted.python_pins)

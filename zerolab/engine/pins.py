@@ -42,3 +42,7 @@ def load_pins() -> Pins:
         apex_repo=data["apex"]["repo"],
         apex_commit=data["apex"]["commit"],
     )
+
+
+if __name__ == "__main__":  # `make lock`: pins.toml's pins, as the locks' constraints
+    print("\n".join(load_pins().requirements()))

@@ -14,15 +14,16 @@ from zerolab.contracts import GlueTask, split_file, task_splits
 from zerolab.data_prep.sources import HubDataset
 from zerolab.errors import UserError
 from zerolab.finetune.glue import HUB_DATASET
-from zerolab.finetune.split_files import write_split
+from zerolab.finetune.split_files import write_splits
 
 
 def prep_glue(
     task: GlueTask, out: Path, dataset: str = HUB_DATASET, *, quiet: bool = False
 ) -> dict[str, int]:
     """Write `task`'s splits from `dataset` into folder `out`; returns the rows written per split.
-    Every split is read before any file is written. Raises UserError for a split file already there
-    or a dataset that cannot be read (saying how to do without the hub)."""
+    Every split is read before any file is written, and the files are written as a set. Raises
+    UserError for a split file already there or a dataset that cannot be read (saying how to do
+    without the hub)."""
     there = [path for split in task_splits(task) if (path := split_file(out, task, split)).exists()]
     if there:
         raise UserError(f"{there[0]} exists: remove it, or write {task.name} into another folder with --out")
@@ -41,6 +42,5 @@ def prep_glue(
                 rows[split].append(row)
                 progress.advance(bar)
     out.mkdir(parents=True, exist_ok=True)
-    for split, split_rows in rows.items():
-        write_split(out, task, split, split_rows)
+    write_splits(out, task, rows)
     return {split: len(split_rows) for split, split_rows in rows.items()}

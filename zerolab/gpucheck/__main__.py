@@ -8,6 +8,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from zerolab.data_prep.indexed import dataset_problems
+from zerolab.data_prep.pipeline import check_folder
 from zerolab.engine.paths import zerolab_home
 from zerolab.errors import UserError
 from zerolab.gpucheck.check import (
@@ -65,6 +67,25 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def check_paths(args: argparse.Namespace) -> None:
+    """UserError, before any step starts, for a folder option that names a file and a --data prefix
+    that is not a prepared dataset (the steps would each fail on it, minutes in)."""
+    for option, folder, what in (
+        ("--work", args.work, "the check's folder"),
+        ("--results", args.results, "the results folder"),
+    ):
+        if folder is not None:
+            check_folder(folder, what, option)
+    if args.data:
+        _, problems = dataset_problems(Path(args.data))
+        if problems:
+            raise UserError(
+                f"--data {args.data}: {problems[0]}; give the prefix of a prepared dataset (`zerolab prep "
+                "... --out PREFIX` writes PREFIX.bin and PREFIX.idx), or leave --data out for the bundled "
+                "dolly sample"
+            )
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the GPU check; bad input exits 2 with the reason."""
     args = parse(argv)
@@ -82,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
             )
         if args.budget <= 0:
             raise UserError(f"--budget {args.budget:g}: the check's wall time in seconds, more than 0")
+        check_paths(args)
         kit = read_kit(args.kit.resolve()) if args.kit else None
         if not args.rehearse:
             check_home(zerolab_home())

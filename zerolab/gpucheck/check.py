@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from zerolab.engine.cuda import query_gpus
+from zerolab.engine.locks import ZEROLAB_LOCK
 from zerolab.engine.pins import load_pins
 from zerolab.errors import UserError
 from zerolab.gpucheck.kit import NOT_NEEDED, Kit
@@ -278,8 +279,7 @@ def environment_step(options: Options) -> Step:
             Command([python, "-m", "pip", "install", "--no-index", "--no-deps", *map(str, kit.wheels)])
         )
     else:
-        requirements = str(REPO_ROOT / "docker" / "requirements-zerolab.txt")
-        step.commands.append(Command([python, "-m", "pip", "install", "-r", requirements]))
+        step.commands.append(Command([python, "-m", "pip", "install", "-r", str(ZEROLAB_LOCK)]))
     sources = {"ZEROLAB_ENGINE_SRC": str(kit.engine_git)} if kit else {}
     if kit and kit.apex_git is not None:
         sources["ZEROLAB_APEX_SRC"] = str(kit.apex_git)

@@ -28,11 +28,13 @@ import tempfile
 import time
 import zipfile
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 
 from zerolab import __version__
 from zerolab.engine.checkout import checkout_commit
 from zerolab.engine.container import canonical_name, requirement_name
+from zerolab.engine.locks import ENGINE_LOCK, ZEROLAB_LOCK
 from zerolab.engine.paths import engine_dir, engine_python
 from zerolab.engine.pins import Pins, load_pins
 from zerolab.errors import UserError
@@ -45,8 +47,6 @@ WHEELS = "wheels"
 PINNED_REF = "refs/heads/pinned"
 """The branch each of the kit's repositories holds, at the pinned commit."""
 
-ZEROLAB_REQUIREMENTS = REPO_ROOT / "docker" / "requirements-zerolab.txt"
-"""zerolab's own runtime dependencies at exact versions (the GPU image's list)."""
 
 NOT_NEEDED = {
     "torch": "the GPU machine's own CUDA build is used (as in the GPU image)",
@@ -61,6 +61,9 @@ NOT_NEEDED = {
     "scipy": "fine-tuning's GLUE metrics (STS-B), for the same reason",
 }
 """Pinned packages the kit leaves out, and why."""
+
+KIT_LOCKS = (ZEROLAB_LOCK, ENGINE_LOCK)
+"""The constraints of the kit's download: every wheel at the version the tests ran."""
 
 PLATFORMS = (
     "manylinux_2_28_x86_64",
@@ -152,12 +155,13 @@ def wheel_identity(path: Path) -> tuple[str, str]:
 
 
 def kit_requirements() -> list[str]:
-    """The exact pins the GPU check installs: pins.toml's and zerolab's own, less NOT_NEEDED."""
+    """What the GPU check installs: pins.toml's pins and zerolab's own dependencies, less NOT_NEEDED
+    (the versions of these and of what they need: the locks, KIT_LOCKS)."""
     lines = load_pins().requirements(without=tuple(NOT_NEEDED))
-    for line in ZEROLAB_REQUIREMENTS.read_text().splitlines():
+    for line in metadata.requires("zerolab") or []:
         name = requirement_name(line)
-        if name and name not in NOT_NEEDED:
-            lines.append(line.split("#", 1)[0].strip())
+        if name and name not in NOT_NEEDED and "extra ==" not in line:
+            lines.append(line)
     return lines
 
 
@@ -258,6 +262,7 @@ def gather(
                 str(wheels),
                 "-r",
                 str(listing),
+                *(word for lock in KIT_LOCKS for word in ("-c", str(lock))),
             ]
         )
         listing.unlink()

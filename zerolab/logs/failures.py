@@ -90,7 +90,7 @@ def read_ending(path: Path) -> EndingDetector:
     """How the run whose log is at `path` ended, with the last lines a killed rank printed."""
     detector = EndingDetector(keep_last_lines=True)
     for line in read_lines(path):
-        detector.feed(line.number, line.text, line.source)
+        detector.feed(line.number, line.text, line.source, line.host)
     return detector
 
 
@@ -118,12 +118,16 @@ class EndingDetector:
         self._after_traceback = False
         self._handled: str | None = None  # the source whose recorded exception was then handled
         self._exception_source: str | None = None
+        self._open_traceback: Failure | None = None  # a traceback with only frames after it so far
+        self._traceback_hosts: dict[str, None] = {}  # the hosts whose output holds a traceback, in order
         self.nan_warnings = 0
         self._every_line = keep_last_lines
         self.signals = RankSignalReader(keep_last_lines=keep_last_lines)
 
-    def feed(self, number: int, text: str, source: str | None = None) -> None:
-        """Look at one line (`source`: its rank prefix, if any)."""
+    def feed(self, number: int, text: str, source: str | None = None, host: str | None = None) -> None:
+        """Look at one line (`source`: its rank or host prefix, if any; `host`: the host it names)."""
+        if self._open_traceback is not None and not text.startswith((" ", "\t")):
+            self._open_traceback = None  # its exception line, or another line: not a log cut inside it
         if self._every_line:  # the lines before a killed rank's report are kept
             self.signals.feed(number, source, text)
         if not _WORTH_A_LOOK.search(text):
@@ -136,6 +140,9 @@ class EndingDetector:
             self._handled = source  # the exception was caught, and raising another one failed the run
         elif "Traceback (most recent call last)" in text:
             self._after_traceback = True
+            if host is not None:
+                self._traceback_hosts[host] = None
+            self._open_traceback = Failure("exception", number, "the log ends inside a traceback")
         elif self._after_traceback and ("Error" in text or "Exception" in text):
             self._exception(number, text, source)
         if any(warning in text for warning in _NAN_WARNINGS):
@@ -160,10 +167,18 @@ class EndingDetector:
 
     @property
     def failure(self) -> Failure | None:
-        """The most specific failure seen, or None."""
+        """The most specific failure seen, or None; an exception of a log whose lines name their
+        hosts (pdsh) names the hosts with a traceback: `... (tracebacks on node1, node2)`."""
         for kind in CAUSE_LABELS:
             if kind == "signal" and (rank_signal := self.signals.found):
                 return Failure(kind, rank_signal.line, rank_signal.describe())
             if kind in self.found:
-                return self.found[kind]
-        return None
+                return self._with_hosts(self.found[kind])
+        return self._with_hosts(self._open_traceback)
+
+    def _with_hosts(self, failure: Failure | None) -> Failure | None:
+        if failure is None or failure.kind != "exception" or not self._traceback_hosts:
+            return failure
+        hosts = ", ".join(self._traceback_hosts)
+        many = "s" if len(self._traceback_hosts) > 1 else ""
+        return Failure(failure.kind, failure.line, f"{failure.detail} (traceback{many} on {hosts})")

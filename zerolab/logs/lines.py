@@ -14,7 +14,9 @@ MAX_LINE_BYTES = 64 * 1024
 _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[@-Z\\-_]|\^\[\[[0-?]*[ -/]*[@-~]|\^\[[@-Z\\-_a-z]")
 _ROLE_PREFIX = re.compile(r"^\[([A-Za-z_]*\d+)\]:")  # torchrun --tee `[default7]:`, torch>=2.2 `[rank2]:`
 _LABEL_PREFIX = re.compile(r"^(\d{1,6}): ")  # srun --label `3: `
-_HOST_PREFIX = re.compile(r"^([A-Za-z][\w.-]*?\d+): ")
+_HOST_PREFIX = re.compile(
+    r"^([A-Za-z][\w.-]*?\d+|(?:\d{1,3}\.){3}\d{1,3}): "
+)  # pdsh `node3: `, `10.0.1.101: `
 """pdsh (the deepspeed launcher over ssh) `node2: `, k8s `actor-multi-node-worker-0: `: a host name
 ending in digits (a word such as `Error: ` is not taken for one)."""
 
@@ -29,6 +31,8 @@ class Line:
     cut: bool = False
     unterminated: bool = False
     """The file ends inside this line (no newline after it)."""
+    host: str | None = None
+    """The host whose output it is, where the prefix names one (pdsh's `node2: `, `10.0.1.101: `)."""
 
 
 def read_lines(path: Path) -> Iterator[Line]:
@@ -60,11 +64,12 @@ def clean_line(number: int, text: str, cut: bool = False, unterminated: bool = F
     text = text.replace("\x00", "")
     if text.startswith(">") and text[1:2] in ("", " "):  # a log pasted as a markdown blockquote
         text = text[2:]
-    source = None
+    source = host = None
     for pattern in (_ROLE_PREFIX, _LABEL_PREFIX, _HOST_PREFIX):
         match = pattern.match(text)
         if match:
             source = match.group(1)
+            host = source if pattern is _HOST_PREFIX else None
             text = text[match.end() :]
             break
-    return Line(number, source, text, cut, unterminated)
+    return Line(number, source, text, cut, unterminated, host)

@@ -178,7 +178,8 @@ class Validation:
 
 
 def parse_validation(text: str) -> Validation | None:
-    """`validation loss at iteration 10 | lm loss value: ... | lm loss PPL: ... |`."""
+    """`validation loss at iteration 10 | lm loss value: ... | lm loss PPL: ... |`, and Megatron-LM's
+    2019 form `validation loss at iteration 1000 | LM loss: ... | LM PPL: ...`."""
     if "loss at iteration" not in text:
         return None
     match = _VALIDATION.search(text)
@@ -190,9 +191,9 @@ def parse_validation(text: str) -> Validation | None:
         if not kv:
             continue
         key = normalize_key(kv.group(1))
-        if key in ("lmlossvalue", "lossvalue"):
+        if key in ("lmlossvalue", "lossvalue", "lmloss"):
             loss = parse_number(kv.group(2))
-        elif key in ("lmlossppl", "lossppl"):
+        elif key in ("lmlossppl", "lossppl", "lmppl"):
             ppl = parse_number(kv.group(2))
     if loss is None and ppl is None:
         return None

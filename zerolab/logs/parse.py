@@ -131,7 +131,7 @@ class LogParser:
         text = line.text
         if self._pending is not None and self._continue_pending(line):
             return
-        log.ending.feed(line.number, text, line.source)
+        log.ending.feed(line.number, text, line.source, line.host)
         if log.config.feed(text):
             return
         match = megatron.find_iteration(text)

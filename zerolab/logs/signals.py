@@ -20,8 +20,8 @@ from dataclasses import dataclass
 LAST_LINES = 5
 """How many output lines before the launcher's report are kept with a rank's death."""
 
-_LIKELY = {signal.SIGKILL: "likely out of host memory"}
-"""What a signal nobody asked for most often means (SIGKILL: the kernel's OOM killer)."""
+_LIKELY = {signal.SIGKILL: "likely out of host memory (the OOM killer) or a scheduler's limit"}
+"""What a signal nobody asked for most often means (SIGKILL: the kernel's OOM killer, or a scheduler)."""
 
 _REPORT = re.compile(
     r"failed \(exitcode: -?\d+\)|ChildFailedError|Root Cause \(first observed failure\)"
@@ -68,9 +68,22 @@ def signal_words(number: int) -> str:
 
 
 def killed_by(number: int) -> str:
-    """`killed by SIGKILL (signal 9): likely out of host memory`."""
+    """`killed by SIGKILL (signal 9): likely out of host memory (the OOM killer) or a scheduler's limit`."""
     hint = _LIKELY.get(number)
     return f"killed by {signal_words(number)}" + (f": {hint}" if hint else "")
+
+
+def signal_of_exit(code: int) -> int | None:
+    """The signal an exit code says killed the process: minus its number (Python's subprocess), or
+    128 plus it (a shell, srun); None for a code that says no signal."""
+    number = -code if code < 0 else code - 128 if code > 128 else None
+    return number if number in set(signal.Signals) else None
+
+
+def exit_code_words(code: int) -> str:
+    """`exit code 1`; where the code says a signal, which: `exit code 137: killed by SIGKILL ...`."""
+    number = signal_of_exit(code)
+    return f"exit code {code}" + (f": {killed_by(number)}" if number is not None else "")
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,12 @@ def run_facts(recipe: Recipe) -> RunFacts:
         epoch_tokens: int | None = job.epoch_tokens()
     except UserError:
         epoch_tokens = None
+    try:
+        iters: int | None = job.train_iters()
+    except UserError:
+        if not job.input_problems():
+            raise  # the data is there and cannot give the length: refused
+        iters = None  # epochs of data not prepared yet: counted at launch, which refuses without it
     init_from = init_source = None
     if model.init_from is not None:
         init_from = str(Path(model.init_from).resolve())
@@ -48,7 +54,7 @@ def run_facts(recipe: Recipe) -> RunFacts:
         recompute_granularity=recipe.activation_checkpointing.granularity,
         gradient_accumulation_steps=recipe.gradient_accumulation_steps,
         precision=recipe.precision_name,
-        train_iters=job.train_iters(),
+        train_iters=iters,
         epoch_tokens=epoch_tokens,
         init_from=init_from,
         init_source=init_source,

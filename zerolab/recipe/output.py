@@ -159,7 +159,7 @@ def warn_missing_inputs(recipe: Recipe) -> None:
         print(f"zerolab: warning: {problem}", file=sys.stderr)
 
 
-UNKNOWN_LENGTH = "unknown until the data is prepared"
+UNKNOWN_LENGTH = "unknown until the data is prepared (launch counts them from it)"
 
 
 def _iters_or_reason(recipe: Recipe) -> str:

@@ -72,6 +72,8 @@ class Placement:
     master_addr: str
     hostfile: str | None
     ssh: bool = True
+    master_port: str = str(DEFAULT_MASTER_PORT)
+    """The rendezvous port where hardware.master_port is not set."""
 
     @classmethod
     def of(cls, recipe: Recipe) -> Placement:
@@ -248,9 +250,9 @@ def render(
 
 def launcher_args(recipe: Recipe, placement: Placement, module: str) -> list[str]:
     """torchrun or deepspeed, up to and including the entry `module`; the rendezvous port is
-    hardware.master_port, else the default (a one-node `zerolab launch` sets a free one first)."""
+    hardware.master_port, else the placement's (a one-node `zerolab launch` sets a free one first)."""
     hw = recipe.hardware
-    port = str(hw.master_port if hw.master_port is not None else DEFAULT_MASTER_PORT)
+    port = str(hw.master_port) if hw.master_port is not None else placement.master_port
     if hw.launcher == "torchrun":
         argv = ["torchrun", "--nnodes", str(hw.nodes), "--nproc-per-node", str(hw.procs_per_node)]
         if hw.nodes > 1:

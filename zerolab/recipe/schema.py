@@ -660,8 +660,8 @@ class TrainSection(Section):
 
 
 DEFAULT_MASTER_PORT = 29500
-"""The rendezvous port where hardware.master_port is null and the launch does not choose one: several
-nodes need one port agreed beforehand (torchrun's and DeepSpeed's default)."""
+"""The rendezvous port where hardware.master_port is null and neither the launch nor the scheduler
+chooses one: several nodes need one port agreed beforehand (torchrun's and DeepSpeed's default)."""
 
 
 NODE_PLACING_BACKENDS = ("slurm",)
@@ -726,9 +726,9 @@ class HardwareSection(Section):
     master_port: int | None = field(
         None,
         "rendezvous port on node 0; null: a one-node `zerolab launch` takes a free port (as torchrun "
-        "--standalone does) and records it in command.sh and run.json, and several nodes (and a SLURM "
-        f"job, a render) use {DEFAULT_MASTER_PORT}. A port given is kept, and a one-node launch refused "
-        "when it is in use",
+        "--standalone does) and records it in command.sh and run.json, a SLURM job takes one from its job "
+        f"id (20000-31999: two jobs on one node do not share it), and several nodes (and a render) use "
+        f"{DEFAULT_MASTER_PORT}. A port given is kept, and a one-node launch refused when it is in use",
         "port",
         gt=0,
         lt=65536,

@@ -18,6 +18,21 @@ from zerolab.recipe.yaml_io import read_yaml_mapping
 GIVE_A_RECIPE = "give a RECIPE (a file, or a name under recipes/ such as cpu/tiny_z1) or --resume RUN_DIR"
 
 
+def resumed_recipe_file(resume: Path) -> Path:
+    """The recipe.yaml of the run that --resume `resume` continues; UserError saying what the path
+    is instead (no such folder, a file, a folder without one)."""
+    recipe_file = resume / rundir.RECIPE_FILE
+    if recipe_file.is_file():
+        return recipe_file
+    if not resume.exists():
+        why = f"no such folder ({resume.absolute()} does not exist)"
+    elif not resume.is_dir():
+        why = "a file, not a run directory"
+    else:
+        why = f"not a run directory (no {rundir.RECIPE_FILE})"
+    raise UserError(f"--resume {resume}: {why}; give a run directory zerolab launch wrote (logs/NAME/STAMP)")
+
+
 def select(words: list[str], resume: Path | None, *, name: str | None = None) -> tuple[Recipe, Resume | None]:
     """The recipe of `words` (RECIPE then KEY=VALUE overrides), named `name` instead of the recipe
     file when given, or with `resume` the recipe of that run (under its name) with `words` as
@@ -27,9 +42,7 @@ def select(words: list[str], resume: Path | None, *, name: str | None = None) ->
             raise UserError(GIVE_A_RECIPE)
         recipe = load_recipe(words[0], words[1:], name=name)
         return recipe, None
-    recipe_file = resume / rundir.RECIPE_FILE
-    if not recipe_file.is_file():
-        raise UserError(f"--resume {resume}: not a run directory (no {rundir.RECIPE_FILE})")
+    recipe_file = resumed_recipe_file(resume)
     if read_yaml_mapping(recipe_file).get("finetune") is not None:
         raise UserError(
             f"--resume {resume}: a fine-tuning run saves no checkpoint and is not resumed; launch its "
@@ -37,9 +50,15 @@ def select(words: list[str], resume: Path | None, *, name: str | None = None) ->
         )
     checkpoint = rundir.last_checkpoint(resume)
     if checkpoint is None:
+        latest = f"{rundir.CHECKPOINTS_DIR}/{rundir.LATEST_CHECKPOINT}"
+        if (resume / latest).is_file():
+            raise UserError(
+                f"{resume}: no checkpoint to resume from ({latest} holds no iteration number: cut short?); "
+                "write the iteration of its last checkpoints/global_stepN folder into it, or launch anew"
+            )
         raise UserError(
-            f"{resume}: no checkpoint to resume from ({rundir.CHECKPOINTS_DIR}/{rundir.LATEST_CHECKPOINT} "
-            "is missing); launch with train.save_interval=N to save checkpoints"
+            f"{resume}: no checkpoint to resume from ({latest} is missing); launch with "
+            "train.save_interval=N to save checkpoints"
         )
     name = renamed(rundir.run_name(resume), words)
     facts, _ = rundir.read_facts(resume)

@@ -12,7 +12,7 @@ from zerolab.recipe.setups import ZERO_SETUPS
 from zerolab.summarize.discover import Run, discover
 from zerolab.summarize.rundir import read_run_dir
 from zerolab.summarize.summary import Options, RunSummary, summarize_run
-from zerolab.summarize.sweeps import SweepRuns, attach_sweeps
+from zerolab.summarize.sweeps import SweepRuns, attach_sweeps, shortest_tails
 
 SETUP_ORDER = tuple(name for name, _ in ZERO_SETUPS)
 
@@ -68,7 +68,7 @@ def summarize_paths(
     if len(collection.sweeps) > 1:  # cells of several sweeps: `demo/zero-z0`, not `zero-z0` twice
         for sweep in collection.sweeps:
             for summary in sweep.runs:
-                summary.row.name = f"{sweep.plan.name}/{summary.row.name}"
+                summary.row.name = f"{sweep.label}/{summary.row.name}"
     _disambiguate(collection.runs)
     return collection
 
@@ -82,10 +82,6 @@ def _disambiguate(runs: list[RunSummary]) -> None:
     for name, group in groups.items():
         if len(group) < 2:
             continue
-        parts = [Path(summary.row.path).parts for summary in group]
-        depth = next(
-            (n for n in range(1, max(map(len, parts)) + 1) if len({p[-n:] for p in parts}) == len(parts)),
-            max(map(len, parts)),
-        )
-        for summary, path in zip(group, parts, strict=True):
-            summary.row.name = f"{name} ({'/'.join(path[-depth:])})"
+        tails = shortest_tails([Path(summary.row.path) for summary in group])
+        for summary, tail in zip(group, tails, strict=True):
+            summary.row.name = f"{name} ({tail})"

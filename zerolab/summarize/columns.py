@@ -270,8 +270,10 @@ COLUMNS: tuple[Column, ...] = (
         "a cancelled SLURM job; its cause says by what, whatever the launcher printed as it stopped) or "
         "`refused` (a sweep's cell whose recipe the checks refused: nothing ran); a failure's kind: "
         "`out_of_memory`, `nan_or_overflow`, `nccl_timeout`, `gpu_error`, `signal` (a rank killed by a "
-        "signal), `killed` or `exception`; the cause with the line that says it (a refusal: the checks' "
-        "message; a killed run: status.json's cause). A log without status.json is read from its lines",
+        "signal, or a run whose status.json gives no cause and an exit code that says one: `exit code 137: "
+        "killed by SIGKILL (signal 9)...`), `killed` or `exception`; the cause with the line that says it "
+        "(a refusal: the checks' message; a killed run: status.json's cause, else its exit code in words). "
+        "A log without status.json is read from its lines",
         label="status",
         companions=("cause_kind", "cause"),
         cell=_status,

@@ -96,7 +96,9 @@ def print_report(report: Report, *, as_json: bool = False) -> None:
     grid = tables.models_by_setups(report.collection)
     if grid is not None:
         headers, rows = grid
-        table = Table(*map(Text, headers), title=tables.FINE_TUNING_TITLE, caption=tables.FINE_TUNING_NOTE)
+        table = Table(title=tables.FINE_TUNING_TITLE, caption=tables.FINE_TUNING_NOTE)
+        for header in headers:
+            table.add_column(Text(header))
         for row in rows:
             table.add_row(*map(Text, row))
         console.print(table)

@@ -12,6 +12,7 @@ from zerolab.estimate.runs import estimated_peak_gib
 from zerolab.logs.failures import cause_text
 from zerolab.logs.parse import ParsedLog
 from zerolab.logs.settings import LogSettings
+from zerolab.logs.signals import exit_code_words, signal_of_exit
 from zerolab.rundir import (
     COMPLETED,
     EVAL_METRICS,
@@ -79,7 +80,8 @@ def _status(log: ParsedLog, facts: RunDirFacts | None) -> Outcome:
     failure = log.ending.failure
     written = facts.status if facts else None
     state = written.state if written else None
-    exit_code = f"exit code {written.exit_code}" if written and written.exit_code is not None else None
+    code = written.exit_code if written else None
+    exit_code = exit_code_words(code) if code is not None else None
     if written and state == REFUSED:  # a sweep's cell the checks refused: nothing ran
         return Outcome(REFUSED, None, written.cause)
     if written and state == KILLED:
@@ -88,8 +90,12 @@ def _status(log: ParsedLog, facts: RunDirFacts | None) -> Outcome:
         log.iteration_count and log.train_iters and log.iterations["iteration"][-1] >= log.train_iters
     )
     if state == FAILED or (state is None and failure):
-        kind = failure.kind if failure else "exception"
-        detail = failure.detail if failure else (written.cause if written else None)
+        if failure:
+            kind, detail = failure.kind, failure.detail
+        else:  # status.json's cause, else its exit code: a signal's (a SLURM job's OOM kill) says which
+            detail = written.cause if written else None
+            signalled = not detail and code is not None and signal_of_exit(code) is not None
+            kind = "signal" if signalled else "exception"
         return Outcome(FAILED, kind, cause_text(kind, detail or exit_code))
     if state == COMPLETED and not (log.ending.completed or completed_by_count):
         return Outcome(TRUNCATED, None, _ends_early(log))

@@ -60,9 +60,10 @@ class Point:
     high: float | None = None
 
 
-def plot_file(plan: Plan, key: str, several: bool) -> str:
-    """`sweep-KEY.png`, prefixed by the sweep's name when the summary holds several sweeps."""
-    stem = f"sweep-{plan.name}-{key}" if several else f"sweep-{key}"
+def plot_file(label: str, key: str, several: bool) -> str:
+    """`sweep-KEY.png`, prefixed by the sweep's label (SweepRuns.label) when the summary holds
+    several sweeps."""
+    stem = f"sweep-{label}-{key}" if several else f"sweep-{key}"
     return stem.replace("/", "_") + ".png"
 
 
@@ -127,7 +128,7 @@ def write_sweep_plots(collection: Collection, out: Path) -> tuple[list[Path], li
     for sweep in collection.sweeps:
         plan, rows = sweep.plan, sweep.runs
         for key in plan.keys:
-            path = out / plot_file(plan, key, several)
+            path = out / plot_file(sweep.label, key, several)
             if not any(s.row.status == COMPLETED for s in rows):
                 skipped.append(f"{path.name}: no cell of sweep {plan.name} completed")
                 continue
