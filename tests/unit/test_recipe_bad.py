@@ -172,6 +172,61 @@ OVERRIDE_CASES = [
     ),
     ("two training lengths", GPT2, ["train.tokens=1000000"], ["train.iters", "train.tokens", "exactly once"]),
     ("no training length", GPT2, ["train.iters=null"], ["train.iters", "exactly once"]),
+    (
+        "a length passed through extra",
+        GPT2,
+        ["train.iters=null", 'extra.megatron_args=[--train-samples,"3200"]'],
+        ["exactly once", "--train-samples: the recipe key train.samples renders it", "set train.samples"],
+    ),
+    (
+        "a sample-based length with a warm-up in iterations",
+        GPT2,
+        ["train.iters=null", "train.samples=3200"],
+        ["train.lr_warmup_iters=", "refuses a warm-up in iterations", "train.lr_warmup_tokens"],
+    ),
+    (
+        "a warm-up in iterations and in tokens",
+        GPT2,
+        ["train.lr_warmup_tokens=1000"],
+        ["the warm-up is given twice", "train.lr_warmup_tokens and train.lr_warmup_iters"],
+    ),
+    (
+        "a token warm-up as long as the token decay",
+        GPT2,
+        ["train.lr_warmup_iters=0", "train.lr_warmup_tokens=1000", "train.lr_decay_tokens=1000"],
+        ["does not end before the decay does (1000 tokens)"],
+    ),
+    (
+        "a batch ramp-up over a length in iterations",
+        GPT2,
+        ["train.rampup_batch_size=[8,8,100]"],
+        ["train.rampup_batch_size", "sample-based length only"],
+    ),
+    (
+        "a batch ramp-up the increments do not reach the global batch by",
+        GPT2,
+        [
+            "train.iters=null",
+            "train.samples=3200",
+            "train.lr_warmup_iters=0",
+            "train.rampup_batch_size=[12,8,100]",
+        ],
+        [
+            "increment must be at least 1 and divide global batch - start",
+            "e.g. train.rampup_batch_size=[8, 8, 100]",
+        ],
+    ),
+    (
+        "a batch ramp-up off the micro batch x data parallel",
+        GPT2,
+        [
+            "train.iters=null",
+            "train.samples=3200",
+            "train.lr_warmup_iters=0",
+            "train.rampup_batch_size=[4,4,100]",
+        ],
+        ["multiple of micro batch x data parallel = 8"],
+    ),
     ("warm-up too long", GPT2, ["train.lr_warmup_iters=100"], ["train.lr_warmup_iters", "train.iters"]),
     (
         "warm-up longer than a length in tokens",

@@ -18,7 +18,7 @@ from zerolab.contracts import SWITCHES
 from zerolab.errors import UserError
 from zerolab.recipe.compose import load_recipe
 from zerolab.recipe.facts import run_facts
-from zerolab.recipe.job import check_inputs
+from zerolab.recipe.job import check_inputs, train_iters
 from zerolab.recipe.render import render
 
 REPO = Path(__file__).resolve().parents[2]
@@ -289,6 +289,35 @@ def test_numbers_in_yaml_and_overrides_are_numbers():
 def test_length_in_tokens_rounds_up_to_whole_iterations():
     recipe = load_recipe("cpu/tiny_z1", ["train.iters=null", "train.tokens=100000"])
     assert option(render(recipe).argv, "--train-iters") == str(-(-100000 // (8 * 128)))
+
+
+SAMPLE_BASED = [
+    "train.iters=null",
+    "train.samples=200",
+    "train.lr_warmup_iters=0",
+    "train.lr_warmup_tokens=2048",
+    "train.lr_decay_tokens=20480",
+    "train.max_tokens=25600",
+]
+
+
+def test_a_sample_based_length_and_token_schedule_render_the_engines_flags_and_no_iterations():
+    recipe = load_recipe("cpu/tiny_z1", SAMPLE_BASED)
+    argv = render(recipe).argv
+    assert "--train-iters" not in argv
+    assert [option(argv, flag) for flag in ("--train-samples", "--train-tokens")] == ["200", "25600"]
+    assert [option(argv, flag) for flag in ("--lr-warmup-tokens", "--lr-decay-tokens")] == ["2048", "20480"]
+    assert train_iters(recipe) == 200 // 8
+
+
+def test_a_batch_ramp_up_renders_its_three_numbers_and_counts_iterations_as_megatron_does():
+    recipe = load_recipe("cpu/tiny_z1", [*SAMPLE_BASED, "train.rampup_batch_size=[4,4,16]"])
+    argv = render(recipe).argv
+    at = argv.index("--rampup-batch-size")
+    assert argv[at + 1 : at + 4] == ["4", "4", "16"]
+    # Megatron's update_train_iters: batches of 4 (0 consumed), 4 (4), 4 (8), 4 (12), 8 (16) while
+    # at most 16 samples are consumed: 5 iterations, 24 samples; then (200 - 24) // 8 = 22
+    assert train_iters(recipe) == 5 + 22
 
 
 def test_length_in_epochs_counts_the_prepared_training_split():

@@ -10,13 +10,21 @@ from typing import Any
 from zerolab.contracts import FLASH_V2
 from zerolab.errors import UserError
 from zerolab.locations import CONFIGS_DIR, RECIPES_DIR, display_path
+from zerolab.recipe.destinations import Megatron, destinations
 from zerolab.recipe.finetuning import FineTuning
 from zerolab.recipe.inputs import vocabulary_size
 from zerolab.recipe.job import job_of, train_iters
 from zerolab.recipe.pretraining import Pretraining, attention_args
 from zerolab.recipe.provenance import Sources, source_of
 from zerolab.recipe.render import ds_config, render, stage_bound
-from zerolab.recipe.schema import NODE_PLACING_BACKENDS, DataSection, ExtraSection, Recipe, SpeedSection
+from zerolab.recipe.schema import (
+    NODE_PLACING_BACKENDS,
+    DataSection,
+    ExtraSection,
+    Recipe,
+    SpeedSection,
+    section_class,
+)
 
 
 @dataclass(frozen=True)
@@ -402,9 +410,13 @@ def _split_datasets_need_a_training_one(recipe: Recipe) -> Problem | None:
     )
 
 
+LENGTH_KEYS = ("iters", "tokens", "epochs", "samples")
+"""The train keys that give a pretraining's length, one of them."""
+
+
 def _lengths_given(recipe: Recipe) -> list[str]:
-    """The train keys among iters, tokens and epochs that the recipe sets."""
-    return [key for key in ("iters", "tokens", "epochs") if getattr(recipe.train, key) is not None]
+    """The train keys among LENGTH_KEYS that the recipe sets."""
+    return [key for key in LENGTH_KEYS if getattr(recipe.train, key) is not None]
 
 
 @only_for(Pretraining)  # fine-tuning: _finetune_length_in_epochs
@@ -414,10 +426,87 @@ def _one_training_length(recipe: Recipe) -> Problem | None:
     if len(given) == 1:
         return None
     return Problem(
-        ("train.iters", "train.tokens", "train.epochs"),
-        "give the training length exactly once: as iterations, tokens or epochs"
+        tuple(f"train.{key}" for key in LENGTH_KEYS),
+        "give the training length exactly once: as iterations, tokens, epochs or samples"
         + (f" (got {', '.join(given)})" if given else ""),
-        "keep one of train.iters, train.tokens, train.epochs and set the others to null",
+        "keep one of train.iters, train.tokens, train.epochs, train.samples and set the others to null",
+    )
+
+
+@only_for(Pretraining)
+@check
+def _sample_based_warmup(recipe: Recipe) -> Problem | None:
+    train = recipe.train
+    if train.samples is None or train.lr_warmup_iters == 0:
+        return None
+    return Problem(
+        ("train.samples", "train.lr_warmup_iters"),
+        "Megatron's sample-based training (train.samples) refuses a warm-up in iterations",
+        "give the warm-up as train.lr_warmup_tokens and set train.lr_warmup_iters=0, or the length as "
+        "train.iters",
+    )
+
+
+@only_for(Pretraining)
+@check
+def _one_warmup(recipe: Recipe) -> Problem | None:
+    train = recipe.train
+    if train.lr_warmup_tokens is None or train.lr_warmup_iters == 0:
+        return None
+    return Problem(
+        ("train.lr_warmup_tokens", "train.lr_warmup_iters"),
+        "the warm-up is given twice; the engine would warm up over the tokens and ignore the iterations",
+        "keep one of train.lr_warmup_tokens and train.lr_warmup_iters (0)",
+    )
+
+
+@only_for(Pretraining)
+@check
+def _warmup_tokens_within_decay(recipe: Recipe) -> Problem | None:
+    train = recipe.train
+    if train.lr_decay_tokens is None or (train.lr_warmup_tokens or 0) < train.lr_decay_tokens:
+        return None
+    return Problem(
+        ("train.lr_warmup_tokens", "train.lr_decay_tokens"),
+        f"the warm-up ({train.lr_warmup_tokens} tokens) does not end before the decay does "
+        f"({train.lr_decay_tokens} tokens): the engine's schedule divides by their difference",
+        "set train.lr_warmup_tokens below train.lr_decay_tokens",
+    )
+
+
+@only_for(Pretraining)
+@check
+def _rampup_batch_size(recipe: Recipe) -> Problem | None:
+    train = recipe.train
+    if train.rampup_batch_size is None:
+        return None
+    keys = ("train.rampup_batch_size", "train.samples", "train.global_batch_size")
+    start, increment, ramp = train.rampup_batch_size
+    if train.samples is None:
+        return Problem(
+            keys[:2],
+            "Megatron ramps the batch size up over a sample-based length only",
+            "give the length as train.samples, or remove train.rampup_batch_size",
+        )
+    per_step = train.micro_batch_size * max(1, recipe.data_parallel_size)
+    wrong = (
+        "its start must be at least 1 and below the global batch"
+        if not 0 < start < train.global_batch_size
+        else "its increment must be at least 1 and divide global batch - start"
+        if increment < 1 or (train.global_batch_size - start) % increment
+        else "its samples must be at least 1"
+        if ramp < 1
+        else f"each batch of the ramp must be a multiple of micro batch x data parallel = {per_step}"
+        if start % per_step or increment % per_step
+        else None
+    )
+    if wrong is None:
+        return None
+    return Problem(
+        (*keys, "train.micro_batch_size"),
+        f"batch-size ramp-up [start, increment, samples] = {list(train.rampup_batch_size)} up to global "
+        f"batch {train.global_batch_size}: {wrong}",
+        f"e.g. train.rampup_batch_size=[{per_step}, {per_step}, {max(ramp, 1)}]",
     )
 
 
@@ -749,6 +838,50 @@ def _extra_args_not_rendered(recipe: Recipe) -> Problem | None:
     return _rendered_already("extra.megatron_args", clashes) if clashes else None
 
 
+PASSED_THROUGH = frozenset({"--load"})
+"""Flags a schema key renders in one use that extra.megatron_args may still pass for another
+(--load: model.init_from's imported weights; a checkpoint of the user's own is passed as given)."""
+
+
+def declared_flags() -> dict[str, str]:
+    """Each Megatron flag the schema declares on a pretraining section's key, with that key."""
+    flags: dict[str, str] = {}
+    for section, info in Recipe.model_fields.items():
+        model = section_class(info.annotation)
+        if model is None or section in ("extra", "finetune"):
+            continue
+        for name, field_info in model.model_fields.items():
+            for destination in destinations(field_info):
+                if isinstance(destination, Megatron) and destination.flag.startswith("--"):
+                    flags.setdefault(destination.flag, f"{section}.{name}")
+    return flags
+
+
+@check
+def _extra_args_a_key_renders(recipe: Recipe) -> Problem | None:
+
+    given = {token.split("=", 1)[0] for token in recipe.extra.megatron_args if token.startswith("--")}
+    declared = declared_flags()
+    owned = sorted(flag for flag in given - PASSED_THROUGH - ATTENTION_FLAGS if flag in declared)
+    if not owned:
+        return None
+    try:
+        rendered = set(render(recipe.model_copy(update={"extra": ExtraSection()})).argv)
+    except UserError:  # no length, or epochs of data not prepared: the flags alone say it
+        rendered = set()
+    owned = [flag for flag in owned if flag not in rendered]  # rendered ones: _extra_args_not_rendered
+    if not owned:
+        return None
+    keys = list(dict.fromkeys(declared[flag] for flag in owned))
+    return Problem(
+        ("extra.megatron_args", *keys),
+        ", ".join(f"{flag}: the recipe key {declared[flag]} renders it" for flag in owned),
+        f"remove {'them' if len(owned) > 1 else 'it'} from extra.megatron_args and set "
+        + " and ".join(keys)
+        + " (docs/recipe-reference.md)",
+    )
+
+
 @check
 def _extra_ds_config_adds_only(recipe: Recipe) -> Problem | None:
 
@@ -811,7 +944,17 @@ NOT_READ_BY_FINETUNING: dict[str, tuple[str, ...]] = {
     "parallel": ("tensor", "pipeline"),
     "model": ("make_vocab_size_divisible_by", "init_from", "import_command"),
     "data": tuple(DataSection.model_fields),
-    "train": ("eval_interval", "eval_iters", "save_interval", "save_interval_epochs"),
+    "train": (
+        "eval_interval",
+        "eval_iters",
+        "save_interval",
+        "save_interval_epochs",
+        "samples",
+        "rampup_batch_size",
+        "max_tokens",
+        "lr_warmup_tokens",
+        "lr_decay_tokens",
+    ),
     "activation_checkpointing": (
         "method",
         "num_layers",

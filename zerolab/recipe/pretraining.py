@@ -138,7 +138,7 @@ def megatron_args(recipe: Recipe, ds_config_path: str) -> list[str]:
     args = [
         *section_args(recipe, "model"),
         *section_args(recipe, "parallel"),
-        *section_args(recipe, "train", at={"iters": ["--train-iters", str(pretraining_iters(recipe))]}),
+        *section_args(recipe, "train", at={"iters": iters_args(recipe)}),
         *section_args(recipe, "data", at=tokenizer_files | split_args(recipe)),
         "--distributed-backend", "gloo" if hw.device == "cpu" else "nccl",
     ]  # fmt: skip
@@ -170,6 +170,14 @@ def section_args(recipe: Recipe, section: str, at: dict[str, list[str]] | None =
     return args
 
 
+def iters_args(recipe: Recipe) -> list[str]:
+    """--train-iters: the length in iterations, as given or from tokens or epochs; none for a
+    sample-based length (train.samples renders --train-samples, Megatron refusing both)."""
+    if recipe.train.samples is not None:
+        return []
+    return ["--train-iters", str(pretraining_iters(recipe))]
+
+
 def split_args(recipe: Recipe) -> dict[str, list[str]]:
     """Megatron's --split deals the documents of data.path; split datasets need none."""
     if recipe.data.path is None:
@@ -197,6 +205,8 @@ def _flag(flag: str, value: Any) -> list[str]:
         return []
     if value is True:
         return [flag]
+    if isinstance(value, tuple | list):
+        return [flag, *(str(item) for item in value)]
     return [flag, _num(value) if isinstance(value, float) else str(value)]
 
 
@@ -320,6 +330,8 @@ def schedule(recipe: Recipe) -> tuple[Any, ...]:
         train.lr,
         train.min_lr,
         train.lr_warmup_iters,
+        train.lr_warmup_tokens,
+        train.lr_decay_tokens,
         train.lr_decay_style,
         train.weight_decay,
     )

@@ -547,7 +547,7 @@ class DataSection(Section):
 
 
 class TrainSection(Section):
-    """Batch, length, optimizer and logging. Give exactly one of iters, tokens and epochs."""
+    """Batch, length, optimizer and logging. Give exactly one of iters, tokens, epochs and samples."""
 
     micro_batch_size: int = field(
         4,
@@ -600,6 +600,33 @@ class TrainSection(Section):
         gt=0,
         to=(Megatron("--train-iters", "in iterations"),),
     )
+    samples: int | None = field(
+        None,
+        "training length as samples (sequences), Megatron's sample-based training: the engine trains "
+        "samples // global batch iterations (with rampup_batch_size, the ramp's iterations first, as "
+        "Megatron counts them); the warm-up is then given in tokens (lr_warmup_tokens), Megatron "
+        "refusing lr_warmup_iters",
+        "samples",
+        gt=0,
+        to=(Megatron("--train-samples"),),
+    )
+    rampup_batch_size: tuple[int, int, int] | None = field(
+        None,
+        "batch-size ramp-up over a sample-based length (train.samples): [start, increment, samples]: "
+        "the global batch starts at `start` sequences and grows by `increment` at even steps over the "
+        "first `samples` samples, up to global_batch_size (Megatron --rampup-batch-size); each batch "
+        "of the ramp a multiple of micro batch x data parallel",
+        "sequences, sequences, samples",
+        to=(Megatron("--rampup-batch-size"),),
+    )
+    max_tokens: int | None = field(
+        None,
+        "stop once this many tokens have been trained, whatever the length says (Megatron-DeepSpeed "
+        "--train-tokens, the upstream scripts' token budget); null: the length alone",
+        "tokens",
+        gt=0,
+        to=(Megatron("--train-tokens"),),
+    )
     lr: float = field(1.5e-4, "peak learning rate", "1/step", gt=0, to=(Megatron("--lr"),))
     min_lr: float = field(
         1.0e-5, "learning rate at the end of the decay", "1/step", ge=0, to=(Megatron("--min-lr"),)
@@ -609,6 +636,22 @@ class TrainSection(Section):
     )
     lr_warmup_iters: int = field(
         0, "linear learning-rate warm-up", "iterations", ge=0, to=(Megatron("--lr-warmup-iters"),)
+    )
+    lr_warmup_tokens: int | None = field(
+        None,
+        "linear learning-rate warm-up over this many tokens (Megatron-DeepSpeed's token-based "
+        "schedule, --lr-warmup-tokens), in place of lr_warmup_iters; null: warm-up in iterations",
+        "tokens",
+        ge=0,
+        to=(Megatron("--lr-warmup-tokens"),),
+    )
+    lr_decay_tokens: int | None = field(
+        None,
+        "decay the learning rate over this many tokens (--lr-decay-tokens), warm-up included, then "
+        "keep min_lr; null: decay over the whole length in iterations",
+        "tokens",
+        gt=0,
+        to=(Megatron("--lr-decay-tokens"),),
     )
     weight_decay: float = field(0.1, "AdamW weight decay", ge=0, to=(Megatron("--weight-decay"),))
     adam_beta1: float = field(0.9, "Adam beta1", gt=0, lt=1, to=(Megatron("--adam-beta1"),))
