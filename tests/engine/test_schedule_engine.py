@@ -1,0 +1,48 @@
+"""The sample-based length, the batch-size ramp-up, the token budget and the token-based
+learning-rate schedule (train.samples, rampup_batch_size, max_tokens, lr_warmup_tokens,
+lr_decay_tokens) train on the real engine: one short launch proves the five."""
+
+from __future__ import annotations
+
+import math
+import re
+
+from engine_runs import train
+
+from zerolab.recipe.compose import load_recipe
+from zerolab.recipe.job import train_iters
+
+# tiny_z1: global batch 8 = micro 2 x data parallel 2 x 2; sequences of 128 tokens. The ramp [4, 4, 8]
+# trains batches of 4, 4, 8 (16 samples, 2,048 tokens) while at most 8 samples are consumed, then
+# (24 - 16) // 8 = 1 more: 4 iterations, which the budget of 2,048 tokens cuts to 3
+SCHEDULE = [
+    "train.iters=null",
+    "train.samples=24",
+    "train.rampup_batch_size=[4,4,8]",
+    "train.max_tokens=2048",
+    "train.lr_warmup_iters=0",
+    "train.lr_warmup_tokens=512",
+    "train.lr_decay_tokens=1536",
+    "train.log_interval=1",
+]
+
+
+def test_samples_ramp_up_token_budget_and_token_schedule_train_as_rendered(engine, dataset, tmp_path):
+    recipe = load_recipe("cpu/tiny_z1", [f"data.path={dataset}", *SCHEDULE])
+    assert train_iters(recipe) == 4
+
+    run = train(dataset, tmp_path / "run", "cpu/tiny_z1", *SCHEDULE, short=False, stops_at=3)
+
+    assert run.args["train_samples"] == 24 and run.log.train_iters == 4  # cut to 3 by the budget
+    assert run.args["train_tokens"] == 2048
+    assert (run.args["lr_warmup_tokens"], run.args["lr_decay_tokens"]) == (512, 1536)
+    assert list(run.log.iterations["global_batch_size"]) == [4, 4, 8]
+    lrs = [float(value) for value in re.findall(r"learning rate: ([\d.eE+-]+)", run.text)]
+    peak, low = recipe.train.lr, recipe.train.min_lr
+    # each iteration logs the rate it trained at, the schedule at the tokens consumed before it: 0
+    # (the warm-up's start), 512 (its end: the peak), 1,024 (half way through the cosine decay over
+    # 1,536 - 512 tokens)
+    half = low + (peak - low) * 0.5 * (math.cos(math.pi * 0.5) + 1)
+    wanted = [0.0, peak, half]
+    assert len(lrs) == 3, lrs
+    assert all(math.isclose(a, b, rel_tol=1e-3, abs_tol=1e-12) for a, b in zip(lrs, wanted, strict=True)), lrs
