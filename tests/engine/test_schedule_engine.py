@@ -1,6 +1,7 @@
 """The sample-based length, the batch-size ramp-up, the token budget and the token-based
 learning-rate schedule (train.samples, rampup_batch_size, max_tokens, lr_warmup_tokens,
-lr_decay_tokens) train on the real engine: one short launch proves the five."""
+lr_decay_tokens) and a weighted blend of datasets (data.path `W1 PREFIX1 W2 PREFIX2`) train on the
+real engine: one short launch proves the six."""
 
 from __future__ import annotations
 
@@ -28,11 +29,14 @@ SCHEDULE = [
 
 
 def test_samples_ramp_up_token_budget_and_token_schedule_train_as_rendered(engine, dataset, tmp_path):
-    recipe = load_recipe("cpu/tiny_z1", [f"data.path={dataset}", *SCHEDULE])
+    blended = f"data.path=0.25 {dataset} 0.75 {dataset}"
+    recipe = load_recipe("cpu/tiny_z1", [blended, *SCHEDULE])
     assert train_iters(recipe) == 4
 
-    run = train(dataset, tmp_path / "run", "cpu/tiny_z1", *SCHEDULE, short=False, stops_at=3)
+    run = train(dataset, tmp_path / "run", "cpu/tiny_z1", blended, *SCHEDULE, short=False, stops_at=3)
 
+    assert run.args["data_path"] == str(["0.25", dataset, "0.75", dataset])  # a list: one word each
+    assert "> building indices for blendable datasets" in run.text
     assert run.args["train_samples"] == 24 and run.log.train_iters == 4  # cut to 3 by the budget
     assert run.args["train_tokens"] == 2048
     assert (run.args["lr_warmup_tokens"], run.args["lr_decay_tokens"]) == (512, 1536)

@@ -173,6 +173,30 @@ OVERRIDE_CASES = [
     ("two training lengths", GPT2, ["train.tokens=1000000"], ["train.iters", "train.tokens", "exactly once"]),
     ("no training length", GPT2, ["train.iters=null"], ["train.iters", "exactly once"]),
     (
+        "a blend with a weight and no prefix",
+        TINY,
+        ["data.path=0.5 data/a_text_document 0.5"],
+        ["data.path '0.5 data/a_text_document 0.5' is read as a weighted blend", "3 words", "W1 PREFIX1"],
+    ),
+    (
+        "a blend whose weight is not a number",
+        TINY,
+        ["data.train_path=0.5 data/a_train_text_document half data/b_train_text_document", "data.path=null"],
+        ["data.train_path", "'half' before 'data/b_train_text_document' is not a weight (a number)"],
+    ),
+    (
+        "a blend with a weight of 0",
+        TINY,
+        ["data.path=0 data/a_text_document 1 data/b_text_document"],
+        ["the weight 0 of 'data/a_text_document' is not above 0"],
+    ),
+    (
+        "a length in epochs of a blend",
+        TINY,
+        ["train.iters=null", "train.epochs=1", "data.path=0.5 data/a_text_document 0.5 data/b_text_document"],
+        ["train.epochs counts the training split of one prepared dataset", "is a blend"],
+    ),
+    (
         "a length passed through extra",
         GPT2,
         ["train.iters=null", 'extra.megatron_args=[--train-samples,"3200"]'],

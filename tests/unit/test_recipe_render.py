@@ -320,6 +320,23 @@ def test_a_batch_ramp_up_renders_its_three_numbers_and_counts_iterations_as_mega
     assert train_iters(recipe) == 5 + 22
 
 
+def test_a_blend_of_datasets_is_one_argument_a_word_and_each_missing_prefix_is_named(tmp_path):
+    blend = f"0.3 {FIXTURE_PREFIX} 0.7 {tmp_path}/other_text_document"
+    recipe = load_recipe("cpu/tiny_z1", [f"data.path={blend}"])
+    argv = render(recipe).argv
+    at = argv.index("--data-path")
+    assert argv[at + 1 : at + 6] == [
+        "0.3",
+        FIXTURE_PREFIX,
+        "0.7",
+        f"{tmp_path}/other_text_document",
+        "--split",
+    ]
+    (missing,) = [problem for problem in check_inputs(recipe) if "data.path" in problem]
+    assert missing.startswith(f"data.path[2]: {tmp_path}/other_text_document.bin and ")
+    assert f"zerolab prep CORPUS --out {tmp_path}/other" in missing
+
+
 def test_length_in_epochs_counts_the_prepared_training_split():
     # 31,619 tokens (the .bin is 63,238 bytes of uint16), all in the training split:
     # (31619 - 1) // 128 = 247 samples per epoch; 2 epochs of 8-sample steps = 62 steps

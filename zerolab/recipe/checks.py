@@ -12,7 +12,7 @@ from zerolab.errors import UserError
 from zerolab.locations import CONFIGS_DIR, RECIPES_DIR, display_path
 from zerolab.recipe.destinations import Megatron, destinations
 from zerolab.recipe.finetuning import FineTuning
-from zerolab.recipe.inputs import vocabulary_size
+from zerolab.recipe.inputs import DATASET_KEYS, blend, blend_problem, vocabulary_size
 from zerolab.recipe.job import job_of, train_iters
 from zerolab.recipe.pretraining import Pretraining, attention_args
 from zerolab.recipe.provenance import Sources, source_of
@@ -412,6 +412,21 @@ def _split_datasets_need_a_training_one(recipe: Recipe) -> Problem | None:
 
 LENGTH_KEYS = ("iters", "tokens", "epochs", "samples")
 """The train keys that give a pretraining's length, one of them."""
+
+
+@check
+def _data_blends_pair_weights_and_prefixes(recipe: Recipe) -> Problem | None:
+    for key in DATASET_KEYS:
+        value = getattr(recipe.data, key)
+        wrong = blend_problem(value) if value is not None and blend(value) is not None else None
+        if wrong is not None:
+            return Problem(
+                (f"data.{key}",),
+                f"data.{key} {value!r} is read as a weighted blend of datasets: {wrong}",
+                f"write data.{key} as one prefix (no spaces), or as `W1 PREFIX1 W2 PREFIX2 ...`, each "
+                "weight a number above 0",
+            )
+    return None
 
 
 def _lengths_given(recipe: Recipe) -> list[str]:

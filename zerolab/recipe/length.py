@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from zerolab.data_prep.indexed import read_index
 from zerolab.errors import UserError
-from zerolab.recipe.inputs import prepare_hint
+from zerolab.recipe.inputs import blend, prepare_hint
 from zerolab.recipe.schema import Recipe
 
 if TYPE_CHECKING:
@@ -101,6 +101,11 @@ def pretraining_split_tokens(recipe: Recipe, asked_by: tuple[str, str] = EPOCHS)
     asking, fix = asked_by
     key = "path" if recipe.data.path is not None else "train_path"
     path = getattr(recipe.data, key)
+    if blend(path) is not None:
+        raise UserError(
+            f"{asking} counts the training split of one prepared dataset, and data.{key} is a blend "
+            f"({path!r}), whose samples Megatron draws by weight; {fix}"
+        )
     idx = Path(path + ".idx")
     if not idx.is_file():
         raise UserError(

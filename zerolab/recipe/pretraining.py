@@ -22,7 +22,13 @@ from zerolab.contracts import (
 from zerolab.engine.paths import engine_dir
 from zerolab.imported import layout_tag
 from zerolab.recipe.destinations import Megatron, destinations, one_to_one
-from zerolab.recipe.inputs import dataset_paths, pretraining_inputs_problems, tokenizer_file
+from zerolab.recipe.inputs import (
+    DATASET_KEYS,
+    blend,
+    dataset_paths,
+    pretraining_inputs_problems,
+    tokenizer_file,
+)
 from zerolab.recipe.length import pretraining_iters, pretraining_split_tokens, save_interval
 from zerolab.recipe.provenance import Sources
 from zerolab.recipe.resumption import Resume
@@ -139,7 +145,7 @@ def megatron_args(recipe: Recipe, ds_config_path: str) -> list[str]:
         *section_args(recipe, "model"),
         *section_args(recipe, "parallel"),
         *section_args(recipe, "train", at={"iters": iters_args(recipe)}),
-        *section_args(recipe, "data", at=tokenizer_files | split_args(recipe)),
+        *section_args(recipe, "data", at=tokenizer_files | split_args(recipe) | dataset_args(recipe)),
         "--distributed-backend", "gloo" if hw.device == "cpu" else "nccl",
     ]  # fmt: skip
     args += fusion_args(recipe)
@@ -176,6 +182,17 @@ def iters_args(recipe: Recipe) -> list[str]:
     if recipe.train.samples is not None:
         return []
     return ["--train-iters", str(pretraining_iters(recipe))]
+
+
+def dataset_args(recipe: Recipe) -> dict[str, list[str]]:
+    """The dataset keys' flags: a prefix as one argument, a blend (`W1 PREFIX1 W2 PREFIX2`) as one
+    argument each word, as Megatron's nargs flags read a list (one argument with spaces would be
+    read as one path)."""
+    return {
+        key: [_declared_flag(recipe, "data", key), *(value.split() if blend(value) else [value])]
+        for key in DATASET_KEYS
+        if (value := getattr(recipe.data, key)) is not None
+    }
 
 
 def split_args(recipe: Recipe) -> dict[str, list[str]]:

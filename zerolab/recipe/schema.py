@@ -466,6 +466,10 @@ class PrecisionSection(Section):
     )
 
 
+BLEND_RULE = "one argument a prefix; a blend's weights and prefixes, one argument each"
+"""How a dataset key reaches Megatron, whose data-path flags take a list of words."""
+
+
 class DataSection(Section):
     """The prepared dataset and tokenizer (configs/data/); relative paths are relative to the current
     directory."""
@@ -473,10 +477,12 @@ class DataSection(Section):
     name: str = field("dolly", "name of the dataset, as reported in summaries", to=(Zerolab("summaries"),))
     path: str | None = field(
         "data/dolly_text_document",
-        "Megatron data prefix: PREFIX.bin and PREFIX.idx, dealt into splits by data.split; null: the "
-        "split datasets of data.train_path, valid_path and test_path",
+        "Megatron data prefix: PREFIX.bin and PREFIX.idx, dealt into splits by data.split; or a "
+        "weighted blend of prefixes, `W1 PREFIX1 W2 PREFIX2 ...` (Megatron draws each sample from a "
+        "prefix by its weight; each weight a number above 0, each prefix prepared); null: the split "
+        "datasets of data.train_path, valid_path and test_path",
         "path prefix",
-        to=(Megatron("--data-path"),),
+        to=(Megatron("--data-path", BLEND_RULE),),
         names_run=False,
     )
     train_path: str | None = field(
@@ -484,21 +490,21 @@ class DataSection(Section):
         "the training split written by `zerolab prep ... --split` (OUT_train_text_document), with "
         "data.path null; data.split then does not apply",
         "path prefix",
-        to=(Megatron("--train-data-path"),),
+        to=(Megatron("--train-data-path", BLEND_RULE),),
         names_run=False,
     )
     valid_path: str | None = field(
         None,
         "the validation split (OUT_valid_text_document), with data.train_path; null: no evaluation data",
         "path prefix",
-        to=(Megatron("--valid-data-path"),),
+        to=(Megatron("--valid-data-path", BLEND_RULE),),
         names_run=False,
     )
     test_path: str | None = field(
         None,
         "the test split (OUT_test_text_document), with data.train_path",
         "path prefix",
-        to=(Megatron("--test-data-path"),),
+        to=(Megatron("--test-data-path", BLEND_RULE),),
         names_run=False,
     )
     prepare_command: str = field(
