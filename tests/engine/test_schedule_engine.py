@@ -1,14 +1,15 @@
 """The sample-based length, the batch-size ramp-up, the token budget and the token-based
 learning-rate schedule (train.samples, rampup_batch_size, max_tokens, lr_warmup_tokens,
-lr_decay_tokens) and a weighted blend of datasets (data.path `W1 PREFIX1 W2 PREFIX2`) train on the
-real engine: one short launch proves the six."""
+lr_decay_tokens), a weighted blend of datasets (data.path `W1 PREFIX1 W2 PREFIX2`) and
+DeepSpeed-Ulysses sequence parallelism (parallel.sequence) train on the real engine: one short
+launch proves the first six, one more the seventh against the shared run it splits differently."""
 
 from __future__ import annotations
 
 import math
 import re
 
-from engine_runs import train
+from engine_runs import same_losses, train
 
 from zerolab.recipe.compose import load_recipe
 from zerolab.recipe.job import train_iters
@@ -50,3 +51,18 @@ def test_samples_ramp_up_token_budget_and_token_schedule_train_as_rendered(engin
     wanted = [0.0, peak, half]
     assert len(lrs) == 3, lrs
     assert all(math.isclose(a, b, rel_tol=1e-3, abs_tol=1e-12) for a, b in zip(lrs, wanted, strict=True)), lrs
+
+
+def test_ulysses_sequence_parallelism_trains_the_losses_of_data_parallelism(
+    engine, dataset, trained, tmp_path
+):
+    # tiny_z1 on 2 ranks with each sequence split across both: data parallel 1, so the global batch
+    # of 8 is micro 2 x 4 micro batches on each rank. The shared z1 run trains the same batches data
+    # parallel 2: the same samples, weights and arithmetic, split otherwise
+    run = train(dataset, tmp_path / "run", "cpu/tiny_z1", "parallel.sequence=2")
+
+    assert run.args["ds_sequence_parallel_size"] == 2 and run.args["data_parallel_size"] == 1
+    assert run.ds["train_batch_size"] == 8 and run.ds["gradient_accumulation_steps"] == 4
+    assert "zerolab: workaround ulysses_batch_dimension" in run.text
+    z1 = trained("z1")
+    assert same_losses(run, z1, 1e-4), (run.losses, z1.losses)

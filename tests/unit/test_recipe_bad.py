@@ -173,6 +173,30 @@ OVERRIDE_CASES = [
     ("two training lengths", GPT2, ["train.tokens=1000000"], ["train.iters", "train.tokens", "exactly once"]),
     ("no training length", GPT2, ["train.iters=null"], ["train.iters", "exactly once"]),
     (
+        "sequence parallelism through extra",
+        GPT2,
+        ['extra.megatron_args=[--ds-sequence-parallel-size, "2"]'],
+        ["--ds-sequence-parallel-size: the recipe key parallel.sequence renders it"],
+    ),
+    (
+        "sequence parallelism that does not divide the heads",
+        GPT2,
+        ["parallel.sequence=2"],
+        ["sequence parallel 2 must divide the sequence length (1024) and the 25 attention heads"],
+    ),
+    (
+        "sequence parallelism that does not divide the world",
+        TINY,
+        ["parallel.sequence=4"],
+        ["world size 2 is not divisible by tensor x pipeline x sequence = 4", "parallel.sequence"],
+    ),
+    (
+        "sequence parallelism on the pipeline engine",
+        TINY,
+        ["parallel.sequence=2", "parallel.pipeline=2", "hardware.procs_per_node=4"],
+        ["DeepSpeed-Ulysses runs without the pipeline engine"],
+    ),
+    (
         "a blend with a weight and no prefix",
         TINY,
         ["data.path=0.5 data/a_text_document 0.5"],

@@ -55,6 +55,10 @@ RULES: dict[tuple[str, str], tuple[tuple[str, list[str]], tuple[str, list[str]] 
     ("model.attention", "--use-flash-attn-v2"): (("gpt2_z1", ["model.attention=flash"]), ENGINE_ATTENTION),
     ("model.attention", "ZEROLAB_ATTENTION"): (("gpt2_z1", ["model.attention=sdpa"]), ENGINE_ATTENTION),
     ("parallel.pipeline", "--no-pipeline-parallel"): (ON_GPU, ("gpt2_tp2_pp2", [])),
+    ("parallel.sequence", "--ds-sequence-parallel-size"): (
+        ("gpt2_z1", ["model=gpt2-355m", "parallel.sequence=2", "train.global_batch_size=16"]),
+        ON_GPU,
+    ),
     ("data.path", "--data-path"): (ON_GPU, ("gpt2_z1", SPLIT_DATASETS)),
     ("data.train_path", "--train-data-path"): (("gpt2_z1", SPLIT_DATASETS), ON_GPU),
     ("data.valid_path", "--valid-data-path"): (

@@ -337,6 +337,18 @@ def test_a_blend_of_datasets_is_one_argument_a_word_and_each_missing_prefix_is_n
     assert f"zerolab prep CORPUS --out {tmp_path}/other" in missing
 
 
+def test_sequence_parallelism_takes_its_ranks_from_data_parallelism():
+    # the upstream 1.3B 32k script's arithmetic: 8 ranks, sequence parallel 4, global batch 2 of micro 1
+    ulysses = ["model=gpt2-355m", "parallel.sequence=4", "hardware.procs_per_node=8"]
+    batch = ["train.global_batch_size=2", "train.micro_batch_size=1"]
+    recipe = load_recipe("gpt2_z1", [*ulysses, *batch])
+    assert (recipe.data_parallel_size, recipe.gradient_accumulation_steps) == (2, 1)
+    launch = render(recipe)
+    assert option(launch.argv, "--ds-sequence-parallel-size") == "4"
+    assert (launch.ds_config["train_batch_size"], launch.ds_config["gradient_accumulation_steps"]) == (2, 1)
+    assert "--ds-sequence-parallel-size" not in render(load_recipe("gpt2_z1")).argv
+
+
 def test_length_in_epochs_counts_the_prepared_training_split():
     # 31,619 tokens (the .bin is 63,238 bytes of uint16), all in the training split:
     # (31619 - 1) // 128 = 247 samples per epoch; 2 epochs of 8-sample steps = 62 steps

@@ -219,27 +219,75 @@ def _world_size_matches(recipe: Recipe) -> Problem | None:
     )
 
 
+def _split_ranks(recipe: Recipe) -> int:
+    """Ranks that train one batch together: tensor x pipeline x sequence."""
+    return recipe.model_parallel_size * recipe.parallel.sequence
+
+
+def _split_keys(recipe: Recipe) -> tuple[str, ...]:
+    """The parallel keys that split a batch's work: tensor, pipeline (and sequence where it splits)."""
+    return (
+        "parallel.tensor",
+        "parallel.pipeline",
+        *(("parallel.sequence",) if recipe.parallel.sequence > 1 else ()),
+    )
+
+
+def _keys_text(keys: tuple[str, ...]) -> str:
+    """`a, b and c`."""
+    return ", ".join(keys[:-1]) + f" and {keys[-1]}" if len(keys) > 1 else keys[0]
+
+
 @check
 def _model_parallel_divides_world(recipe: Recipe) -> Problem | None:
-    if recipe.world_size % recipe.model_parallel_size == 0:
+    if recipe.world_size % _split_ranks(recipe) == 0:
+        return None
+    product = "tensor x pipeline" + (" x sequence" if recipe.parallel.sequence > 1 else "")
+    return Problem(
+        (*_split_keys(recipe), "hardware.nodes", "hardware.procs_per_node"),
+        f"world size {recipe.world_size} is not divisible by {product} = {_split_ranks(recipe)}, "
+        "so there is no whole data-parallel size",
+        f"choose {_keys_text(_split_keys(recipe))} whose product divides nodes x procs_per_node",
+    )
+
+
+@check
+def _sequence_parallel_divides(recipe: Recipe) -> Problem | None:
+    size, model = recipe.parallel.sequence, recipe.model
+    if size == 1:
+        return None
+    heads = model.num_attention_heads // recipe.parallel.tensor
+    if model.seq_length % size == 0 and heads % size == 0:
         return None
     return Problem(
-        ("parallel.tensor", "parallel.pipeline", "hardware.nodes", "hardware.procs_per_node"),
-        f"world size {recipe.world_size} is not divisible by tensor x pipeline = "
-        f"{recipe.model_parallel_size}, "
-        "so there is no whole data-parallel size",
-        "choose parallel.tensor and parallel.pipeline whose product divides nodes x procs_per_node",
+        ("parallel.sequence", "model.seq_length", "model.num_attention_heads", "parallel.tensor"),
+        f"sequence parallel {size} must divide the sequence length ({model.seq_length}) and the "
+        f"{heads} attention heads of a tensor rank: Ulysses gives each rank seq_length / {size} tokens, "
+        f"then heads / {size} heads over the whole sequence",
+        "set parallel.sequence to a common divisor of model.seq_length and the heads per tensor rank",
+    )
+
+
+@check
+def _sequence_parallel_engine(recipe: Recipe) -> Problem | None:
+    if recipe.parallel.sequence == 1 or recipe.parallel.pipeline == 1:
+        return None
+    return Problem(
+        ("parallel.sequence", "parallel.pipeline"),
+        "DeepSpeed-Ulysses runs without the pipeline engine: Megatron-DeepSpeed hands its "
+        "sequence-parallel groups to DeepSpeed only with --no-pipeline-parallel",
+        "set parallel.pipeline=1 with parallel.sequence above 1",
     )
 
 
 @check
 def _global_batch_consistent(recipe: Recipe) -> Problem | None:
-    if recipe.world_size % recipe.model_parallel_size:
+    if recipe.world_size % _split_ranks(recipe):
         return None
     train = recipe.train
     dp = recipe.data_parallel_size
     per_step = train.micro_batch_size * dp
-    keys = ("train.global_batch_size", "train.micro_batch_size", "parallel.tensor", "parallel.pipeline")
+    keys = ("train.global_batch_size", "train.micro_batch_size", *_split_keys(recipe))
     if train.gradient_accumulation_steps is None:
         if train.global_batch_size % per_step == 0:
             return None

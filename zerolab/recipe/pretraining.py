@@ -143,7 +143,7 @@ def megatron_args(recipe: Recipe, ds_config_path: str) -> list[str]:
     }
     args = [
         *section_args(recipe, "model"),
-        *section_args(recipe, "parallel"),
+        *section_args(recipe, "parallel", at={"sequence": sequence_args(recipe)}),
         *section_args(recipe, "train", at={"iters": iters_args(recipe)}),
         *section_args(recipe, "data", at=tokenizer_files | split_args(recipe) | dataset_args(recipe)),
         "--distributed-backend", "gloo" if hw.device == "cpu" else "nccl",
@@ -174,6 +174,13 @@ def section_args(recipe: Recipe, section: str, at: dict[str, list[str]] | None =
             args += _flag(destination.flag, getattr(values, name))
         args += (at or {}).get(name, [])
     return args
+
+
+def sequence_args(recipe: Recipe) -> list[str]:
+    """--ds-sequence-parallel-size where parallel.sequence splits sequences (none at 1, the
+    engine's default)."""
+    size = recipe.parallel.sequence
+    return [_declared_flag(recipe, "parallel", "sequence"), str(size)] if size > 1 else []
 
 
 def iters_args(recipe: Recipe) -> list[str]:

@@ -163,7 +163,7 @@ name says so, and a checkpoint of it cannot be resumed with them changed)."""
 
 
 class ParallelSection(Section):
-    """Model parallelism; data parallelism is what is left of the world size."""
+    """Model and sequence parallelism; data parallelism is what is left of the world size."""
 
     tensor: int = field(
         1,
@@ -181,6 +181,17 @@ class ParallelSection(Section):
             Megatron("--pipeline-model-parallel-size"),
             Megatron("--no-pipeline-parallel", "when 1"),
         ),
+    )
+    sequence: int = field(
+        1,
+        "DeepSpeed-Ulysses sequence parallelism (Megatron-DeepSpeed --ds-sequence-parallel-size): each "
+        "sequence is split across this many ranks, which trade attention heads all-to-all so that each "
+        "attends over the whole sequence with heads / sequence of the heads; data parallel = world / "
+        "(tensor x pipeline x sequence), and ZeRO partitions over sequence x data parallel ranks. Must "
+        "divide model.seq_length and the attention heads of a tensor rank",
+        "ranks",
+        gt=0,
+        to=(Megatron("--ds-sequence-parallel-size", "when above 1"),),
     )
 
 
@@ -917,8 +928,9 @@ class Recipe(Section):
 
     @property
     def data_parallel_size(self) -> int:
-        """World size / (tensor x pipeline); valid after the checks passed."""
-        return self.world_size // self.model_parallel_size
+        """World size / (tensor x pipeline x sequence), as Megatron and DeepSpeed count it (a
+        sequence's ranks train one batch); valid after the checks passed."""
+        return self.world_size // (self.model_parallel_size * self.parallel.sequence)
 
     @property
     def gradient_accumulation_steps(self) -> int:
