@@ -1,8 +1,10 @@
 """The sample-based length, the batch-size ramp-up, the token budget and the token-based
 learning-rate schedule (train.samples, rampup_batch_size, max_tokens, lr_warmup_tokens,
-lr_decay_tokens), a weighted blend of datasets (data.path `W1 PREFIX1 W2 PREFIX2`) and
-DeepSpeed-Ulysses sequence parallelism (parallel.sequence) train on the real engine: one short
-launch proves the first six, one more the seventh against the shared run it splits differently."""
+lr_decay_tokens), a weighted blend of datasets (data.path `W1 PREFIX1 W2 PREFIX2`), rotary
+position embeddings (model.rotary), gradients divided before their reduction
+(train.prescale_gradients) and DeepSpeed-Ulysses sequence parallelism (parallel.sequence) train on
+the real engine: one short launch proves the first eight, one more the ninth against the shared run
+it splits differently."""
 
 from __future__ import annotations
 
@@ -26,6 +28,8 @@ SCHEDULE = [
     "train.lr_warmup_tokens=512",
     "train.lr_decay_tokens=1536",
     "train.log_interval=1",
+    "model.rotary=true",
+    "train.prescale_gradients=true",
 ]
 
 
@@ -36,6 +40,8 @@ def test_samples_ramp_up_token_budget_and_token_schedule_train_as_rendered(engin
 
     run = train(dataset, tmp_path / "run", "cpu/tiny_z1", blended, *SCHEDULE, short=False, stops_at=3)
 
+    assert run.args["use_rotary_position_embeddings"] is True
+    assert run.ds["prescale_gradients"] in (True, "True")
     assert run.args["data_path"] == str(["0.25", dataset, "0.75", dataset])  # a list: one word each
     assert "> building indices for blendable datasets" in run.text
     assert run.args["train_samples"] == 24 and run.log.train_iters == 4  # cut to 3 by the budget

@@ -1005,7 +1005,7 @@ def _finetune_schedule_ends_at_zero(recipe: Recipe) -> Problem | None:
 
 NOT_READ_BY_FINETUNING: dict[str, tuple[str, ...]] = {
     "parallel": ("tensor", "pipeline"),
-    "model": ("make_vocab_size_divisible_by", "init_from", "import_command"),
+    "model": ("make_vocab_size_divisible_by", "init_from", "import_command", "rotary"),
     "data": tuple(DataSection.model_fields),
     "train": (
         "eval_interval",

@@ -316,6 +316,8 @@ def ds_config(recipe: Recipe) -> dict[str, Any]:
         config["zero_optimization"]["offload_optimizer"] = dict(offloaded)
     if zero.offload_param:
         config["zero_optimization"]["offload_param"] = dict(offloaded)
+    if recipe.train.prescale_gradients:
+        config["prescale_gradients"] = True
     if precision.bf16:
         config["bf16"] = {"enabled": True}
     ckpt = recipe.activation_checkpointing

@@ -122,6 +122,12 @@ class ModelSection(Section):
             Env(ATTENTION_ENV, SDPA),
         ),
     )
+    rotary: bool = field(
+        False,
+        "rotary position embeddings on queries and keys (Megatron --use-rotary-position-embeddings, "
+        "on the whole head dimension), besides the learned positions as upstream's rope scripts train",
+        to=(Megatron("--use-rotary-position-embeddings"),),
+    )
     init_from: str | None = field(
         None,
         "start from imported weights: a folder written by `zerolab import MODEL --out DIR` (a Hugging Face "
@@ -681,6 +687,13 @@ class TrainSection(Section):
             Megatron("--clip-grad"),
             DeepSpeed("gradient_clipping"),
         ),
+    )
+    prescale_gradients: bool = field(
+        False,
+        "divide gradients by the data-parallel size before their all-reduce rather than after "
+        "(ds_config prescale_gradients; upstream's scripts turn it on without ZeRO): the same "
+        "average, less overflow risk in fp16",
+        to=(DeepSpeed("prescale_gradients", rule="when true"),),
     )
     seed: int = field(1234, "random seed", ge=0, to=(Megatron("--seed"),))
     log_interval: int = field(
