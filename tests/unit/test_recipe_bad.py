@@ -173,6 +173,12 @@ OVERRIDE_CASES = [
     ("two training lengths", GPT2, ["train.tokens=1000000"], ["train.iters", "train.tokens", "exactly once"]),
     ("no training length", GPT2, ["train.iters=null"], ["train.iters", "exactly once"]),
     (
+        "the engine's Triton FlashAttention on CPU",
+        TINY,
+        ["model.attention=flash-triton"],
+        ["model.attention", "runs on CUDA GPUs only"],
+    ),
+    (
         "sequence parallelism through extra",
         GPT2,
         ['extra.megatron_args=[--ds-sequence-parallel-size, "2"]'],
@@ -415,7 +421,12 @@ OVERRIDE_CASES = [
         ["extra.ds_config={train_batch_size: 16}"],
         ["extra.ds_config", "train_batch_size", "rendered from the recipe's own keys"],
     ),
-    ("unknown attention", GPT2, ["model.attention=xformers"], ["model.attention", "'sdpa' or 'flash'"]),
+    (
+        "unknown attention",
+        GPT2,
+        ["model.attention=xformers"],
+        ["model.attention", "'flash', 'flash-v1' or 'flash-triton'"],
+    ),
     (
         "flash on CPU",
         TINY,

@@ -799,7 +799,7 @@ def _wandb_name_needs_project(recipe: Recipe) -> Problem | None:
 
 @check
 def _flash_needs_cuda(recipe: Recipe) -> Problem | None:
-    if recipe.model.attention != "flash" or recipe.hardware.device == "cuda":
+    if not recipe.model.attention.startswith("flash") or recipe.hardware.device == "cuda":
         return None
     return Problem(
         ("model.attention", "hardware.device"),
@@ -811,7 +811,7 @@ def _flash_needs_cuda(recipe: Recipe) -> Problem | None:
 
 @check
 def _flash_needs_half_precision(recipe: Recipe) -> Problem | None:
-    if recipe.model.attention != "flash" or recipe.precision_name != "fp32":
+    if not recipe.model.attention.startswith("flash") or recipe.precision_name != "fp32":
         return None
     return Problem(
         ("model.attention", "precision.bf16", "precision.fp16"),
@@ -822,7 +822,10 @@ def _flash_needs_half_precision(recipe: Recipe) -> Problem | None:
 
 @check
 def _flash_has_no_selective_recompute(recipe: Recipe) -> Problem | None:
-    if recipe.model.attention != "flash" or recipe.activation_checkpointing.granularity != "selective":
+    if (
+        not recipe.model.attention.startswith("flash")
+        or recipe.activation_checkpointing.granularity != "selective"
+    ):
         return None
     return Problem(
         ("model.attention", "activation_checkpointing.granularity"),
@@ -976,6 +979,18 @@ def _replaced_keys(rendered: dict[str, Any], extra: dict[str, Any], prefix: str 
         else:
             clashes.append(f"{prefix}{key}")
     return clashes
+
+
+@finetuning_check
+def _finetune_attention(recipe: Recipe) -> Problem | None:
+    if recipe.model.attention not in ("flash-v1", "flash-triton"):
+        return None
+    return Problem(
+        ("model.attention",),
+        f"model.attention={recipe.model.attention} is a path of Megatron's attention; a fine-tuning runs "
+        "Hugging Face's GPT-2",
+        "use model.attention=flash (FlashAttention-2), sdpa or megatron",
+    )
 
 
 @finetuning_check

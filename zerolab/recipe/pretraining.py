@@ -248,7 +248,9 @@ def fusion_args(recipe: Recipe) -> list[str]:
 def attention_args(recipe: Recipe) -> list[str]:
     """model.attention flash: the engine's FlashAttention-2 path. megatron and sdpa add nothing
     (sdpa is zerolab's patch of the engine's CoreAttention, asked for by attention_env)."""
-    return [FLASH_V2] if recipe.model.attention == "flash" else []
+    flags = {"flash": FLASH_V2, "flash-v1": "--use-flash-attn-v1", "flash-triton": "--use-flash-attn-triton"}
+    flag = flags.get(recipe.model.attention)
+    return [flag] if flag else []
 
 
 def attention_env(recipe: Recipe) -> dict[str, str]:

@@ -308,7 +308,7 @@ def ds_config(recipe: Recipe) -> dict[str, Any]:
     config |= {
         "gradient_accumulation_steps": recipe.gradient_accumulation_steps,
         "log_level": "info",
-        "wall_clock_breakdown": False,
+        "wall_clock_breakdown": recipe.logging.wall_clock_breakdown,
     }
     _set_declared(config, recipe, "zero")
     offloaded = {"device": "cpu", "pin_memory": zero.pin_memory}

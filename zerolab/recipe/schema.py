@@ -109,16 +109,20 @@ class ModelSection(Section):
     init_method_std: float = field(
         0.02, "standard deviation of the weight initialisation", gt=0, to=(Megatron("--init-method-std"),)
     )
-    attention: Literal["megatron", "sdpa", "flash"] = field(
+    attention: Literal["megatron", "sdpa", "flash", "flash-v1", "flash-triton"] = field(
         "megatron",
         "how attention is computed, the same function each way. megatron: the engine's CoreAttention "
         "(a seq x seq score matrix per head, stored for the backward pass); sdpa: PyTorch's "
         "scaled_dot_product_attention (fused flash/memory-efficient kernels on GPU; any device, any "
         "precision), zerolab's patch sdpa_attention, enabled at launch by ZEROLAB_ATTENTION=sdpa; "
-        f"flash: the engine's FlashAttention-2 path ({FLASH_V2}): CUDA, bf16 or fp16, and the "
-        "flash_attn package in the engine's environment",
+        f"flash: the engine's FlashAttention-2 path ({FLASH_V2}); flash-v1 and flash-triton: its "
+        "FlashAttention-1 and Triton paths (--use-flash-attn-v1, --use-flash-attn-triton), as upstream's "
+        "scripts use them. The flash paths: CUDA, bf16 or fp16, and the flash_attn package (flash-triton: "
+        "its Triton kernel) in the engine's environment; pretraining only",
         to=(
             Megatron(FLASH_V2, "flash"),
+            Megatron("--use-flash-attn-v1", "flash-v1"),
+            Megatron("--use-flash-attn-triton", "flash-triton"),
             Env(ATTENTION_ENV, SDPA),
         ),
     )
@@ -389,6 +393,12 @@ class LoggingSection(Section):
         "the W&B run name (--wandb-exp-name); null: the run's name",
         to=(Megatron("--wandb-exp-name", "the run's name when null"),),
         names_run=False,
+    )
+    wall_clock_breakdown: bool = field(
+        False,
+        "DeepSpeed's per-step timing of forward, backward and step (ds_config wall_clock_breakdown), printed "
+        "every train.log_interval steps; it synchronizes the device at each timer",
+        to=(DeepSpeed("wall_clock_breakdown", rule="as given"),),
     )
     wandb_mode: Literal["online", "offline"] = field(
         "online",
