@@ -152,6 +152,44 @@ def unread_keys(config, vouch, path=()):
     return lines
 
 
+def jsonable(values):
+    """`values` (a mapping) with only what JSON holds as it is: numbers, strings, booleans, None and
+    lists and mappings of them (an enum as its value); the rest left out."""
+    out = {}
+    for name, value in values.items():
+        kept = _jsonable(value)
+        if kept is not _OMIT:
+            out[str(name)] = kept
+    return out
+
+
+_OMIT = object()
+
+
+def _jsonable(value):
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if hasattr(value, "value") and isinstance(value.value, bool | int | float | str):
+        return value.value  # an enum
+    if isinstance(value, list | tuple):
+        items = [_jsonable(item) for item in value]
+        return _OMIT if any(item is _OMIT for item in items) else items
+    if isinstance(value, dict):
+        return jsonable(value)
+    return _OMIT
+
+
+def _defaults(parse_args):
+    """Megatron's parser's value of every argument given none."""
+    argv = sys.argv
+    try:
+        sys.argv = ["pretrain_gpt.py"]
+        with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
+            return jsonable(vars(parse_args()))
+    finally:
+        sys.argv = argv
+
+
 def _reason(error, printed):
     """The error as one line: argparse's own message (it prints, then exits 2), or the exception."""
     lines = [line for line in printed.getvalue().splitlines() if line.strip()]
@@ -187,6 +225,8 @@ def check(case):
             "zero_stage": args.zero_stage,
             "data_parallel_size": args.data_parallel_size,
             "train_iters": args.train_iters,
+            "args": jsonable(vars(args)),
+            "defaults": _defaults(parse_args),
         }
     except BaseException as error:
         outcome["megatron_error"] = _reason(error, printed)
@@ -204,6 +244,10 @@ def check(case):
             "train_batch_size": config.train_batch_size,
             "gradient_accumulation_steps": config.gradient_accumulation_steps,
             "zero_stage": config.zero_optimization_stage,
+            "resolved": jsonable(
+                {name: value for name, value in vars(config).items() if not name.startswith("_")}
+                | {"zero_config": config.zero_config.model_dump()}
+            ),
         }
     except BaseException as error:
         outcome["deepspeed_error"] = _reason(error, io.StringIO())
