@@ -234,7 +234,9 @@ class ZeroSection(Section):
     )
     overlap_comm: bool = field(
         True,
-        "overlap gradient reduction with the backward pass",
+        "overlap gradient reduction with the backward pass. Upstream default: DeepSpeed's is false at "
+        "stages 1-2 (true at 3); zerolab's true overlaps there too, for speed (the same arithmetic); a "
+        "ported launch keeps its own (`zerolab from-command` names it)",
         to=(DeepSpeed("zero_optimization.overlap_comm", stages=(1, 2, 3)),),
     )
     contiguous_gradients: bool = field(
@@ -686,12 +688,31 @@ class TrainSection(Section):
         gt=0,
         to=(Megatron("--lr-decay-tokens"),),
     )
-    weight_decay: float = field(0.1, "AdamW weight decay", ge=0, to=(Megatron("--weight-decay"),))
+    weight_decay: float = field(
+        0.1,
+        "AdamW weight decay. Upstream: under ZeRO-3 the pinned engine picks its no-decay groups from "
+        "already-partitioned shapes and trains with no weight decay at all; zerolab's launch workaround "
+        "zero3_weight_decay_groups gives it the decay asked for (docs/findings/zero3-loss.md), so a ZeRO-3 "
+        "run differs from upstream's, as its train.log says",
+        ge=0,
+        to=(Megatron("--weight-decay"),),
+    )
     adam_beta1: float = field(0.9, "Adam beta1", gt=0, lt=1, to=(Megatron("--adam-beta1"),))
-    adam_beta2: float = field(0.95, "Adam beta2", gt=0, lt=1, to=(Megatron("--adam-beta2"),))
+    adam_beta2: float = field(
+        0.95,
+        "Adam beta2. Upstream default: Megatron's is 0.999; zerolab's 0.95 is GPT-3's and upstream's "
+        "scripts' own (--adam-beta2 0.95), steadier at large batches; a ported launch that left it to "
+        "Megatron keeps 0.999 (`zerolab from-command` names it)",
+        gt=0,
+        lt=1,
+        to=(Megatron("--adam-beta2"),),
+    )
     clip_grad: float = field(
         1.0,
-        "gradient-norm clipping (Megatron --clip-grad, ds_config gradient_clipping)",
+        "gradient-norm clipping (Megatron --clip-grad, ds_config gradient_clipping). Upstream: under "
+        "DeepSpeed only gradient_clipping clips (its engine steps the optimizer; Megatron's --clip-grad is "
+        "not read), so nine upstream scripts pass --clip-grad 1.0 and clip nothing; zerolab sets both from "
+        "this one key, so the value given is the one trained with; a ported launch gets DeepSpeed's value",
         ge=0,
         to=(
             Megatron("--clip-grad"),
