@@ -2,8 +2,10 @@
 learning-rate schedule (train.samples, rampup_batch_size, max_tokens, lr_warmup_tokens,
 lr_decay_tokens), a weighted blend of datasets (data.path `W1 PREFIX1 W2 PREFIX2`), rotary
 position embeddings (model.rotary), gradients divided before their reduction
-(train.prescale_gradients) and DeepSpeed-Ulysses sequence parallelism (parallel.sequence) train on
-the real engine: one short launch proves the first eight, one more the ninth against the shared run
+(train.prescale_gradients), the TensorBoard, time-limit and dataset-reading options upstream's
+scripts pass (logging.tensorboard_queue_size, log_batch_size, log_optimizer_states,
+train.exit_duration_mins, data.impl) and DeepSpeed-Ulysses sequence parallelism (parallel.sequence) train on
+the real engine: one short launch proves all but the last, one more the ninth against the shared run
 it splits differently."""
 
 from __future__ import annotations
@@ -30,6 +32,12 @@ SCHEDULE = [
     "train.log_interval=1",
     "model.rotary=true",
     "train.prescale_gradients=true",
+    "logging.tensorboard=true",
+    "logging.tensorboard_queue_size=1",
+    "logging.log_batch_size=true",
+    "logging.log_optimizer_states=true",
+    "train.exit_duration_mins=100000",
+    "data.impl=mmap",
 ]
 
 
@@ -41,6 +49,15 @@ def test_samples_ramp_up_token_budget_and_token_schedule_train_as_rendered(engin
     run = train(dataset, tmp_path / "run", "cpu/tiny_z1", blended, *SCHEDULE, short=False, stops_at=3)
 
     assert run.args["use_rotary_position_embeddings"] is True
+    assert (run.args["tensorboard_queue_size"], run.args["exit_duration_in_mins"], run.args["data_impl"]) == (
+        1,
+        100000,
+        "mmap",
+    )
+    assert (
+        run.args["log_batch_size_to_tensorboard"] is run.args["log_optimizer_states_to_tensorboard"] is True
+    )
+    assert list((run.run_dir / "tensorboard").iterdir())  # the events written
     assert run.ds["prescale_gradients"] in (True, "True")
     assert run.args["data_path"] == str(["0.25", dataset, "0.75", dataset])  # a list: one word each
     assert "> building indices for blendable datasets" in run.text

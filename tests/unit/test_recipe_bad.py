@@ -173,6 +173,12 @@ OVERRIDE_CASES = [
     ("two training lengths", GPT2, ["train.tokens=1000000"], ["train.iters", "train.tokens", "exactly once"]),
     ("no training length", GPT2, ["train.iters=null"], ["train.iters", "exactly once"]),
     (
+        "a TensorBoard option without TensorBoard",
+        TINY,
+        ["logging.log_batch_size=true"],
+        ["log_batch_size: options of TensorBoard logging, which is off", "logging.tensorboard=true"],
+    ),
+    (
         "the engine's Triton FlashAttention on CPU",
         TINY,
         ["model.attention=flash-triton"],

@@ -787,6 +787,23 @@ def _stage3_knobs_need_stage3(recipe: Recipe) -> Problem | None:
 
 
 @check
+def _tensorboard_options_need_tensorboard(recipe: Recipe) -> Problem | None:
+    logging = recipe.logging
+    given = [
+        name
+        for name in ("tensorboard_queue_size", "log_batch_size", "log_optimizer_states")
+        if getattr(logging, name) not in (None, False)
+    ]
+    if not given or logging.tensorboard:
+        return None
+    return Problem(
+        ("logging.tensorboard", *(f"logging.{name}" for name in given)),
+        f"{', '.join(given)}: options of TensorBoard logging, which is off: nothing would be logged",
+        "set logging.tensorboard=true, or remove them",
+    )
+
+
+@check
 def _wandb_name_needs_project(recipe: Recipe) -> Problem | None:
     if recipe.logging.wandb_name is None or recipe.logging.wandb_project is not None:
         return None
@@ -1032,6 +1049,7 @@ NOT_READ_BY_FINETUNING: dict[str, tuple[str, ...]] = {
         "max_tokens",
         "lr_warmup_tokens",
         "lr_decay_tokens",
+        "exit_duration_mins",
     ),
     "activation_checkpointing": (
         "method",
@@ -1043,6 +1061,7 @@ NOT_READ_BY_FINETUNING: dict[str, tuple[str, ...]] = {
     ),
     "extra": ("megatron_args",),
     "speed": tuple(SpeedSection.model_fields),
+    "logging": ("tensorboard_queue_size", "log_batch_size", "log_optimizer_states"),
 }
 """The keys a fine-tuning does not read (the loop is not Megatron): a value other than the
 default is refused rather than silently ignored (train.iters and train.tokens: the length check)."""

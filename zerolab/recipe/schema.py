@@ -396,6 +396,27 @@ class LoggingSection(Section):
         to=(Megatron("--wandb-exp-name", "the run's name when null"),),
         names_run=False,
     )
+    tensorboard_queue_size: int | None = field(
+        None,
+        "with tensorboard: events the writer queues before it flushes them (--tensorboard-queue-size); "
+        "null: Megatron's 1000",
+        "events",
+        gt=0,
+        to=(Megatron("--tensorboard-queue-size"),),
+        names_run=False,
+    )
+    log_batch_size: bool = field(
+        False,
+        "with tensorboard: log the global batch size too (--log-batch-size-to-tensorboard)",
+        to=(Megatron("--log-batch-size-to-tensorboard"),),
+        names_run=False,
+    )
+    log_optimizer_states: bool = field(
+        False,
+        "with tensorboard: log the norms of Adam's moments too (--log-optimizer-states-to-tensorboard)",
+        to=(Megatron("--log-optimizer-states-to-tensorboard"),),
+        names_run=False,
+    )
     wall_clock_breakdown: bool = field(
         False,
         "DeepSpeed's per-step timing of forward, backward and step (ds_config wall_clock_breakdown), printed "
@@ -576,6 +597,13 @@ class DataSection(Section):
         to=(Megatron("--merge-file", "null: the bundled file"),),
         names_run=False,
     )
+    impl: Literal["mmap", "infer", "lazy", "cached"] | None = field(
+        None,
+        "how Megatron reads the prepared dataset (--data-impl): mmap, as zerolab prep writes it; null: "
+        "Megatron's infer, which finds mmap from the index file",
+        to=(Megatron("--data-impl"),),
+        names_run=False,
+    )
     num_workers: int = field(
         2, "data-loader worker processes per rank", "processes", ge=0, to=(Megatron("--num-workers"),)
     )
@@ -661,6 +689,15 @@ class TrainSection(Section):
         "tokens",
         gt=0,
         to=(Megatron("--train-tokens"),),
+    )
+    exit_duration_mins: int | None = field(
+        None,
+        "stop (saving a checkpoint where train.save_interval is set) once training has run this long "
+        "(--exit-duration-in-mins); null: no time limit",
+        "minutes",
+        gt=0,
+        to=(Megatron("--exit-duration-in-mins"),),
+        names_run=False,
     )
     lr: float = field(1.5e-4, "peak learning rate", "1/step", gt=0, to=(Megatron("--lr"),))
     min_lr: float = field(
