@@ -44,6 +44,8 @@ RUN_DIR_FLAGS = {
     "--deepspeed_config": "zerolab writes the DeepSpeed config into the run directory",
     "--deepspeed-config": "zerolab writes the DeepSpeed config into the run directory",
     "--deepspeed": "zerolab always launches through DeepSpeed",
+    "--override-opt_param-scheduler": "read only when a checkpoint is loaded; zerolab passes it when "
+    "`zerolab launch --resume` continues under another schedule",
 }
 """Flags whose value is a place of the run (paths aside): zerolab decides them per run."""
 
@@ -70,6 +72,7 @@ BATCHES = (
 )
 
 WHY = {
+    "override_opt_param_scheduler": RUN_DIR_FLAGS["--override-opt_param-scheduler"],
     "gradient_accumulation_fusion": "zerolab turns it off at every launch: apex's fused weight-gradient "
     "kernel is only imported at the pinned commit (its call is commented out), so nothing changes",
     "masked_softmax_fusion": "zerolab turns the fused softmax off on CPU and where attention is not the "
