@@ -74,11 +74,18 @@ def held_out_probe(dataset: str, directory: Path) -> Path:
 
 
 def train(
-    dataset: str, run_dir: Path, recipe: str, *overrides: str, short: bool = True, probe: Path | None = None
+    dataset: str,
+    run_dir: Path,
+    recipe: str,
+    *overrides: str,
+    short: bool = True,
+    probe: Path | None = None,
+    stops_at: int | None = None,
 ) -> Trained:
     """Launch `recipe` with `overrides` into `run_dir`; it must complete every iteration. With
     `probe` (a held_out_probe folder), the engine's forward pass of the final weights goes there.
-    No hardware.master_port is given, and the default 29500 is held while the run starts and trains,
+    `stops_at`: the iteration a run ends at before its train_iters (a token budget). No
+    hardware.master_port is given, and the default 29500 is held while the run starts and trains,
     as another run would hold it: each run proves the one-node launch's free port (and concurrent
     test sessions on one machine do not meet on a port)."""
     argv = [
@@ -100,19 +107,20 @@ def train(
     status = json.loads((run_dir / "status.json").read_text())
     log_tail = (run_dir / "train.log").read_text(errors="replace")[-3000:]
     assert code == 0 and status["state"] == "completed", (status["cause"], log_tail)
-    return read_trained(run_dir, probe)
+    return read_trained(run_dir, probe, stops_at)
 
 
-def read_trained(run_dir: Path, probe: Path | None = None) -> Trained:
-    """A completed run as `train` returns it, read from its directory; every iteration ran with a
-    finite loss."""
+def read_trained(run_dir: Path, probe: Path | None = None, stops_at: int | None = None) -> Trained:
+    """A completed run as `train` returns it, read from its directory; every iteration ran (up to
+    `stops_at`, where given) with a finite loss."""
     log_tail = (run_dir / "train.log").read_text(errors="replace")[-3000:]
     log = parse_log(run_dir / "train.log")
     dumped = ConfigCollector()
     for line in read_lines(run_dir / "train.log"):
         dumped.feed(line.text)
     trained = Trained(run_dir, log, dumped.args, dumped.ds, probe)
-    assert len(trained.losses) == log.train_iters == int(log.iterations["iteration"][-1]), log_tail
+    last = stops_at or log.train_iters
+    assert len(trained.losses) == last == int(log.iterations["iteration"][-1]), log_tail
     assert all(math.isfinite(loss) for loss in trained.losses), trained.losses
     return trained
 

@@ -26,6 +26,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "zerolab.commands.import_weights",
     "zerolab.commands.evaluate",
     "zerolab.commands.generate",
+    "zerolab.commands.from_command",
 )
 
 

@@ -116,3 +116,90 @@ def test_a_ds_config_key_deepspeed_never_reads_is_refused_with_the_key_it_reads(
     read = "{flops_profiler: {profile_step: 3}, comms_logger: {enabled: true}, csv_monitor: {enabled: false}}"
     assert main(["render", "cpu/tiny_z1", f"extra.ds_config={read}", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["ds_config"]["flops_profiler"] == {"profile_step": 3}
+
+
+UPSTREAM_BLOCKS = {
+    # the blocks of examples_deepspeed's curriculum, compression and data-efficiency configs that
+    # DeepSpeed copies whole or walks (copy.copy, items(), `in block.keys()`) and reads later
+    "curriculum_learning": {
+        "enabled": True,
+        "curriculum_type": "seqlen",
+        "min_difficulty": 80,
+        "max_difficulty": 128,
+        "schedule_type": "fixed_linear",
+        "schedule_config": {"total_curriculum_step": 100, "difficulty_step": 8},
+    },
+    "compression_training": {
+        "weight_quantization": {
+            "shared_parameters": {"enabled": True, "quantize_groups": 48, "quantization_type": "symmetric"},
+            "different_groups": {
+                "wq1": {
+                    "params": {"start_bits": 12, "target_bits": 4, "quantization_period": 50},
+                    "modules": ["encoder.layers"],
+                }
+            },
+        },
+    },
+    "data_efficiency": {
+        "enabled": True,
+        "seed": 1234,
+        "data_routing": {
+            "enabled": True,
+            "random_ltd": {
+                "enabled": True,
+                "total_layer_num": 2,
+                "random_ltd_layer_num": 1,
+                "random_ltd_layer_id": [1],
+                "model_mask_name": "attention_mask",
+                "model_type": "decoder",
+                "hidden_state_order": "seq_batch_dim",
+                "random_ltd_schedule": {
+                    "min_value": 64,
+                    "max_value": 128,
+                    "schedule_type": "fixed_linear",
+                    "schedule_config": {"require_steps": 100, "seq_per_step": 16},
+                },
+            },
+        },
+        "data_sampling": {
+            "enabled": True,
+            "num_workers": 0,
+            "curriculum_learning": {
+                "enabled": True,
+                "data_cluster_path": "clusters",
+                "curriculum_metrics": {
+                    "vocabularyrarity": {
+                        "index_to_sample_path": "index_to_sample",
+                        "index_to_metric_path": "index_to_metric",
+                        "difficulty_type": "percentile",
+                        "clustering_type": "schedule_based",
+                        "min_difficulty": 1,
+                        "max_difficulty": 100,
+                        "schedule_type": "fixed_root",
+                        "schedule_config": {
+                            "total_curriculum_step": 100,
+                            "difficulty_step": 1,
+                            "root_degree": 2,
+                        },
+                    }
+                },
+            },
+        },
+    },
+}
+
+
+def test_blocks_deepspeed_reads_whole_are_not_refused_and_a_misspelling_beside_them_still_is(engine, capsys):
+
+    # one engine check each: the upstream blocks alone pass; with a misspelt key where DeepSpeed
+    # reads key by key (shared_parameters), that key alone is refused
+    assert main(["render", "cpu/tiny_z1", f"extra.ds_config={json.dumps(UPSTREAM_BLOCKS)}", "--json"]) == 0
+    rendered = json.loads(capsys.readouterr().out)["ds_config"]
+    assert rendered["curriculum_learning"]["curriculum_type"] == "seqlen"
+
+    misspelt = json.loads(json.dumps(UPSTREAM_BLOCKS))
+    misspelt["compression_training"]["weight_quantization"]["shared_parameters"]["quantize_grups"] = 4
+    assert main(["render", "cpu/tiny_z1", f"extra.ds_config={json.dumps(misspelt)}", "--json"]) == 2
+    told = capsys.readouterr().err
+    assert "shared_parameters.quantize_grups` is not read by DeepSpeed; did you mean" in told
+    assert told.count("is not read by DeepSpeed") == 1, told

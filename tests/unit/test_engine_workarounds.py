@@ -24,6 +24,8 @@ def test_every_workaround_is_named_and_explained_in_one_line():
         "lazy_wandb_import",
         "missing_compression_module",
         "contiguous_attention_inputs",
+        "ulysses_batch_dimension",
+        "ulysses_loss_gather_on_gloo",
         "zero3_weight_decay_groups",
         "cpu_adamw_like_gpu",
         "cpu_activation_checkpointing",

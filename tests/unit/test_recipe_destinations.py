@@ -54,7 +54,26 @@ RULES: dict[tuple[str, str], tuple[tuple[str, list[str]], tuple[str, list[str]] 
     ("model.init_from", "--load"): (("gpt2_z1", ["model.init_from=weights/gpt2"]), ON_GPU),
     ("model.attention", "--use-flash-attn-v2"): (("gpt2_z1", ["model.attention=flash"]), ENGINE_ATTENTION),
     ("model.attention", "ZEROLAB_ATTENTION"): (("gpt2_z1", ["model.attention=sdpa"]), ENGINE_ATTENTION),
+    ("model.attention", "--use-flash-attn-v1"): (("gpt2_z1", ["model.attention=flash-v1"]), ENGINE_ATTENTION),
+    ("model.attention", "--use-flash-attn-triton"): (
+        ("gpt2_z1", ["model.attention=flash-triton"]),
+        ENGINE_ATTENTION,
+    ),
     ("parallel.pipeline", "--no-pipeline-parallel"): (ON_GPU, ("gpt2_tp2_pp2", [])),
+    ("parallel.sequence", "--ds-sequence-parallel-size"): (
+        ("gpt2_z1", ["model=gpt2-355m", "parallel.sequence=2", "train.global_batch_size=16"]),
+        ON_GPU,
+    ),
+    ("data.path", "--data-path"): (ON_GPU, ("gpt2_z1", SPLIT_DATASETS)),
+    ("data.train_path", "--train-data-path"): (("gpt2_z1", SPLIT_DATASETS), ON_GPU),
+    ("data.valid_path", "--valid-data-path"): (
+        ("gpt2_z1", [*SPLIT_DATASETS, "data.valid_path=d/x_valid_text_document"]),
+        ("gpt2_z1", SPLIT_DATASETS),
+    ),
+    ("data.test_path", "--test-data-path"): (
+        ("gpt2_z1", [*SPLIT_DATASETS, "data.test_path=d/x_test_text_document"]),
+        ("gpt2_z1", SPLIT_DATASETS),
+    ),
     ("zero.offload_optimizer", "--cpu-optimizer"): (("gpt2_z3_offload", []), ("gpt2_z3", [])),
     ("zero.pin_memory", "--use-pin-memory"): (("gpt2_z1", OFFLOAD_PARAM), ("gpt2_z3_offload", [])),
     ("zero.offload_param", "--remote-device"): (("gpt2_z1", OFFLOAD_PARAM), ("gpt2_z3_offload", [])),

@@ -18,7 +18,7 @@ from zerolab.contracts import SWITCHES
 from zerolab.errors import UserError
 from zerolab.recipe.compose import load_recipe
 from zerolab.recipe.facts import run_facts
-from zerolab.recipe.job import check_inputs
+from zerolab.recipe.job import check_inputs, train_iters
 from zerolab.recipe.render import render
 
 REPO = Path(__file__).resolve().parents[2]
@@ -289,6 +289,64 @@ def test_numbers_in_yaml_and_overrides_are_numbers():
 def test_length_in_tokens_rounds_up_to_whole_iterations():
     recipe = load_recipe("cpu/tiny_z1", ["train.iters=null", "train.tokens=100000"])
     assert option(render(recipe).argv, "--train-iters") == str(-(-100000 // (8 * 128)))
+
+
+SAMPLE_BASED = [
+    "train.iters=null",
+    "train.samples=200",
+    "train.lr_warmup_iters=0",
+    "train.lr_warmup_tokens=2048",
+    "train.lr_decay_tokens=20480",
+    "train.max_tokens=25600",
+]
+
+
+def test_a_sample_based_length_and_token_schedule_render_the_engines_flags_and_no_iterations():
+    recipe = load_recipe("cpu/tiny_z1", SAMPLE_BASED)
+    argv = render(recipe).argv
+    assert "--train-iters" not in argv
+    assert [option(argv, flag) for flag in ("--train-samples", "--train-tokens")] == ["200", "25600"]
+    assert [option(argv, flag) for flag in ("--lr-warmup-tokens", "--lr-decay-tokens")] == ["2048", "20480"]
+    assert train_iters(recipe) == 200 // 8
+
+
+def test_a_batch_ramp_up_renders_its_three_numbers_and_counts_iterations_as_megatron_does():
+    recipe = load_recipe("cpu/tiny_z1", [*SAMPLE_BASED, "train.rampup_batch_size=[4,4,16]"])
+    argv = render(recipe).argv
+    at = argv.index("--rampup-batch-size")
+    assert argv[at + 1 : at + 4] == ["4", "4", "16"]
+    # Megatron's update_train_iters: batches of 4 (0 consumed), 4 (4), 4 (8), 4 (12), 8 (16) while
+    # at most 16 samples are consumed: 5 iterations, 24 samples; then (200 - 24) // 8 = 22
+    assert train_iters(recipe) == 5 + 22
+
+
+def test_a_blend_of_datasets_is_one_argument_a_word_and_each_missing_prefix_is_named(tmp_path):
+    blend = f"0.3 {FIXTURE_PREFIX} 0.7 {tmp_path}/other_text_document"
+    recipe = load_recipe("cpu/tiny_z1", [f"data.path={blend}"])
+    argv = render(recipe).argv
+    at = argv.index("--data-path")
+    assert argv[at + 1 : at + 6] == [
+        "0.3",
+        FIXTURE_PREFIX,
+        "0.7",
+        f"{tmp_path}/other_text_document",
+        "--split",
+    ]
+    (missing,) = [problem for problem in check_inputs(recipe) if "data.path" in problem]
+    assert missing.startswith(f"data.path[2]: {tmp_path}/other_text_document.bin and ")
+    assert f"zerolab prep CORPUS --out {tmp_path}/other" in missing
+
+
+def test_sequence_parallelism_takes_its_ranks_from_data_parallelism():
+    # the upstream 1.3B 32k script's arithmetic: 8 ranks, sequence parallel 4, global batch 2 of micro 1
+    ulysses = ["model=gpt2-355m", "parallel.sequence=4", "hardware.procs_per_node=8"]
+    batch = ["train.global_batch_size=2", "train.micro_batch_size=1"]
+    recipe = load_recipe("gpt2_z1", [*ulysses, *batch])
+    assert (recipe.data_parallel_size, recipe.gradient_accumulation_steps) == (2, 1)
+    launch = render(recipe)
+    assert option(launch.argv, "--ds-sequence-parallel-size") == "4"
+    assert (launch.ds_config["train_batch_size"], launch.ds_config["gradient_accumulation_steps"]) == (2, 1)
+    assert "--ds-sequence-parallel-size" not in render(load_recipe("gpt2_z1")).argv
 
 
 def test_length_in_epochs_counts_the_prepared_training_split():

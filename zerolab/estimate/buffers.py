@@ -98,7 +98,7 @@ def gathered_weight_parts(recipe: Recipe, shape: Shape, stage: Stage) -> list[Pa
     (the tied embedding, used at both ends) and one prefetch bucket; biases and layer norms below
     param_persistence_threshold stay whole on every rank. Not checked against a measurement."""
     zero = recipe.zero
-    if zero.stage != 3 or (shape.data == 1 and not zero.offload_param):
+    if zero.stage != 3 or (shape.zero_ranks == 1 and not zero.offload_param):
         return []
     w = weight_bytes(recipe)
     live = min(
@@ -135,7 +135,7 @@ def allreduce_parts(recipe: Recipe, shape: Shape, stage: Stage) -> list[Part]:
     ALLREDUCE_BUCKET elements at the step; the ZeRO-1/2 offload path keeps a GPU buffer of the
     largest weight for copying gradients out."""
     w = weight_bytes(recipe)
-    if optimizer_kind(recipe) in ("torch", "fp16") and shape.data > 1:
+    if optimizer_kind(recipe) in ("torch", "fp16") and shape.zero_ranks > 1:
         size = min(stage.params, ALLREDUCE_BUCKET)
         return [
             Part(

@@ -59,7 +59,7 @@ def ring(size: float, ranks: int) -> float:
 def step_traffic(recipe: Recipe, shape: Shape, stage: Stage) -> Traffic:
     """Per-step traffic of one rank of `stage`."""
     zero, w = recipe.zero, weight_bytes(recipe)
-    n, micro_batches = shape.data, shape.accumulation
+    n, micro_batches = shape.zero_ranks, shape.accumulation
     weights = w * stage.params
     gradients = w * stage.params
     kind = optimizer_kind(recipe)

@@ -51,7 +51,7 @@ def _without_zero(recipe: Recipe, shape: Shape, stage: Stage, kind: str) -> list
     """fp32: Megatron's Adam holds weights, gradients and moments itself. 16-bit: DeepSpeed's
     FP16_Optimizer adds whole fp32 master weights; its BF16_Optimizer (pipelines) divides the
     master weights and moments among data-parallel ranks."""
-    psi, n, w = stage.params, shape.data, weight_bytes(recipe)
+    psi, n, w = stage.params, shape.zero_ranks, weight_bytes(recipe)
     dtype = recipe.precision_name
     parts = [
         Part("weights", f"weights ({dtype})", w * psi, f"{psi:,} weights x {w} B"),
@@ -71,7 +71,7 @@ def _zero(recipe: Recipe, shape: Shape, stage: Stage) -> list[Part]:
     """ZeRO 1-3: master weights and moments divided among data-parallel ranks (on the host with
     offload), gradients whole (stage 1) or divided (2, 3), weights divided at stage 3 (on the host
     with weight offload). Offload adds an fp32 gradient partition on the host."""
-    zero, psi, n, w = recipe.zero, stage.params, shape.data, weight_bytes(recipe)
+    zero, psi, n, w = recipe.zero, stage.params, shape.zero_ranks, weight_bytes(recipe)
     dtype, shard = recipe.precision_name, f"{psi:,} weights / N={n}"
     offload = zero.offload_optimizer
     pinned = ", pinned" if zero.pin_memory else ""
@@ -135,7 +135,7 @@ def step_temporary_parts(recipe: Recipe, shape: Shape, stage: Stage) -> list[Par
     FP16_Optimizer builds a flat fp32 copy of all gradients from a list of per-tensor fp32 copies
     (8 B per weight at once); the ZeRO optimizers convert the gradient partition to fp32 (4 B per
     weight / N) and stage 1 and 2 flatten it once more in the gradients' dtype."""
-    psi, n, w = stage.params, shape.data, weight_bytes(recipe)
+    psi, n, w = stage.params, shape.zero_ranks, weight_bytes(recipe)
     kind = optimizer_kind(recipe)
     offload = recipe.zero.offload_optimizer
     if kind == "fp16":

@@ -284,6 +284,13 @@ def traffic_tables(est: MemoryEstimate, link_gbps: float | None, host_gbps: floa
     table.caption = (
         f"GPU <-> CPU transfers at the host link ({host_gbps / 8:g} GB/s); nominal rates, NCCL reaches less. "
         "Counted as the ZeRO paper counts (ring: each rank sends (N-1)/N of a reduce-scatter or all-gather)."
+        + (
+            f" Not counted: DeepSpeed-Ulysses' all-to-all exchanges of queries, keys, values and attention "
+            f"outputs among the {est.shape.sequence} ranks of a sequence (parallel.sequence); gradients are "
+            f"reduced over data x sequence = {est.shape.zero_ranks} ranks."
+            if est.shape.sequence > 1
+            else ""
+        )
     )
     table.caption_justify = "left"
     scaling = Table(

@@ -47,6 +47,7 @@ class Shape:
     pipeline: int
     data: int
     accumulation: int
+    sequence: int
     attention: str
     attention_dropout: float
     hidden_dropout: float
@@ -71,6 +72,7 @@ class Shape:
             pipeline=recipe.parallel.pipeline,
             data=recipe.data_parallel_size,
             accumulation=recipe.gradient_accumulation_steps,
+            sequence=recipe.parallel.sequence,
             attention=attention_kind(recipe),
             attention_dropout=model.attention_dropout,
             hidden_dropout=model.hidden_dropout,
@@ -79,8 +81,16 @@ class Shape:
 
     @property
     def tokens(self) -> int:
-        """s x b: tokens of one micro batch."""
-        return self.seq * self.micro_batch
+        """s x b / sequence: the tokens of one micro batch a rank holds (DeepSpeed-Ulysses splits
+        each sequence across parallel.sequence ranks; in attention, each rank holds the whole
+        sequence for heads / sequence of the heads, the same count of scores)."""
+        return self.seq * self.micro_batch // self.sequence
+
+    @property
+    def zero_ranks(self) -> int:
+        """The ranks ZeRO partitions over and gradients are reduced over: data x sequence parallel
+        (Megatron-DeepSpeed hands DeepSpeed its sequence-data-parallel group)."""
+        return self.data * self.sequence
 
     def layer_params(self) -> int:
         """Weights of one transformer layer on one tensor rank: QKV, projection and MLP matrices

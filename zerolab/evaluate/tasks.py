@@ -17,7 +17,7 @@ from zerolab.data_prep.indexed import read_document, read_index
 from zerolab.data_prep.sources import HubDataset
 from zerolab.errors import UserError
 from zerolab.recipe.compose import load_recipe
-from zerolab.recipe.inputs import prepare_hint
+from zerolab.recipe.inputs import blend, prepare_hint
 from zerolab.rundir import RECIPE_FILE, EvalTask
 
 Task = EvalTask
@@ -59,6 +59,11 @@ def validation_rows(run_dir: Path, limit: int | None) -> list[list[int]]:
     prefix = getattr(data, key)
     if prefix is None:
         raise UserError(f"{run_dir / RECIPE_FILE}: the run has no validation data (data.valid_path is null)")
+    if blend(prefix) is not None:
+        raise UserError(
+            f"{run_dir / RECIPE_FILE}: data.{key} is a blend ({prefix!r}); the held-out documents are read "
+            "from one prepared dataset: evaluate with a recipe whose data.valid_path is one prefix"
+        )
     index_file, bin_file = Path(f"{prefix}.idx"), Path(f"{prefix}.bin")
     if not index_file.is_file() or not bin_file.is_file():
         raise UserError(

@@ -6,12 +6,17 @@ ds_config keys to vouch for): Megatron's parse_args, validate_args and
 build_num_microbatches_calculator (only that one checks global batch % (micro batch x data
 parallel)), then DeepSpeed's DeepSpeedZeroConfig and DeepSpeedConfig, reading the ds_config
 through a mapping that records every key they ask for: a key to vouch for that DeepSpeed never
-asked for is one it ignores silently (a misspelling), named with the keys it did ask for.
+asked for is one it ignores silently (a misspelling), named with the keys it did ask for. Asking
+covers every way DeepSpeed's code reads a key: indexing, get, `in` (also `in mapping.keys()`, as the
+compression config asserts a key's presence), iterating its items or values (every key of the
+block is read), and copying a block whole (`copy.copy`: curriculum_learning, data_efficiency's
+data_sampling, random_ltd...), which hands every key inside it to code that reads it later.
 Usage: python parser_check.py CASES.json RESULTS.json STORE_FILE, with the
 Megatron-DeepSpeed checkout as working directory, DS_ACCELERATOR=cpu and RANK=0.
 """
 
 import contextlib
+import copy
 import difflib
 import io
 import json
@@ -31,6 +36,30 @@ class DataParallelGroup:
 
 ASKED = set()
 """(path, key) of every ds_config key DeepSpeed asked for, present or not."""
+
+WHOLE = set()
+"""Paths of the blocks DeepSpeed copied whole (copy.copy) to read later: every key inside is read.
+Not the top level: DeepSpeedConfig copies the whole config first and reads that copy key by key."""
+
+
+class AskedKeysView:
+    """`mapping.keys()` of an AskedKeys: `key in view` asks for the key."""
+
+    def __init__(self, mapping):
+        self._mapping = mapping
+
+    def __contains__(self, key):
+        self._mapping._ask(key)
+        return dict.__contains__(self._mapping, key)
+
+    def __iter__(self):
+        return iter(dict.keys(self._mapping))
+
+    def __len__(self):
+        return dict.__len__(self._mapping)
+
+    def __repr__(self):
+        return repr(dict.keys(self._mapping))
 
 
 class AskedKeys(dict):
@@ -65,6 +94,29 @@ class AskedKeys(dict):
         self._ask(key)
         return super().setdefault(key, default)
 
+    def keys(self):
+        return AskedKeysView(self)
+
+    def items(self):
+        for key in dict.keys(self):
+            self._ask(key)
+        return [(key, self._nested(key, dict.__getitem__(self, key))) for key in dict.keys(self)]
+
+    def values(self):
+        return [value for _, value in self.items()]
+
+    def __copy__(self):
+        if self.path:
+            WHOLE.add(self.path)
+        copied = AskedKeys(dict.items(self))
+        copied.path = self.path
+        return copied
+
+    def __deepcopy__(self, memo):
+        if self.path:
+            WHOLE.add(self.path)
+        return copy.deepcopy(dict(dict.items(self)), memo)
+
     def _nested(self, key, value):
         if isinstance(value, dict) and not isinstance(value, AskedKeys):
             value = asked_keys(value, (*self.path, key))
@@ -82,6 +134,8 @@ def asked_keys(mapping, path=()):
 def unread_keys(config, vouch, path=()):
     """The keys of `vouch` (a mapping of ds_config keys) that DeepSpeed never asked for, as lines
     naming the key and the keys it asks for at that level."""
+    if any(path[: len(whole)] == whole for whole in WHOLE):
+        return []  # copied whole, every key inside it handed on to the code that reads the block
     known = sorted(name for where, name in ASKED if where == path)
     if path and not known:
         return []  # handed whole to one of DeepSpeed's pydantic configs, which refuses unknown keys itself
@@ -96,6 +150,44 @@ def unread_keys(config, vouch, path=()):
         elif isinstance(value, dict) and isinstance(config.get(key), dict):
             lines += unread_keys(config[key], value, (*path, key))
     return lines
+
+
+def jsonable(values):
+    """`values` (a mapping) with only what JSON holds as it is: numbers, strings, booleans, None and
+    lists and mappings of them (an enum as its value); the rest left out."""
+    out = {}
+    for name, value in values.items():
+        kept = _jsonable(value)
+        if kept is not _OMIT:
+            out[str(name)] = kept
+    return out
+
+
+_OMIT = object()
+
+
+def _jsonable(value):
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if hasattr(value, "value") and isinstance(value.value, bool | int | float | str):
+        return value.value  # an enum
+    if isinstance(value, list | tuple):
+        items = [_jsonable(item) for item in value]
+        return _OMIT if any(item is _OMIT for item in items) else items
+    if isinstance(value, dict):
+        return jsonable(value)
+    return _OMIT
+
+
+def _defaults(parse_args):
+    """Megatron's parser's value of every argument given none."""
+    argv = sys.argv
+    try:
+        sys.argv = ["pretrain_gpt.py"]
+        with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
+            return jsonable(vars(parse_args()))
+    finally:
+        sys.argv = argv
 
 
 def _reason(error, printed):
@@ -133,11 +225,14 @@ def check(case):
             "zero_stage": args.zero_stage,
             "data_parallel_size": args.data_parallel_size,
             "train_iters": args.train_iters,
+            "args": jsonable(vars(args)),
+            "defaults": _defaults(parse_args),
         }
     except BaseException as error:
         outcome["megatron_error"] = _reason(error, printed)
     try:
         ASKED.clear()
+        WHOLE.clear()
         DeepSpeedZeroConfig(**case["ds_config"].get("zero_optimization", {}))
         recorded = asked_keys(case["ds_config"])
         config = DeepSpeedConfig(recorded, mpu=DataParallelGroup(case["data_parallel"]))
@@ -149,6 +244,10 @@ def check(case):
             "train_batch_size": config.train_batch_size,
             "gradient_accumulation_steps": config.gradient_accumulation_steps,
             "zero_stage": config.zero_optimization_stage,
+            "resolved": jsonable(
+                {name: value for name, value in vars(config).items() if not name.startswith("_")}
+                | {"zero_config": config.zero_config.model_dump()}
+            ),
         }
     except BaseException as error:
         outcome["deepspeed_error"] = _reason(error, io.StringIO())

@@ -140,6 +140,91 @@ def contiguous_attention_inputs() -> None:
     patch_after_import(TRANSFORMER, _contiguous_core_attention)
 
 
+def _ulysses_batch_dimension(module: types.ModuleType) -> None:
+    distributed = getattr(module, "DistributedAttention", None)
+    if distributed is None:  # a DeepSpeed without it: the engine refuses sequence parallelism itself
+        return
+    forward = distributed.forward
+
+    def forward_with_batch_dimension(
+        self: Any, query: Any, key: Any, value: Any, *args: Any, **kwargs: Any
+    ) -> Any:
+        # torch here, not at the top: only in the engine's environment
+        import torch
+
+        if not (args and torch.is_tensor(args[0])):  # the flash paths: already DeepSpeed's call
+            return forward(self, query, key, value, *args, **kwargs)
+        attention, gather = self.local_attn, self.gather_idx
+
+        def by_head(q: Any, k: Any, v: Any, *rest: Any, **named: Any) -> Any:
+            # [b, s, heads / sequence, d] -> the engine's [s, b, ...] -> [b, s, heads / sequence, d]
+            context = attention(q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), *rest, **named)
+            return context.view(*context.shape[:2], q.shape[2], -1).transpose(0, 1)
+
+        object.__setattr__(self, "local_attn", by_head)
+        self.gather_idx = 1  # the sequence dimension of [b, s, heads, d]
+        try:
+            batch_first = (tensor.transpose(0, 1) for tensor in (query, key, value))
+            output = forward(self, *batch_first, 0, None, *args, **kwargs)  # [b, s / sequence, heads, d]
+        finally:
+            object.__delattr__(self, "local_attn")
+            self.gather_idx = gather
+        return output.transpose(0, 1).reshape(query.shape[0], query.shape[1], -1).contiguous()
+
+    forward_with_batch_dimension.__wrapped__ = forward  # type: ignore[attr-defined]
+    module.DistributedAttention = type(
+        "DistributedAttention", (distributed,), {"forward": forward_with_batch_dimension}
+    )
+
+
+# DeepSpeed-Ulysses (--ds-sequence-parallel-size) with the engine's own attention: the pinned
+# engine calls DistributedAttention(q, k, v, attention_mask) and its CoreAttention returns
+# [s, b, heads x head dim], while DeepSpeed 0.14+ takes the batch dimension fourth (q, k, v,
+# batch_dim_idx, rotary_pos_emb, *args) and exchanges the output by head; its first step failed
+# ("Boolean value of Tensor with more than one value is ambiguous"). The exchange is given the
+# batch-first layout, [b, s, heads, head dim], which the flash-v2 path uses: DeepSpeed 0.19.6
+# mislabels the shape of a sequence-first exchange back to the sequence ([b, s x sequence, heads /
+# sequence, d] for [s / sequence, b, heads, d]), whose backward then fails.
+def ulysses_batch_dimension() -> None:
+    """Ulysses with the engine's attention: give DistributedAttention q/k/v batch first, output by head."""
+    patch_after_import(TRANSFORMER, _ulysses_batch_dimension)
+
+
+SEQUENCE_CROSS_ENTROPY = "megatron.core.sequence_parallel.cross_entropy"
+
+
+def _gather_into_flat_tensor(module: types.ModuleType) -> None:
+    function = module._VocabSequenceParallelCrossEntropy
+    forward = function.forward
+
+    def forward_gathering_flat(ctx: Any, *args: Any, **kwargs: Any) -> Any:
+        # torch here, not at the top: only in the engine's environment
+        import torch.distributed as dist
+
+        gather = dist.all_gather_into_tensor
+
+        def flat(output: Any, input: Any, group: Any = None, async_op: bool = False) -> Any:
+            return gather(output.view(-1), input.reshape(-1), group=group, async_op=async_op)
+
+        dist.all_gather_into_tensor = flat
+        try:
+            return forward(ctx, *args, **kwargs)
+        finally:
+            dist.all_gather_into_tensor = gather
+
+    forward_gathering_flat.__wrapped__ = forward  # type: ignore[attr-defined]
+    function.forward = staticmethod(forward_gathering_flat)
+
+
+# Under sequence parallelism the engine's loss gathers each rank's [s / sequence x b] losses into a
+# [s, b] tensor; NCCL takes any shapes of equal size, gloo splits the output along its first
+# dimension and refused ("ProcessGroupGloo::allgather: invalid tensor size at index 0 (expected
+# (128), got (64, 2))"). The same elements land in the same places when both are flat.
+def ulysses_loss_gather_on_gloo() -> None:
+    """Ulysses: gather the losses into a flat view of the [s, b] tensor, which gloo takes too."""
+    patch_after_import(SEQUENCE_CROSS_ENTROPY, _gather_into_flat_tensor)
+
+
 OPTIMIZER = "megatron.optimizer"
 
 
@@ -782,6 +867,8 @@ WORKAROUNDS: tuple[LaunchPatch, ...] = tuple(
         lazy_wandb_import,
         missing_compression_module,
         contiguous_attention_inputs,
+        ulysses_batch_dimension,
+        ulysses_loss_gather_on_gloo,
         zero3_weight_decay_groups,
         cpu_adamw_like_gpu,
         cpu_activation_checkpointing,

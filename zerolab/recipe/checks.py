@@ -10,13 +10,21 @@ from typing import Any
 from zerolab.contracts import FLASH_V2
 from zerolab.errors import UserError
 from zerolab.locations import CONFIGS_DIR, RECIPES_DIR, display_path
+from zerolab.recipe.destinations import Megatron, destinations
 from zerolab.recipe.finetuning import FineTuning
-from zerolab.recipe.inputs import vocabulary_size
+from zerolab.recipe.inputs import DATASET_KEYS, blend, blend_problem, vocabulary_size
 from zerolab.recipe.job import job_of, train_iters
 from zerolab.recipe.pretraining import Pretraining, attention_args
 from zerolab.recipe.provenance import Sources, source_of
 from zerolab.recipe.render import ds_config, render, stage_bound
-from zerolab.recipe.schema import NODE_PLACING_BACKENDS, DataSection, ExtraSection, Recipe, SpeedSection
+from zerolab.recipe.schema import (
+    NODE_PLACING_BACKENDS,
+    DataSection,
+    ExtraSection,
+    Recipe,
+    SpeedSection,
+    section_class,
+)
 
 
 @dataclass(frozen=True)
@@ -211,27 +219,75 @@ def _world_size_matches(recipe: Recipe) -> Problem | None:
     )
 
 
+def _split_ranks(recipe: Recipe) -> int:
+    """Ranks that train one batch together: tensor x pipeline x sequence."""
+    return recipe.model_parallel_size * recipe.parallel.sequence
+
+
+def _split_keys(recipe: Recipe) -> tuple[str, ...]:
+    """The parallel keys that split a batch's work: tensor, pipeline (and sequence where it splits)."""
+    return (
+        "parallel.tensor",
+        "parallel.pipeline",
+        *(("parallel.sequence",) if recipe.parallel.sequence > 1 else ()),
+    )
+
+
+def _keys_text(keys: tuple[str, ...]) -> str:
+    """`a, b and c`."""
+    return ", ".join(keys[:-1]) + f" and {keys[-1]}" if len(keys) > 1 else keys[0]
+
+
 @check
 def _model_parallel_divides_world(recipe: Recipe) -> Problem | None:
-    if recipe.world_size % recipe.model_parallel_size == 0:
+    if recipe.world_size % _split_ranks(recipe) == 0:
+        return None
+    product = "tensor x pipeline" + (" x sequence" if recipe.parallel.sequence > 1 else "")
+    return Problem(
+        (*_split_keys(recipe), "hardware.nodes", "hardware.procs_per_node"),
+        f"world size {recipe.world_size} is not divisible by {product} = {_split_ranks(recipe)}, "
+        "so there is no whole data-parallel size",
+        f"choose {_keys_text(_split_keys(recipe))} whose product divides nodes x procs_per_node",
+    )
+
+
+@check
+def _sequence_parallel_divides(recipe: Recipe) -> Problem | None:
+    size, model = recipe.parallel.sequence, recipe.model
+    if size == 1:
+        return None
+    heads = model.num_attention_heads // recipe.parallel.tensor
+    if model.seq_length % size == 0 and heads % size == 0:
         return None
     return Problem(
-        ("parallel.tensor", "parallel.pipeline", "hardware.nodes", "hardware.procs_per_node"),
-        f"world size {recipe.world_size} is not divisible by tensor x pipeline = "
-        f"{recipe.model_parallel_size}, "
-        "so there is no whole data-parallel size",
-        "choose parallel.tensor and parallel.pipeline whose product divides nodes x procs_per_node",
+        ("parallel.sequence", "model.seq_length", "model.num_attention_heads", "parallel.tensor"),
+        f"sequence parallel {size} must divide the sequence length ({model.seq_length}) and the "
+        f"{heads} attention heads of a tensor rank: Ulysses gives each rank seq_length / {size} tokens, "
+        f"then heads / {size} heads over the whole sequence",
+        "set parallel.sequence to a common divisor of model.seq_length and the heads per tensor rank",
+    )
+
+
+@check
+def _sequence_parallel_engine(recipe: Recipe) -> Problem | None:
+    if recipe.parallel.sequence == 1 or recipe.parallel.pipeline == 1:
+        return None
+    return Problem(
+        ("parallel.sequence", "parallel.pipeline"),
+        "DeepSpeed-Ulysses runs without the pipeline engine: Megatron-DeepSpeed hands its "
+        "sequence-parallel groups to DeepSpeed only with --no-pipeline-parallel",
+        "set parallel.pipeline=1 with parallel.sequence above 1",
     )
 
 
 @check
 def _global_batch_consistent(recipe: Recipe) -> Problem | None:
-    if recipe.world_size % recipe.model_parallel_size:
+    if recipe.world_size % _split_ranks(recipe):
         return None
     train = recipe.train
     dp = recipe.data_parallel_size
     per_step = train.micro_batch_size * dp
-    keys = ("train.global_batch_size", "train.micro_batch_size", "parallel.tensor", "parallel.pipeline")
+    keys = ("train.global_batch_size", "train.micro_batch_size", *_split_keys(recipe))
     if train.gradient_accumulation_steps is None:
         if train.global_batch_size % per_step == 0:
             return None
@@ -402,9 +458,28 @@ def _split_datasets_need_a_training_one(recipe: Recipe) -> Problem | None:
     )
 
 
+LENGTH_KEYS = ("iters", "tokens", "epochs", "samples")
+"""The train keys that give a pretraining's length, one of them."""
+
+
+@check
+def _data_blends_pair_weights_and_prefixes(recipe: Recipe) -> Problem | None:
+    for key in DATASET_KEYS:
+        value = getattr(recipe.data, key)
+        wrong = blend_problem(value) if value is not None and blend(value) is not None else None
+        if wrong is not None:
+            return Problem(
+                (f"data.{key}",),
+                f"data.{key} {value!r} is read as a weighted blend of datasets: {wrong}",
+                f"write data.{key} as one prefix (no spaces), or as `W1 PREFIX1 W2 PREFIX2 ...`, each "
+                "weight a number above 0",
+            )
+    return None
+
+
 def _lengths_given(recipe: Recipe) -> list[str]:
-    """The train keys among iters, tokens and epochs that the recipe sets."""
-    return [key for key in ("iters", "tokens", "epochs") if getattr(recipe.train, key) is not None]
+    """The train keys among LENGTH_KEYS that the recipe sets."""
+    return [key for key in LENGTH_KEYS if getattr(recipe.train, key) is not None]
 
 
 @only_for(Pretraining)  # fine-tuning: _finetune_length_in_epochs
@@ -414,10 +489,87 @@ def _one_training_length(recipe: Recipe) -> Problem | None:
     if len(given) == 1:
         return None
     return Problem(
-        ("train.iters", "train.tokens", "train.epochs"),
-        "give the training length exactly once: as iterations, tokens or epochs"
+        tuple(f"train.{key}" for key in LENGTH_KEYS),
+        "give the training length exactly once: as iterations, tokens, epochs or samples"
         + (f" (got {', '.join(given)})" if given else ""),
-        "keep one of train.iters, train.tokens, train.epochs and set the others to null",
+        "keep one of train.iters, train.tokens, train.epochs, train.samples and set the others to null",
+    )
+
+
+@only_for(Pretraining)
+@check
+def _sample_based_warmup(recipe: Recipe) -> Problem | None:
+    train = recipe.train
+    if train.samples is None or train.lr_warmup_iters == 0:
+        return None
+    return Problem(
+        ("train.samples", "train.lr_warmup_iters"),
+        "Megatron's sample-based training (train.samples) refuses a warm-up in iterations",
+        "give the warm-up as train.lr_warmup_tokens and set train.lr_warmup_iters=0, or the length as "
+        "train.iters",
+    )
+
+
+@only_for(Pretraining)
+@check
+def _one_warmup(recipe: Recipe) -> Problem | None:
+    train = recipe.train
+    if train.lr_warmup_tokens is None or train.lr_warmup_iters == 0:
+        return None
+    return Problem(
+        ("train.lr_warmup_tokens", "train.lr_warmup_iters"),
+        "the warm-up is given twice; the engine would warm up over the tokens and ignore the iterations",
+        "keep one of train.lr_warmup_tokens and train.lr_warmup_iters (0)",
+    )
+
+
+@only_for(Pretraining)
+@check
+def _warmup_tokens_within_decay(recipe: Recipe) -> Problem | None:
+    train = recipe.train
+    if train.lr_decay_tokens is None or (train.lr_warmup_tokens or 0) < train.lr_decay_tokens:
+        return None
+    return Problem(
+        ("train.lr_warmup_tokens", "train.lr_decay_tokens"),
+        f"the warm-up ({train.lr_warmup_tokens} tokens) does not end before the decay does "
+        f"({train.lr_decay_tokens} tokens): the engine's schedule divides by their difference",
+        "set train.lr_warmup_tokens below train.lr_decay_tokens",
+    )
+
+
+@only_for(Pretraining)
+@check
+def _rampup_batch_size(recipe: Recipe) -> Problem | None:
+    train = recipe.train
+    if train.rampup_batch_size is None:
+        return None
+    keys = ("train.rampup_batch_size", "train.samples", "train.global_batch_size")
+    start, increment, ramp = train.rampup_batch_size
+    if train.samples is None:
+        return Problem(
+            keys[:2],
+            "Megatron ramps the batch size up over a sample-based length only",
+            "give the length as train.samples, or remove train.rampup_batch_size",
+        )
+    per_step = train.micro_batch_size * max(1, recipe.data_parallel_size)
+    wrong = (
+        "its start must be at least 1 and below the global batch"
+        if not 0 < start < train.global_batch_size
+        else "its increment must be at least 1 and divide global batch - start"
+        if increment < 1 or (train.global_batch_size - start) % increment
+        else "its samples must be at least 1"
+        if ramp < 1
+        else f"each batch of the ramp must be a multiple of micro batch x data parallel = {per_step}"
+        if start % per_step or increment % per_step
+        else None
+    )
+    if wrong is None:
+        return None
+    return Problem(
+        (*keys, "train.micro_batch_size"),
+        f"batch-size ramp-up [start, increment, samples] = {list(train.rampup_batch_size)} up to global "
+        f"batch {train.global_batch_size}: {wrong}",
+        f"e.g. train.rampup_batch_size=[{per_step}, {per_step}, {max(ramp, 1)}]",
     )
 
 
@@ -635,6 +787,23 @@ def _stage3_knobs_need_stage3(recipe: Recipe) -> Problem | None:
 
 
 @check
+def _tensorboard_options_need_tensorboard(recipe: Recipe) -> Problem | None:
+    logging = recipe.logging
+    given = [
+        name
+        for name in ("tensorboard_queue_size", "log_batch_size", "log_optimizer_states")
+        if getattr(logging, name) not in (None, False)
+    ]
+    if not given or logging.tensorboard:
+        return None
+    return Problem(
+        ("logging.tensorboard", *(f"logging.{name}" for name in given)),
+        f"{', '.join(given)}: options of TensorBoard logging, which is off: nothing would be logged",
+        "set logging.tensorboard=true, or remove them",
+    )
+
+
+@check
 def _wandb_name_needs_project(recipe: Recipe) -> Problem | None:
     if recipe.logging.wandb_name is None or recipe.logging.wandb_project is not None:
         return None
@@ -647,7 +816,7 @@ def _wandb_name_needs_project(recipe: Recipe) -> Problem | None:
 
 @check
 def _flash_needs_cuda(recipe: Recipe) -> Problem | None:
-    if recipe.model.attention != "flash" or recipe.hardware.device == "cuda":
+    if not recipe.model.attention.startswith("flash") or recipe.hardware.device == "cuda":
         return None
     return Problem(
         ("model.attention", "hardware.device"),
@@ -659,7 +828,7 @@ def _flash_needs_cuda(recipe: Recipe) -> Problem | None:
 
 @check
 def _flash_needs_half_precision(recipe: Recipe) -> Problem | None:
-    if recipe.model.attention != "flash" or recipe.precision_name != "fp32":
+    if not recipe.model.attention.startswith("flash") or recipe.precision_name != "fp32":
         return None
     return Problem(
         ("model.attention", "precision.bf16", "precision.fp16"),
@@ -670,7 +839,10 @@ def _flash_needs_half_precision(recipe: Recipe) -> Problem | None:
 
 @check
 def _flash_has_no_selective_recompute(recipe: Recipe) -> Problem | None:
-    if recipe.model.attention != "flash" or recipe.activation_checkpointing.granularity != "selective":
+    if (
+        not recipe.model.attention.startswith("flash")
+        or recipe.activation_checkpointing.granularity != "selective"
+    ):
         return None
     return Problem(
         ("model.attention", "activation_checkpointing.granularity"),
@@ -749,6 +921,50 @@ def _extra_args_not_rendered(recipe: Recipe) -> Problem | None:
     return _rendered_already("extra.megatron_args", clashes) if clashes else None
 
 
+PASSED_THROUGH = frozenset({"--load"})
+"""Flags a schema key renders in one use that extra.megatron_args may still pass for another
+(--load: model.init_from's imported weights; a checkpoint of the user's own is passed as given)."""
+
+
+def declared_flags() -> dict[str, str]:
+    """Each Megatron flag the schema declares on a pretraining section's key, with that key."""
+    flags: dict[str, str] = {}
+    for section, info in Recipe.model_fields.items():
+        model = section_class(info.annotation)
+        if model is None or section in ("extra", "finetune"):
+            continue
+        for name, field_info in model.model_fields.items():
+            for destination in destinations(field_info):
+                if isinstance(destination, Megatron) and destination.flag.startswith("--"):
+                    flags.setdefault(destination.flag, f"{section}.{name}")
+    return flags
+
+
+@check
+def _extra_args_a_key_renders(recipe: Recipe) -> Problem | None:
+
+    given = {token.split("=", 1)[0] for token in recipe.extra.megatron_args if token.startswith("--")}
+    declared = declared_flags()
+    owned = sorted(flag for flag in given - PASSED_THROUGH - ATTENTION_FLAGS if flag in declared)
+    if not owned:
+        return None
+    try:
+        rendered = set(render(recipe.model_copy(update={"extra": ExtraSection()})).argv)
+    except UserError:  # no length, or epochs of data not prepared: the flags alone say it
+        rendered = set()
+    owned = [flag for flag in owned if flag not in rendered]  # rendered ones: _extra_args_not_rendered
+    if not owned:
+        return None
+    keys = list(dict.fromkeys(declared[flag] for flag in owned))
+    return Problem(
+        ("extra.megatron_args", *keys),
+        ", ".join(f"{flag}: the recipe key {declared[flag]} renders it" for flag in owned),
+        f"remove {'them' if len(owned) > 1 else 'it'} from extra.megatron_args and set "
+        + " and ".join(keys)
+        + " (docs/recipe-reference.md)",
+    )
+
+
 @check
 def _extra_ds_config_adds_only(recipe: Recipe) -> Problem | None:
 
@@ -783,6 +999,18 @@ def _replaced_keys(rendered: dict[str, Any], extra: dict[str, Any], prefix: str 
 
 
 @finetuning_check
+def _finetune_attention(recipe: Recipe) -> Problem | None:
+    if recipe.model.attention not in ("flash-v1", "flash-triton"):
+        return None
+    return Problem(
+        ("model.attention",),
+        f"model.attention={recipe.model.attention} is a path of Megatron's attention; a fine-tuning runs "
+        "Hugging Face's GPT-2",
+        "use model.attention=flash (FlashAttention-2), sdpa or megatron",
+    )
+
+
+@finetuning_check
 def _finetune_length_in_epochs(recipe: Recipe) -> Problem | None:
     train = recipe.train
     whole_epochs = train.epochs is not None and train.epochs.is_integer()
@@ -809,9 +1037,20 @@ def _finetune_schedule_ends_at_zero(recipe: Recipe) -> Problem | None:
 
 NOT_READ_BY_FINETUNING: dict[str, tuple[str, ...]] = {
     "parallel": ("tensor", "pipeline"),
-    "model": ("make_vocab_size_divisible_by", "init_from", "import_command"),
+    "model": ("make_vocab_size_divisible_by", "init_from", "import_command", "rotary"),
     "data": tuple(DataSection.model_fields),
-    "train": ("eval_interval", "eval_iters", "save_interval", "save_interval_epochs"),
+    "train": (
+        "eval_interval",
+        "eval_iters",
+        "save_interval",
+        "save_interval_epochs",
+        "samples",
+        "rampup_batch_size",
+        "max_tokens",
+        "lr_warmup_tokens",
+        "lr_decay_tokens",
+        "exit_duration_mins",
+    ),
     "activation_checkpointing": (
         "method",
         "num_layers",
@@ -822,6 +1061,7 @@ NOT_READ_BY_FINETUNING: dict[str, tuple[str, ...]] = {
     ),
     "extra": ("megatron_args",),
     "speed": tuple(SpeedSection.model_fields),
+    "logging": ("tensorboard_queue_size", "log_batch_size", "log_optimizer_states"),
 }
 """The keys a fine-tuning does not read (the loop is not Megatron): a value other than the
 default is refused rather than silently ignored (train.iters and train.tokens: the length check)."""

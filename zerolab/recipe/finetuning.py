@@ -217,7 +217,7 @@ def _lines(path: Path, mtime_ns: int, size: int) -> int:
 
 HF_ATTENTION = {"megatron": "eager", "sdpa": "sdpa", "flash": "flash_attention_2"}
 """model.attention as transformers' attn_implementation, for fine-tuning: eager computes the same
-seq x seq scores as the engine's own attention."""
+seq x seq scores as the engine's own attention (flash-v1 and flash-triton: refused by the checks)."""
 
 
 def finetune_optimizer(recipe: Recipe) -> dict[str, Any]:
@@ -261,7 +261,7 @@ def finetune_request(recipe: Recipe, finetune: FinetuneSection) -> FinetuneReque
         seed=train.seed,
         shuffle=finetune.shuffle,
         log_interval=train.log_interval,
-        attention=HF_ATTENTION[model.attention],
+        attention=HF_ATTENTION.get(model.attention, "eager"),
         gradient_checkpointing=recipe.activation_checkpointing.granularity == "full",
         config={
             "resid_pdrop": model.hidden_dropout,
@@ -356,7 +356,7 @@ class FineTuning:
 
     def attention_label(self) -> str:
         """model.attention as transformers names it (eager, sdpa, flash_attention_2)."""
-        return HF_ATTENTION[self.recipe.model.attention]
+        return HF_ATTENTION.get(self.recipe.model.attention, self.recipe.model.attention)
 
     def full_recompute_label(self) -> str:
         """Full recomputation, as transformers does it."""

@@ -60,15 +60,70 @@ DATASET_KEYS = ("path", "train_path", "valid_path", "test_path")
 """The data keys that name a prepared dataset (PREFIX of PREFIX.bin and PREFIX.idx)."""
 
 
+def blend(value: str) -> list[tuple[str, str]] | None:
+    """A data path as Megatron reads it: None for one prefix (which may hold spaces), or the
+    (weight, prefix) pairs of a weighted blend `W1 PREFIX1 W2 PREFIX2 ...`: words of which the first
+    is a number (the checks refuse a blend whose words do not pair into a number and a prefix:
+    blend_problem)."""
+    words = value.split()
+    if len(words) < 2 or not _number(words[0]):
+        return None
+    return list(zip(words[::2], words[1::2], strict=False))
+
+
+def _number(word: str) -> bool:
+    try:
+        float(word)
+    except ValueError:
+        return False
+    return True
+
+
+def blend_problem(value: str) -> str | None:
+    """What is wrong with a blend's words, or None: pairs of a positive number and a prefix."""
+    words = value.split()
+    if len(words) % 2:
+        return f"{len(words)} words: a blend is pairs of a weight and a dataset prefix"
+    for weight, prefix in zip(words[::2], words[1::2], strict=True):
+        try:
+            number = float(weight)
+        except ValueError:
+            return f"{weight!r} before {prefix!r} is not a weight (a number)"
+        if not number > 0:
+            return f"the weight {weight} of {prefix!r} is not above 0"
+    return None
+
+
 def dataset_paths(recipe: Recipe) -> dict[str, str]:
-    """The prepared datasets the recipe reads, by data key."""
-    return {key: getattr(recipe.data, key) for key in DATASET_KEYS if getattr(recipe.data, key) is not None}
+    """The prepared datasets the recipe reads, by data key; each prefix of a blend by its key and
+    its place in the blend (`path[2]`: the second)."""
+    paths: dict[str, str] = {}
+    for key in DATASET_KEYS:
+        value = getattr(recipe.data, key)
+        if value is None:
+            continue
+        pairs = blend(value)
+        if pairs is None:
+            paths[key] = value
+        else:
+            paths |= {f"{key}[{number}]": prefix for number, (_, prefix) in enumerate(pairs, start=1)}
+    return paths
+
+
+def _dataset_key(key: str) -> str:
+    """The data key of a dataset_paths label (`path[2]`: `path`)."""
+    return key.split("[", 1)[0]
+
+
+def _dataset_path(recipe: Recipe, key: str) -> str:
+    """The prefix a dataset_paths label names."""
+    return dataset_paths(recipe)[key] if "[" in key else getattr(recipe.data, key)
 
 
 def _own_dataset(recipe: Recipe, key: str) -> bool:
     """Whether data.prepare_command writes the dataset of data.`key`."""
     data = recipe.data
-    path = getattr(data, key)
+    path = _dataset_path(recipe, key)
     words = shlex.split(data.prepare_command)
     out = words[words.index("--out") + 1] if "--out" in words[:-1] else None
     split = next((name for name in ("train", "valid", "test") if path.endswith(f"_{name}{SUFFIX}")), None)
@@ -80,10 +135,15 @@ def prepare_hint(recipe: Recipe, key: str) -> str:
     """How to make the dataset of data.`key`: data.prepare_command when that writes it, else
     `zerolab prep` with the output prefix that writes it."""
     data = recipe.data
-    path = getattr(data, key)
+    path = _dataset_path(recipe, key)
     split = next((name for name in ("train", "valid", "test") if path.endswith(f"_{name}{SUFFIX}")), None)
     if _own_dataset(recipe, key):
         return f"prepare the dataset with `{data.prepare_command}`"
+    if "[" in key:
+        return (
+            f"prepare it with `zerolab prep CORPUS --out {path.removesuffix(SUFFIX)}` (`zerolab prep "
+            f"--help`), or correct the blend's prefix in data.{_dataset_key(key)}"
+        )
     if key != "path" and split is not None:
         prefix = path.removesuffix(f"_{split}{SUFFIX}")
         return (
@@ -105,7 +165,7 @@ def prepare_hint(recipe: Recipe, key: str) -> str:
 def damaged_hint(recipe: Recipe, key: str) -> str:
     """How to make again the damaged dataset of data.`key`, over the damaged files (--force)."""
     data = recipe.data
-    path = getattr(data, key)
+    path = _dataset_path(recipe, key)
     if _own_dataset(recipe, key):
         return f"prepare it again with `{data.prepare_command} --force`"
     made = manifest_source(path)

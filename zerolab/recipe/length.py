@@ -2,6 +2,7 @@
 or epochs (a recipe's length, whatever its job kind: zerolab.recipe.job's train_iters).
 
 - `train.tokens`: iterations = ceil(tokens / (global batch x sequence length)).
+- `train.samples`: Megatron's own count (samples_in_iterations), with a batch-size ramp-up too.
 - `train.epochs`: Megatron builds the training split from the first documents of the
   prepared dataset (its `--split` rule) and cuts their tokens into samples of
   `seq_length + 1` tokens that overlap by one, (tokens - 1) // seq_length per epoch;
@@ -21,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from zerolab.data_prep.indexed import read_index
 from zerolab.errors import UserError
-from zerolab.recipe.inputs import prepare_hint
+from zerolab.recipe.inputs import blend, prepare_hint
 from zerolab.recipe.schema import Recipe
 
 if TYPE_CHECKING:
@@ -36,8 +37,35 @@ def pretraining_iters(recipe: Recipe) -> int:
     tokens_per_iter = train.global_batch_size * recipe.model.seq_length
     if train.tokens is not None:
         return math.ceil(train.tokens / tokens_per_iter)
-    assert train.epochs is not None, "checks guarantee one training length"
+    if train.samples is not None:
+        return samples_in_iterations(train.samples, train.global_batch_size, train.rampup_batch_size)
+    if train.epochs is None:
+        raise UserError(LENGTH_MISSING)
     return _epochs_in_iterations(recipe, train.epochs, EPOCHS)
+
+
+LENGTH_MISSING = (
+    "give the training length exactly once: as train.iters (iterations), train.tokens, train.samples "
+    "or train.epochs"
+)
+"""The problem of a recipe without a length (zerolab.recipe.checks reports it by its keys)."""
+
+
+def samples_in_iterations(samples: int, global_batch: int, rampup: tuple[int, int, int] | None) -> int:
+    """The iterations Megatron trains for `samples` (its update_train_iters): samples // global
+    batch, or with a ramp-up [start, increment, ramp samples] one iteration per batch of the ramp
+    (start + increment x int(consumed / (ramp samples / increments))) while the samples consumed
+    are at most the ramp's, then what is left // global batch. The checks guarantee a ramp Megatron
+    takes (zerolab.recipe.checks: a start below the global batch, which the increments reach)."""
+    if rampup is None:
+        return samples // global_batch
+    start, increment, ramp_samples = rampup
+    per_increment = ramp_samples / ((global_batch - start) // increment)
+    iterations = consumed = 0
+    while consumed <= ramp_samples:
+        consumed += start + int(consumed / per_increment) * increment if per_increment else global_batch
+        iterations += 1
+    return iterations + (samples - consumed) // global_batch
 
 
 def save_interval(recipe: Recipe) -> int | None:
@@ -73,6 +101,11 @@ def pretraining_split_tokens(recipe: Recipe, asked_by: tuple[str, str] = EPOCHS)
     asking, fix = asked_by
     key = "path" if recipe.data.path is not None else "train_path"
     path = getattr(recipe.data, key)
+    if blend(path) is not None:
+        raise UserError(
+            f"{asking} counts the training split of one prepared dataset, and data.{key} is a blend "
+            f"({path!r}), whose samples Megatron draws by weight; {fix}"
+        )
     idx = Path(path + ".idx")
     if not idx.is_file():
         raise UserError(

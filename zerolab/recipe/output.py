@@ -22,7 +22,8 @@ def summary_line(recipe: Recipe) -> str:
             job.what(),
             f"world {recipe.world_size} = {recipe.hardware.nodes} node(s) x {recipe.hardware.procs_per_node}",
             f"tensor {recipe.parallel.tensor} x pipeline {recipe.parallel.pipeline} "
-            f"x data {recipe.data_parallel_size}",
+            + (f"x sequence {recipe.parallel.sequence} " if recipe.parallel.sequence > 1 else "")
+            + f"x data {recipe.data_parallel_size}",
             f"global batch {recipe.train.global_batch_size} = micro {recipe.train.micro_batch_size} "
             f"x grad-accum {recipe.gradient_accumulation_steps} x data {recipe.data_parallel_size}",
             zero_label(recipe),

@@ -22,7 +22,13 @@ from zerolab.contracts import (
 from zerolab.engine.paths import engine_dir
 from zerolab.imported import layout_tag
 from zerolab.recipe.destinations import Megatron, destinations, one_to_one
-from zerolab.recipe.inputs import dataset_paths, pretraining_inputs_problems, tokenizer_file
+from zerolab.recipe.inputs import (
+    DATASET_KEYS,
+    blend,
+    dataset_paths,
+    pretraining_inputs_problems,
+    tokenizer_file,
+)
 from zerolab.recipe.length import pretraining_iters, pretraining_split_tokens, save_interval
 from zerolab.recipe.provenance import Sources
 from zerolab.recipe.resumption import Resume
@@ -137,15 +143,16 @@ def megatron_args(recipe: Recipe, ds_config_path: str) -> list[str]:
     }
     args = [
         *section_args(recipe, "model"),
-        *section_args(recipe, "parallel"),
-        *section_args(recipe, "train", at={"iters": ["--train-iters", str(pretraining_iters(recipe))]}),
-        *section_args(recipe, "data", at=tokenizer_files | split_args(recipe)),
+        *section_args(recipe, "parallel", at={"sequence": sequence_args(recipe)}),
+        *section_args(recipe, "train", at={"iters": iters_args(recipe)}),
+        *section_args(recipe, "data", at=tokenizer_files | split_args(recipe) | dataset_args(recipe)),
         "--distributed-backend", "gloo" if hw.device == "cpu" else "nccl",
     ]  # fmt: skip
     args += fusion_args(recipe)
     args += attention_args(recipe)
     args += activation_checkpointing_args(recipe)
     args += section_args(recipe, "precision")
+    args += section_args(recipe, "logging")  # the TensorBoard options; the rest: run_dir_args
     args += ["--deepspeed", "--deepspeed_config", ds_config_path, *section_args(recipe, "zero")]
     if recipe.parallel.pipeline == 1:
         args.append("--no-pipeline-parallel")
@@ -168,6 +175,32 @@ def section_args(recipe: Recipe, section: str, at: dict[str, list[str]] | None =
             args += _flag(destination.flag, getattr(values, name))
         args += (at or {}).get(name, [])
     return args
+
+
+def sequence_args(recipe: Recipe) -> list[str]:
+    """--ds-sequence-parallel-size where parallel.sequence splits sequences (none at 1, the
+    engine's default)."""
+    size = recipe.parallel.sequence
+    return [_declared_flag(recipe, "parallel", "sequence"), str(size)] if size > 1 else []
+
+
+def iters_args(recipe: Recipe) -> list[str]:
+    """--train-iters: the length in iterations, as given or from tokens or epochs; none for a
+    sample-based length (train.samples renders --train-samples, Megatron refusing both)."""
+    if recipe.train.samples is not None:
+        return []
+    return ["--train-iters", str(pretraining_iters(recipe))]
+
+
+def dataset_args(recipe: Recipe) -> dict[str, list[str]]:
+    """The dataset keys' flags: a prefix as one argument, a blend (`W1 PREFIX1 W2 PREFIX2`) as one
+    argument each word, as Megatron's nargs flags read a list (one argument with spaces would be
+    read as one path)."""
+    return {
+        key: [_declared_flag(recipe, "data", key), *(value.split() if blend(value) else [value])]
+        for key in DATASET_KEYS
+        if (value := getattr(recipe.data, key)) is not None
+    }
 
 
 def split_args(recipe: Recipe) -> dict[str, list[str]]:
@@ -197,6 +230,8 @@ def _flag(flag: str, value: Any) -> list[str]:
         return []
     if value is True:
         return [flag]
+    if isinstance(value, tuple | list):
+        return [flag, *(str(item) for item in value)]
     return [flag, _num(value) if isinstance(value, float) else str(value)]
 
 
@@ -214,7 +249,9 @@ def fusion_args(recipe: Recipe) -> list[str]:
 def attention_args(recipe: Recipe) -> list[str]:
     """model.attention flash: the engine's FlashAttention-2 path. megatron and sdpa add nothing
     (sdpa is zerolab's patch of the engine's CoreAttention, asked for by attention_env)."""
-    return [FLASH_V2] if recipe.model.attention == "flash" else []
+    flags = {"flash": FLASH_V2, "flash-v1": "--use-flash-attn-v1", "flash-triton": "--use-flash-attn-triton"}
+    flag = flags.get(recipe.model.attention)
+    return [flag] if flag else []
 
 
 def attention_env(recipe: Recipe) -> dict[str, str]:
@@ -320,6 +357,8 @@ def schedule(recipe: Recipe) -> tuple[Any, ...]:
         train.lr,
         train.min_lr,
         train.lr_warmup_iters,
+        train.lr_warmup_tokens,
+        train.lr_decay_tokens,
         train.lr_decay_style,
         train.weight_decay,
     )

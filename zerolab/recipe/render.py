@@ -306,7 +306,7 @@ def ds_config(recipe: Recipe) -> dict[str, Any]:
     config |= {
         "gradient_accumulation_steps": recipe.gradient_accumulation_steps,
         "log_level": "info",
-        "wall_clock_breakdown": False,
+        "wall_clock_breakdown": recipe.logging.wall_clock_breakdown,
     }
     _set_declared(config, recipe, "zero")
     offloaded = {"device": "cpu", "pin_memory": zero.pin_memory}
@@ -314,6 +314,8 @@ def ds_config(recipe: Recipe) -> dict[str, Any]:
         config["zero_optimization"]["offload_optimizer"] = dict(offloaded)
     if zero.offload_param:
         config["zero_optimization"]["offload_param"] = dict(offloaded)
+    if recipe.train.prescale_gradients:
+        config["prescale_gradients"] = True
     if precision.bf16:
         config["bf16"] = {"enabled": True}
     ckpt = recipe.activation_checkpointing

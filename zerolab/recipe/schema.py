@@ -109,18 +109,28 @@ class ModelSection(Section):
     init_method_std: float = field(
         0.02, "standard deviation of the weight initialisation", gt=0, to=(Megatron("--init-method-std"),)
     )
-    attention: Literal["megatron", "sdpa", "flash"] = field(
+    attention: Literal["megatron", "sdpa", "flash", "flash-v1", "flash-triton"] = field(
         "megatron",
         "how attention is computed, the same function each way. megatron: the engine's CoreAttention "
         "(a seq x seq score matrix per head, stored for the backward pass); sdpa: PyTorch's "
         "scaled_dot_product_attention (fused flash/memory-efficient kernels on GPU; any device, any "
         "precision), zerolab's patch sdpa_attention, enabled at launch by ZEROLAB_ATTENTION=sdpa; "
-        f"flash: the engine's FlashAttention-2 path ({FLASH_V2}): CUDA, bf16 or fp16, and the "
-        "flash_attn package in the engine's environment",
+        f"flash: the engine's FlashAttention-2 path ({FLASH_V2}); flash-v1 and flash-triton: its "
+        "FlashAttention-1 and Triton paths (--use-flash-attn-v1, --use-flash-attn-triton), as upstream's "
+        "scripts use them. The flash paths: CUDA, bf16 or fp16, and the flash_attn package (flash-triton: "
+        "its Triton kernel) in the engine's environment; pretraining only",
         to=(
             Megatron(FLASH_V2, "flash"),
+            Megatron("--use-flash-attn-v1", "flash-v1"),
+            Megatron("--use-flash-attn-triton", "flash-triton"),
             Env(ATTENTION_ENV, SDPA),
         ),
+    )
+    rotary: bool = field(
+        False,
+        "rotary position embeddings on queries and keys (Megatron --use-rotary-position-embeddings, "
+        "on the whole head dimension), besides the learned positions as upstream's rope scripts train",
+        to=(Megatron("--use-rotary-position-embeddings"),),
     )
     init_from: str | None = field(
         None,
@@ -163,7 +173,7 @@ name says so, and a checkpoint of it cannot be resumed with them changed)."""
 
 
 class ParallelSection(Section):
-    """Model parallelism; data parallelism is what is left of the world size."""
+    """Model and sequence parallelism; data parallelism is what is left of the world size."""
 
     tensor: int = field(
         1,
@@ -181,6 +191,17 @@ class ParallelSection(Section):
             Megatron("--pipeline-model-parallel-size"),
             Megatron("--no-pipeline-parallel", "when 1"),
         ),
+    )
+    sequence: int = field(
+        1,
+        "DeepSpeed-Ulysses sequence parallelism (Megatron-DeepSpeed --ds-sequence-parallel-size): each "
+        "sequence is split across this many ranks, which trade attention heads all-to-all so that each "
+        "attends over the whole sequence with heads / sequence of the heads; data parallel = world / "
+        "(tensor x pipeline x sequence), and ZeRO partitions over sequence x data parallel ranks. Must "
+        "divide model.seq_length and the attention heads of a tensor rank",
+        "ranks",
+        gt=0,
+        to=(Megatron("--ds-sequence-parallel-size", "when above 1"),),
     )
 
 
@@ -213,7 +234,9 @@ class ZeroSection(Section):
     )
     overlap_comm: bool = field(
         True,
-        "overlap gradient reduction with the backward pass",
+        "overlap gradient reduction with the backward pass. Upstream default: DeepSpeed's is false at "
+        "stages 1-2 (true at 3); zerolab's true overlaps there too, for speed (the same arithmetic); a "
+        "ported launch keeps its own (`zerolab from-command` names it)",
         to=(DeepSpeed("zero_optimization.overlap_comm", stages=(1, 2, 3)),),
     )
     contiguous_gradients: bool = field(
@@ -373,6 +396,33 @@ class LoggingSection(Section):
         to=(Megatron("--wandb-exp-name", "the run's name when null"),),
         names_run=False,
     )
+    tensorboard_queue_size: int | None = field(
+        None,
+        "with tensorboard: events the writer queues before it flushes them (--tensorboard-queue-size); "
+        "null: Megatron's 1000",
+        "events",
+        gt=0,
+        to=(Megatron("--tensorboard-queue-size"),),
+        names_run=False,
+    )
+    log_batch_size: bool = field(
+        False,
+        "with tensorboard: log the global batch size too (--log-batch-size-to-tensorboard)",
+        to=(Megatron("--log-batch-size-to-tensorboard"),),
+        names_run=False,
+    )
+    log_optimizer_states: bool = field(
+        False,
+        "with tensorboard: log the norms of Adam's moments too (--log-optimizer-states-to-tensorboard)",
+        to=(Megatron("--log-optimizer-states-to-tensorboard"),),
+        names_run=False,
+    )
+    wall_clock_breakdown: bool = field(
+        False,
+        "DeepSpeed's per-step timing of forward, backward and step (ds_config wall_clock_breakdown), printed "
+        "every train.log_interval steps; it synchronizes the device at each timer",
+        to=(DeepSpeed("wall_clock_breakdown", rule="as given"),),
+    )
     wandb_mode: Literal["online", "offline"] = field(
         "online",
         "W&B's WANDB_MODE: offline keeps the run in RUN_DIR/wandb, to `wandb sync` later",
@@ -466,6 +516,10 @@ class PrecisionSection(Section):
     )
 
 
+BLEND_RULE = "one argument a prefix; a blend's weights and prefixes, one argument each"
+"""How a dataset key reaches Megatron, whose data-path flags take a list of words."""
+
+
 class DataSection(Section):
     """The prepared dataset and tokenizer (configs/data/); relative paths are relative to the current
     directory."""
@@ -473,10 +527,12 @@ class DataSection(Section):
     name: str = field("dolly", "name of the dataset, as reported in summaries", to=(Zerolab("summaries"),))
     path: str | None = field(
         "data/dolly_text_document",
-        "Megatron data prefix: PREFIX.bin and PREFIX.idx, dealt into splits by data.split; null: the "
-        "split datasets of data.train_path, valid_path and test_path",
+        "Megatron data prefix: PREFIX.bin and PREFIX.idx, dealt into splits by data.split; or a "
+        "weighted blend of prefixes, `W1 PREFIX1 W2 PREFIX2 ...` (Megatron draws each sample from a "
+        "prefix by its weight; each weight a number above 0, each prefix prepared); null: the split "
+        "datasets of data.train_path, valid_path and test_path",
         "path prefix",
-        to=(Megatron("--data-path"),),
+        to=(Megatron("--data-path", BLEND_RULE),),
         names_run=False,
     )
     train_path: str | None = field(
@@ -484,21 +540,21 @@ class DataSection(Section):
         "the training split written by `zerolab prep ... --split` (OUT_train_text_document), with "
         "data.path null; data.split then does not apply",
         "path prefix",
-        to=(Megatron("--train-data-path"),),
+        to=(Megatron("--train-data-path", BLEND_RULE),),
         names_run=False,
     )
     valid_path: str | None = field(
         None,
         "the validation split (OUT_valid_text_document), with data.train_path; null: no evaluation data",
         "path prefix",
-        to=(Megatron("--valid-data-path"),),
+        to=(Megatron("--valid-data-path", BLEND_RULE),),
         names_run=False,
     )
     test_path: str | None = field(
         None,
         "the test split (OUT_test_text_document), with data.train_path",
         "path prefix",
-        to=(Megatron("--test-data-path"),),
+        to=(Megatron("--test-data-path", BLEND_RULE),),
         names_run=False,
     )
     prepare_command: str = field(
@@ -541,13 +597,20 @@ class DataSection(Section):
         to=(Megatron("--merge-file", "null: the bundled file"),),
         names_run=False,
     )
+    impl: Literal["mmap", "infer", "lazy", "cached"] | None = field(
+        None,
+        "how Megatron reads the prepared dataset (--data-impl): mmap, as zerolab prep writes it; null: "
+        "Megatron's infer, which finds mmap from the index file",
+        to=(Megatron("--data-impl"),),
+        names_run=False,
+    )
     num_workers: int = field(
         2, "data-loader worker processes per rank", "processes", ge=0, to=(Megatron("--num-workers"),)
     )
 
 
 class TrainSection(Section):
-    """Batch, length, optimizer and logging. Give exactly one of iters, tokens and epochs."""
+    """Batch, length, optimizer and logging. Give exactly one of iters, tokens, epochs and samples."""
 
     micro_batch_size: int = field(
         4,
@@ -600,6 +663,42 @@ class TrainSection(Section):
         gt=0,
         to=(Megatron("--train-iters", "in iterations"),),
     )
+    samples: int | None = field(
+        None,
+        "training length as samples (sequences), Megatron's sample-based training: the engine trains "
+        "samples // global batch iterations (with rampup_batch_size, the ramp's iterations first, as "
+        "Megatron counts them); the warm-up is then given in tokens (lr_warmup_tokens), Megatron "
+        "refusing lr_warmup_iters",
+        "samples",
+        gt=0,
+        to=(Megatron("--train-samples"),),
+    )
+    rampup_batch_size: tuple[int, int, int] | None = field(
+        None,
+        "batch-size ramp-up over a sample-based length (train.samples): [start, increment, samples]: "
+        "the global batch starts at `start` sequences and grows by `increment` at even steps over the "
+        "first `samples` samples, up to global_batch_size (Megatron --rampup-batch-size); each batch "
+        "of the ramp a multiple of micro batch x data parallel",
+        "sequences, sequences, samples",
+        to=(Megatron("--rampup-batch-size"),),
+    )
+    max_tokens: int | None = field(
+        None,
+        "stop once this many tokens have been trained, whatever the length says (Megatron-DeepSpeed "
+        "--train-tokens, the upstream scripts' token budget); null: the length alone",
+        "tokens",
+        gt=0,
+        to=(Megatron("--train-tokens"),),
+    )
+    exit_duration_mins: int | None = field(
+        None,
+        "stop (saving a checkpoint where train.save_interval is set) once training has run this long "
+        "(--exit-duration-in-mins); null: no time limit",
+        "minutes",
+        gt=0,
+        to=(Megatron("--exit-duration-in-mins"),),
+        names_run=False,
+    )
     lr: float = field(1.5e-4, "peak learning rate", "1/step", gt=0, to=(Megatron("--lr"),))
     min_lr: float = field(
         1.0e-5, "learning rate at the end of the decay", "1/step", ge=0, to=(Megatron("--min-lr"),)
@@ -610,17 +709,59 @@ class TrainSection(Section):
     lr_warmup_iters: int = field(
         0, "linear learning-rate warm-up", "iterations", ge=0, to=(Megatron("--lr-warmup-iters"),)
     )
-    weight_decay: float = field(0.1, "AdamW weight decay", ge=0, to=(Megatron("--weight-decay"),))
+    lr_warmup_tokens: int | None = field(
+        None,
+        "linear learning-rate warm-up over this many tokens (Megatron-DeepSpeed's token-based "
+        "schedule, --lr-warmup-tokens), in place of lr_warmup_iters; null: warm-up in iterations",
+        "tokens",
+        ge=0,
+        to=(Megatron("--lr-warmup-tokens"),),
+    )
+    lr_decay_tokens: int | None = field(
+        None,
+        "decay the learning rate over this many tokens (--lr-decay-tokens), warm-up included, then "
+        "keep min_lr; null: decay over the whole length in iterations",
+        "tokens",
+        gt=0,
+        to=(Megatron("--lr-decay-tokens"),),
+    )
+    weight_decay: float = field(
+        0.1,
+        "AdamW weight decay. Upstream: under ZeRO-3 the pinned engine picks its no-decay groups from "
+        "already-partitioned shapes and trains with no weight decay at all; zerolab's launch workaround "
+        "zero3_weight_decay_groups gives it the decay asked for (docs/findings/zero3-loss.md), so a ZeRO-3 "
+        "run differs from upstream's, as its train.log says",
+        ge=0,
+        to=(Megatron("--weight-decay"),),
+    )
     adam_beta1: float = field(0.9, "Adam beta1", gt=0, lt=1, to=(Megatron("--adam-beta1"),))
-    adam_beta2: float = field(0.95, "Adam beta2", gt=0, lt=1, to=(Megatron("--adam-beta2"),))
+    adam_beta2: float = field(
+        0.95,
+        "Adam beta2. Upstream default: Megatron's is 0.999; zerolab's 0.95 is GPT-3's and upstream's "
+        "scripts' own (--adam-beta2 0.95), steadier at large batches; a ported launch that left it to "
+        "Megatron keeps 0.999 (`zerolab from-command` names it)",
+        gt=0,
+        lt=1,
+        to=(Megatron("--adam-beta2"),),
+    )
     clip_grad: float = field(
         1.0,
-        "gradient-norm clipping (Megatron --clip-grad, ds_config gradient_clipping)",
+        "gradient-norm clipping (Megatron --clip-grad, ds_config gradient_clipping). Upstream: under "
+        "DeepSpeed only gradient_clipping clips (its engine steps the optimizer; Megatron's --clip-grad is "
+        "not read), so nine upstream scripts pass --clip-grad 1.0 and clip nothing; zerolab sets both from "
+        "this one key, so the value given is the one trained with; a ported launch gets DeepSpeed's value",
         ge=0,
         to=(
             Megatron("--clip-grad"),
             DeepSpeed("gradient_clipping"),
         ),
+    )
+    prescale_gradients: bool = field(
+        False,
+        "divide gradients by the data-parallel size before their all-reduce rather than after "
+        "(ds_config prescale_gradients; upstream's scripts turn it on without ZeRO): the same "
+        "average, less overflow risk in fp16",
+        to=(DeepSpeed("prescale_gradients", rule="when true"),),
     )
     seed: int = field(1234, "random seed", ge=0, to=(Megatron("--seed"),))
     log_interval: int = field(
@@ -868,8 +1009,9 @@ class Recipe(Section):
 
     @property
     def data_parallel_size(self) -> int:
-        """World size / (tensor x pipeline); valid after the checks passed."""
-        return self.world_size // self.model_parallel_size
+        """World size / (tensor x pipeline x sequence), as Megatron and DeepSpeed count it (a
+        sequence's ranks train one batch); valid after the checks passed."""
+        return self.world_size // (self.model_parallel_size * self.parallel.sequence)
 
     @property
     def gradient_accumulation_steps(self) -> int:

@@ -1,0 +1,78 @@
+"""`zerolab from-command` on upstream launches: a set of the pinned engine's examples_deepspeed GPT
+scripts, read from the engine checkout and run at their defaults with stub launchers
+(zerolab.porting.capture), each ported, rendered back and compared by the engine's own parser and
+config classes (benchmarks/upstream_scripts.py surveys all 48). Unit tests of the parts that need
+no engine: tests/unit/test_porting_capture.py and test_from_command.py."""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+from zerolab.cli import main
+from zerolab.engine.paths import engine_dir
+from zerolab.porting.capture import capture_script
+from zerolab.porting.survey import survey
+
+ONE_OF_EACH = [
+    "rebase/ds_pretrain_gpt_125M.sh",  # token schedule, samples, pipeline 2 x tensor 2
+    "rebase/ds_pretrain_gpt_1.3B_rope.sh",  # rotary
+    "MoE/ds_pretrain_gpt_125M_MoE64.sh",  # experts, through extra
+    "compression/ds_pretrain_gpt_125M_dense_kd.sh",  # distillation, through extra
+    "curriculum_learning/ds_pretrain_gpt_1.3B_rope_slw.sh",  # a curriculum DeepSpeed reads whole
+    "sequence_parallel/ds_pretrain_gpt_1.3B_seq_parallel_32k.sh",  # Ulysses, flash-triton
+    "offload_pp/ds_pretrain_gpt_350M.sh",  # optimizer offload
+    "universal_checkpointing/megatron_gpt/run_bf16.sh",
+    "rebase/ds_pretrain_gpt_1.3B_megatron_checkpointing.sh",  # no DeepSpeed config: refused by the engine
+]
+
+
+def test_upstream_launches_port_and_every_value_the_render_changes_is_named_with_why(engine):
+    root = engine_dir()
+    verdicts = {v.script: v for v in survey(root, [root / "examples_deepspeed" / s for s in ONE_OF_EACH])}
+    assert len(verdicts) == len(ONE_OF_EACH)
+    for name, verdict in verdicts.items():
+        if name.endswith("megatron_checkpointing.sh"):
+            assert verdict.kind == "refused by the engine", verdict
+            assert "train_batch_size or train_micro_batch_size_per_gpu" in verdict.reason
+            continue
+        assert verdict.kind in ("native", "extra"), (name, verdict.reason)
+        assert verdict.unexplained == [], (name, verdict.unexplained)
+
+    ulysses = verdicts["examples_deepspeed/sequence_parallel/ds_pretrain_gpt_1.3B_seq_parallel_32k.sh"].ported
+    assert (ulysses.recipe.parallel.sequence, ulysses.recipe.data_parallel_size) == (4, 2)
+    assert ulysses.recipe.model.attention == "flash-triton"
+    rebase = verdicts["examples_deepspeed/rebase/ds_pretrain_gpt_125M.sh"].ported
+    train = rebase.recipe.train
+    assert (train.samples, train.max_tokens, train.lr_warmup_tokens) == (
+        292968750,
+        300_000_000_000,
+        3_000_000_000,
+    )
+    assert any(trap.startswith("zero.overlap_comm: ") for trap in rebase.traps)
+    curriculum = verdicts["examples_deepspeed/curriculum_learning/ds_pretrain_gpt_1.3B_rope_slw.sh"].ported
+    assert curriculum.recipe.extra.ds_config["curriculum_learning"]["enabled"] is True
+    assert curriculum.recipe.model.rotary
+
+
+def test_from_command_writes_the_recipe_and_names_what_differs(engine, tmp_path, capsys):
+    root = engine_dir()
+    (launch,) = capture_script(root / "examples_deepspeed" / "rebase" / "ds_pretrain_gpt_125M.sh", root=root)
+    command = tmp_path / "launch.sh"
+    command.write_text(shlex.join([*launch.launcher, *launch.args]) + "\n")
+    config = tmp_path / "ds.json"
+    config.write_text(json.dumps(launch.ds_config))
+    out = tmp_path / "ported.yaml"
+
+    assert main(["from-command", str(command), "--ds-config", str(config), "--out", str(out)]) == 0
+    told = capsys.readouterr().err
+    assert (
+        "Megatron gradient_accumulation_fusion: yours True, the recipe's False (zerolab turns it off" in told
+    )
+    assert "porting traps" in told and "zero.overlap_comm" in told
+    assert main(["render", str(out), "--json"]) == 0  # the recipe written renders as it is
+    rendered = json.loads(capsys.readouterr().out)
+    assert rendered["ds_config"]["zero_optimization"]["overlap_comm"] is False
+
+    assert main(["from-command", str(tmp_path / "none.sh")]) == 2
+    assert "cannot read the command line" in capsys.readouterr().err

@@ -1,0 +1,576 @@
+"""A user's own launch as a recipe: the `pretrain_gpt.py` arguments and DeepSpeed config of a
+launch they already run, read by the engine's own parser and config classes (every default
+resolved), written as a recipe over the shipped blocks (native keys where the schema has them,
+`extra` for the rest), then proven: the recipe is rendered and both launches are resolved again
+by the engine and compared value by value. What differs is named with why; the porting traps
+(a value the user left to Megatron's or DeepSpeed's default that zerolab's default would change)
+are named too.
+
+Needs the engine (Megatron's parser and DeepSpeed's config classes): `make setup`."""
+
+from __future__ import annotations
+
+import shlex
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from zerolab.engine.engine_check import Case, judge, megatron_args_of
+from zerolab.errors import UserError
+from zerolab.recipe.compose import load_recipe
+from zerolab.recipe.destinations import Megatron, destinations
+from zerolab.recipe.render import render
+from zerolab.recipe.schema import Recipe, section_class
+
+BASE = [
+    "model/gpt2-124m",
+    "data/dolly",
+    "precision/fp32",
+    "hardware/gpu-1node-2",
+    "train/gpt2-seed",
+    "activation_checkpointing/none",
+    "zero/z0",
+]
+"""The shipped blocks a ported recipe starts from; every key the launch decides is set over them."""
+
+RUN_DIR_FLAGS = {
+    "--save": "zerolab saves into the run directory's checkpoints/ (train.save_interval)",
+    "--load": "zerolab resumes with `zerolab launch --resume RUN_DIR` (or model.init_from for weights)",
+    "--tensorboard-dir": "zerolab writes TensorBoard events into the run directory (logging.tensorboard)",
+    "--wandb-save-dir": "zerolab keeps the W&B run in the run directory",
+    "--deepspeed_config": "zerolab writes the DeepSpeed config into the run directory",
+    "--deepspeed-config": "zerolab writes the DeepSpeed config into the run directory",
+    "--deepspeed": "zerolab always launches through DeepSpeed",
+    "--override-opt_param-scheduler": "read only when a checkpoint is loaded; zerolab passes it when "
+    "`zerolab launch --resume` continues under another schedule",
+}
+"""Flags whose value is a place of the run (paths aside): zerolab decides them per run."""
+
+IGNORED_ARGS = {
+    "save": "a path of the run",
+    "load": "a path of the run",
+    "tensorboard_dir": "a path of the run",
+    "wandb_save_dir": "a path of the run",
+    "deepspeed_config": "a path of the run",
+    "vocab_file": "a path",
+    "merge_file": "a path",
+    "data_path": "paths (compared as words: data.path)",
+    "train_data_path": "paths",
+    "valid_data_path": "paths",
+    "test_data_path": "paths",
+    "rank": "this process",
+    "local_rank": "this process",
+    "world_size": "compared as hardware",
+}
+"""Resolved Megatron arguments that are not the training's: paths and the process's own."""
+
+BATCHES = (
+    "your launch gives Megatron and DeepSpeed different batches; the recipe renders Megatron's into both"
+)
+
+WHY = {
+    "override_opt_param_scheduler": RUN_DIR_FLAGS["--override-opt_param-scheduler"],
+    "gradient_accumulation_fusion": "zerolab turns it off at every launch: apex's fused weight-gradient "
+    "kernel is only imported at the pinned commit (its call is commented out), so nothing changes",
+    "masked_softmax_fusion": "zerolab turns the fused softmax off on CPU and where attention is not the "
+    "engine's own (sdpa, flash never call it): the same function, no kernel build",
+    "no_pipeline_parallel": "zerolab runs pipeline 1 without the pipeline engine (--no-pipeline-parallel); "
+    "your launch ran DeepSpeed's pipeline engine with one stage",
+    "tensorboard_log_interval": "zerolab logs TensorBoard every train.log_interval iterations",
+    "log_timers_to_tensorboard": "logging.tensorboard logs the timers too",
+    "log_validation_ppl_to_tensorboard": "logging.tensorboard logs validation perplexity too",
+    "clip_grad": "under DeepSpeed, Megatron's --clip-grad clips nothing (DeepSpeed's engine steps the "
+    "optimizer); train.clip_grad renders both, set to what your launch clipped by: ds_config "
+    "gradient_clipping",
+    "steps_per_print": "zerolab prints DeepSpeed's step lines every train.log_interval iterations",
+    "log_level": "zerolab renders DeepSpeed's log_level info",
+    "zero_stage": "zerolab passes the DeepSpeed config's stage to Megatron too (--zero-stage); your launch "
+    "left Megatron at another, and Megatron reads it (ZeRO-3 builds the model partitioned)",
+    "ds_pipeline_enabled": "zerolab runs pipeline 1 without the pipeline engine (--no-pipeline-parallel)",
+    "save_interval": "your launch gives no --save, so it saved nothing; zerolab renders --save-interval "
+    "with its --save only (train.save_interval)",
+    "curriculum_params_legacy": "a curriculum_learning block with enabled false trains as none: left out",
+    "train_batch_size": BATCHES,
+    "train_micro_batch_size_per_gpu": BATCHES,
+    "gradient_accumulation_steps": BATCHES,
+    "tokenizer_type": "your launch names no tokenizer, and the pinned engine's build_tokenizer has no "
+    "default: it stops at its start (NotImplementedError); the recipe names GPT2BPETokenizer, the "
+    "tokenizer of GPT-2 BPE vocab and merge files",
+}
+"""Why a rendered value differs from the launch's, where zerolab decides it on purpose."""
+
+
+@dataclass
+class Ported:
+    """A launch as a recipe: its YAML text, the recipe, what the render changes (each with why),
+    the porting traps named, and whether native keys alone express it (no `extra`)."""
+
+    text: str
+    recipe: Recipe
+    differences: list[str] = field(default_factory=list)
+    traps: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def native(self) -> bool:
+        return not (self.recipe.extra.megatron_args or self.recipe.extra.ds_config)
+
+
+def groups(args: list[str]) -> list[tuple[str, list[str]]]:
+    """The arguments as (flag, values): `--flag=value` split, values up to the next `--` word."""
+    out: list[tuple[str, list[str]]] = []
+    for token in args:
+        if token.startswith("--"):
+            flag, equals, value = token.partition("=")
+            out.append((flag, [value] if equals else []))
+        elif out:
+            out[-1][1].append(token)
+        else:
+            raise UserError(f"{token!r} comes before any --flag: give the arguments after pretrain_gpt.py")
+    return out
+
+
+def launcher_layout(launcher: list[str], gpus_per_node: int) -> tuple[int, int]:
+    """(nodes, ranks per node) from a deepspeed or torchrun command line; a deepspeed launch that
+    names no count uses every GPU of one node (`gpus_per_node`)."""
+    tokens = launcher[1:-1]
+    first = next((i for i, token in enumerate(tokens) if token.startswith("--")), len(tokens))
+    flags = dict(groups(tokens[first:]))
+    nodes = _first_int(flags, ("--num_nodes", "--nnodes"), 1)
+    procs = _first_int(flags, ("--num_gpus", "--nproc_per_node", "--nproc-per-node"), gpus_per_node)
+    return nodes, procs
+
+
+def _first_int(flags: dict[str, list[str]], names: tuple[str, ...], default: int) -> int:
+    for name in names:
+        if flags.get(name):
+            return int(flags[name][0])
+    return default
+
+
+@dataclass(frozen=True)
+class Launch:
+    """A launch to port: its arguments after pretrain_gpt.py, DeepSpeed config and ranks."""
+
+    name: str
+    args: list[str]
+    ds_config: dict[str, Any]
+    nodes: int
+    procs_per_node: int
+
+    @property
+    def world(self) -> int:
+        return self.nodes * self.procs_per_node
+
+    def case(self) -> Case:
+        given = dict(groups(self.args))
+        split = 1
+        for flag in (
+            "--tensor-model-parallel-size",
+            "--pipeline-model-parallel-size",
+            "--ds-sequence-parallel-size",
+        ):
+            split *= int(given[flag][0]) if given.get(flag) else 1
+        return Case(self.name, self.args, self.ds_config, self.world, max(1, self.world // split))
+
+
+def port(
+    args: list[str], ds_config: dict[str, Any], *, nodes: int, procs_per_node: int, name: str = "ported"
+) -> Ported:
+    """`args` (after pretrain_gpt.py) and `ds_config` as a recipe, rendered back and compared."""
+    (result,) = port_many([Launch(name, args, ds_config, nodes, procs_per_node)])
+    if isinstance(result, UserError):
+        raise result
+    return result
+
+
+def port_many(launches: list[Launch]) -> list[Ported | UserError]:
+    """Each launch ported (or the UserError saying why it cannot be), the engine asked twice in all:
+    once for the launches, once for the recipes' renders."""
+    outcomes = judge([launch.case() for launch in launches])
+    made: list[tuple[Launch, Ported, Case] | UserError] = []
+    for launch in launches:
+        try:
+            user = _accepted(outcomes[launch.name], "your launch")
+            made.append(_made(launch, user))
+        except UserError as error:
+            made.append(error)
+    cases = [item[2] for item in made if not isinstance(item, UserError)]
+    rendered = judge(cases) if cases else {}
+    results: list[Ported | UserError] = []
+    for item in made:
+        if isinstance(item, UserError):
+            results.append(item)
+            continue
+        launch, ported, case = item
+        try:
+            mine = _accepted(rendered[case.name], "the recipe's render")
+        except UserError as error:
+            results.append(error)
+            continue
+        user = outcomes[launch.name]
+        ported.differences = _differences(
+            user["megatron"]["args"],
+            mine["megatron"]["args"],
+            user["deepspeed"]["resolved"],
+            mine["deepspeed"]["resolved"],
+        )
+        results.append(ported)
+    return results
+
+
+def _made(launch: Launch, user: dict[str, Any]) -> tuple[Launch, Ported, Case]:
+    """The recipe of one launch the engine accepted, and its render as a case to judge."""
+    given = groups(launch.args)
+    flags = {flag for flag, _ in given}
+    resolved, ds_resolved = user["megatron"]["args"], user["deepspeed"]["resolved"]
+    keys, consumed, traps = _native_keys(resolved, launch.ds_config, ds_resolved, flags)
+    defaults = user["megatron"]["defaults"]
+    redundant = {
+        flag
+        for flag, _ in given
+        if flag not in consumed
+        and _dest(flag) in defaults
+        and resolved.get(_dest(flag)) == defaults[_dest(flag)]
+    }
+    extra_args = [
+        token for flag, values in given if flag not in consumed | redundant for token in (flag, *values)
+    ]
+    extra_ds = _remainder(launch.ds_config, _consumed_ds_keys(launch.ds_config))
+    off = sorted(
+        key for key, value in extra_ds.items() if isinstance(value, dict) and value.get("enabled") is False
+    )
+    extra_ds = {key: value for key, value in extra_ds.items() if key not in off}
+    document: dict[str, Any] = {
+        "description": f"ported from a pretrain_gpt.py launch ({launch.name})",
+        "base": BASE,
+    }
+    for dotted, value in keys.items():
+        section, key = dotted.split(".", 1)
+        document.setdefault(section, {})[key] = value
+    hardware = {"nodes": launch.nodes, "procs_per_node": launch.procs_per_node}
+    if launch.nodes > 1:
+        hardware |= {"launcher": "deepspeed", "hostfile": "hostfile", "master_addr": "node0"}
+    document["hardware"] = document.get("hardware", {}) | hardware
+    if extra_args or extra_ds:
+        document["extra"] = {"megatron_args": extra_args, "ds_config": extra_ds}
+    text = yaml.safe_dump(document, sort_keys=False, width=110)
+    with tempfile.TemporaryDirectory(prefix="zerolab-port-") as scratch:
+        path = Path(scratch) / f"{launch.name}.yaml"
+        path.write_text(text)
+        recipe = load_recipe(path)
+    rendered = render(recipe)
+    case = Case(
+        launch.name,
+        megatron_args_of(rendered.argv),
+        rendered.ds_config,
+        recipe.world_size,
+        recipe.data_parallel_size,
+    )
+    notes = [f"{flag}: {why}" for flag, why in RUN_DIR_FLAGS.items() if flag in flags]
+    notes += [f"{flag}: passes Megatron's default, left out" for flag in sorted(redundant)]
+    notes += [
+        f"ds_config {key}: a block with enabled false, as DeepSpeed without it; left out" for key in off
+    ]
+    return launch, Ported(text, recipe, traps=traps, notes=notes), case
+
+
+def _accepted(outcome: dict[str, Any], what: str) -> dict[str, Any]:
+    refused = [outcome[key] for key in ("megatron_error", "deepspeed_error") if key in outcome]
+    if refused:
+        raise UserError(f"the engine refuses {what}: " + "; ".join(refused))
+    return outcome
+
+
+def _schema_flags() -> dict[str, tuple[str, Any]]:
+    """Each one-to-one Megatron flag of the schema: (recipe key, field info)."""
+    found = {}
+    for section, info in Recipe.model_fields.items():
+        model = section_class(info.annotation)
+        if model is None or section in ("extra", "finetune", "speed"):
+            continue
+        for name, field_info in model.model_fields.items():
+            for destination in destinations(field_info):
+                if isinstance(destination, Megatron) and destination.rule is None:
+                    found[destination.flag] = (f"{section}.{name}", field_info)
+    return found
+
+
+def _dest(flag: str) -> str:
+    return flag.lstrip("-").replace("-", "_")
+
+
+def _native_keys(
+    resolved: dict[str, Any], ds_config: dict[str, Any], ds_resolved: dict[str, Any], flags: set[str]
+) -> tuple[dict[str, Any], set[str], list[str]]:
+    """The recipe keys the launch decides (from the resolved arguments: what a flag left out means
+    is Megatron's default), the flags they render, and the porting traps."""
+    keys: dict[str, Any] = {}
+    consumed = set(RUN_DIR_FLAGS)
+    traps = []
+    defaults = _schema_defaults()
+    for flag, (key, _) in _schema_flags().items():
+        dest = _dest(flag)
+        if dest not in resolved or key in ("data.vocab_file", "data.merge_file"):
+            continue
+        value = resolved[dest]
+        if isinstance(value, list) and key == "train.rampup_batch_size":
+            value = [int(item) for item in value]
+        if value is None and defaults.get(key) is not None:
+            continue
+        keys[key] = value
+        consumed.add(flag)
+        if flag not in flags and defaults.get(key) != value:
+            traps.append(
+                f"{key}: your launch leaves {flag} to Megatron's default {value!r}; zerolab's default is "
+                f"{defaults.get(key)!r}: the recipe keeps {value!r}"
+            )
+    # the length: iterations or samples, as given
+    if resolved.get("train_samples"):
+        keys["train.iters"] = None
+        consumed.add("--train-samples")
+    else:
+        keys["train.iters"] = resolved["train_iters"]
+        consumed.add("--train-iters")
+    for key in ("data.path", "data.train_path", "data.valid_path", "data.test_path"):
+        dest = {"data.path": "data_path"}.get(key, key.split(".")[1].replace("_path", "_data_path"))
+        words = resolved.get(dest)
+        keys[key] = " ".join(words) if words else None
+        consumed.add("--" + dest.replace("_", "-"))
+    for key, dest in (("data.vocab_file", "vocab_file"), ("data.merge_file", "merge_file")):
+        if resolved.get(dest):
+            keys[key] = resolved[dest]
+            consumed.add("--" + dest.replace("_", "-"))
+    keys["data.split"] = resolved["split"]
+    consumed.add("--split")
+    keys["parallel.pipeline"] = resolved["pipeline_model_parallel_size"]
+    keys["parallel.sequence"] = resolved.get("ds_sequence_parallel_size", 1)
+    consumed |= {"--pipeline-model-parallel-size", "--ds-sequence-parallel-size", "--no-pipeline-parallel"}
+    keys["hardware.device"] = "cpu" if resolved.get("distributed_backend") == "gloo" else "cuda"
+    consumed.add("--distributed-backend")
+    for dest, attention in (
+        ("use_flash_attn_v2", "flash"),
+        ("use_flash_attn_v1", "flash-v1"),
+        ("use_flash_attn_triton", "flash-triton"),
+    ):
+        if resolved.get(dest):
+            keys["model.attention"] = attention
+    consumed |= {"--use-flash-attn-v2", "--use-flash-attn-v1", "--use-flash-attn-triton", "--use-flash-attn"}
+    keys |= _checkpointing(resolved, consumed)
+    if resolved.get("tensorboard_dir"):
+        keys["logging.tensorboard"] = True
+        consumed |= {
+            "--log-timers-to-tensorboard",
+            "--log-validation-ppl-to-tensorboard",
+            "--tensorboard-log-interval",
+        }
+    if resolved.get("save") and resolved.get("save_interval"):
+        keys["train.save_interval"] = resolved["save_interval"]
+    else:
+        keys["train.save_interval"] = None
+    consumed.add("--save-interval")
+    consumed |= {"--fp16", "--bf16", "--zero-stage", "--cpu-optimizer", "--remote-device", "--use-pin-memory"}
+    keys |= _from_ds_config(ds_config, ds_resolved, resolved, traps)
+    return keys, consumed, traps
+
+
+def _schema_defaults() -> dict[str, Any]:
+    out = {}
+    for section, info in Recipe.model_fields.items():
+        model = section_class(info.annotation)
+        if model is None:
+            continue
+        for name, field_info in model.model_fields.items():
+            out[f"{section}.{name}"] = field_info.get_default(call_default_factory=True)
+    return out
+
+
+def _checkpointing(resolved: dict[str, Any], consumed: set[str]) -> dict[str, Any]:
+    consumed |= {
+        "--checkpoint-activations",
+        "--deepspeed-activation-checkpointing",
+        "--checkpoint-num-layers",
+        "--recompute-granularity",
+        "--recompute-method",
+        "--recompute-num-layers",
+        "--partition-activations",
+        "--contigious-checkpointing",
+        "--checkpoint-in-cpu",
+    }
+    prefix = "activation_checkpointing."
+    if resolved.get("deepspeed_activation_checkpointing") or resolved.get("checkpoint_activations"):
+        return {
+            prefix + "granularity": "full",
+            prefix + "implementation": "deepspeed",
+            prefix + "num_layers": resolved.get("checkpoint_num_layers") or 1,
+            prefix + "partition_activations": bool(resolved.get("partition_activations")),
+            prefix + "contiguous_memory": bool(resolved.get("contigious_checkpointing")),
+            prefix + "cpu_checkpointing": bool(resolved.get("checkpoint_in_cpu")),
+        }
+    granularity = resolved.get("recompute_granularity")
+    if granularity is None:
+        return {prefix + "granularity": "none"}
+    if granularity == "selective":
+        return {prefix + "granularity": "selective"}
+    return {
+        prefix + "granularity": "full",
+        prefix + "method": resolved.get("recompute_method") or "uniform",
+        prefix + "num_layers": resolved.get("recompute_num_layers") or 1,
+    }
+
+
+ZERO_KEYS = {
+    "overlap_comm": "zero.overlap_comm",
+    "contiguous_gradients": "zero.contiguous_gradients",
+    "reduce_bucket_size": "zero.reduce_bucket_size",
+    "allgather_bucket_size": "zero.allgather_bucket_size",
+}
+STAGE3_KEYS = {
+    "stage3_prefetch_bucket_size": "zero.prefetch_bucket_size",
+    "stage3_param_persistence_threshold": "zero.param_persistence_threshold",
+    "stage3_max_live_parameters": "zero.max_live_parameters",
+    "stage3_max_reuse_distance": "zero.max_reuse_distance",
+}
+FP16_KEYS = {
+    "initial_scale_power": "precision.initial_scale_power",
+    "loss_scale_window": "precision.loss_scale_window",
+    "hysteresis": "precision.hysteresis",
+    "min_loss_scale": "precision.min_loss_scale",
+}
+
+
+def _from_ds_config(
+    ds_config: dict[str, Any], ds_resolved: dict[str, Any], resolved: dict[str, Any], traps: list[str]
+) -> dict[str, Any]:
+    """The recipe keys the DeepSpeed config decides, as DeepSpeed resolves it (its defaults)."""
+    zero = ds_resolved["zero_config"]
+    stage = int(zero["stage"])
+    keys: dict[str, Any] = {"zero.stage": stage}
+    defaults = _schema_defaults()
+    if stage in (1, 2, 3):
+        for name, key in ZERO_KEYS.items():
+            if name == "allgather_bucket_size" and stage == 3:
+                continue
+            keys[key] = zero[name]
+            if name not in ds_config.get("zero_optimization", {}) and defaults[key] != zero[name]:
+                traps.append(
+                    f"{key}: your DeepSpeed config leaves zero_optimization.{name} to DeepSpeed's default "
+                    f"{zero[name]!r} at stage {stage}; zerolab's default is {defaults[key]!r}: the recipe "
+                    f"keeps {zero[name]!r}"
+                )
+    if stage == 3:
+        for name, key in STAGE3_KEYS.items():
+            if name in ds_config.get("zero_optimization", {}):
+                keys[key] = int(ds_config["zero_optimization"][name])
+    offload = ds_config.get("zero_optimization", {}).get("offload_optimizer", {})
+    keys["zero.offload_optimizer"] = offload.get("device") == "cpu"
+    if "pin_memory" in offload:
+        keys["zero.pin_memory"] = offload["pin_memory"]
+    keys["zero.offload_param"] = (
+        ds_config.get("zero_optimization", {}).get("offload_param", {}).get("device") == "cpu"
+    )
+    keys["precision.fp16"] = bool(resolved.get("fp16"))
+    keys["precision.bf16"] = bool(resolved.get("bf16"))
+    for name, key in FP16_KEYS.items():
+        if name in ds_config.get("fp16", {}):
+            keys[key] = ds_config["fp16"][name]
+    clipping = ds_resolved.get("gradient_clipping", 0.0)
+    if clipping != resolved.get("clip_grad"):
+        traps.append(
+            f"train.clip_grad: your launch passes --clip-grad {resolved.get('clip_grad')} and DeepSpeed "
+            f"gradient_clipping {clipping}; under DeepSpeed only the latter clips, and train.clip_grad sets "
+            f"both: the recipe keeps {clipping}"
+        )
+    keys["train.clip_grad"] = clipping
+    keys["train.prescale_gradients"] = bool(ds_resolved.get("prescale_gradients"))
+    keys["logging.wall_clock_breakdown"] = bool(ds_config.get("wall_clock_breakdown", False))
+    if "gradient_accumulation_steps" in ds_config:
+        keys["train.gradient_accumulation_steps"] = ds_config["gradient_accumulation_steps"]
+    return keys
+
+
+CONSUMED_DS = {
+    "train_batch_size",
+    "train_micro_batch_size_per_gpu",
+    "gradient_accumulation_steps",
+    "steps_per_print",
+    "gradient_clipping",
+    "prescale_gradients",
+    "wall_clock_breakdown",
+    "bf16.enabled",
+    "fp16.enabled",
+    "fp16.loss_scale",
+    *(f"fp16.{name}" for name in FP16_KEYS),
+    "zero_optimization.stage",
+    *(f"zero_optimization.{name}" for name in (*ZERO_KEYS, *STAGE3_KEYS)),
+    "zero_optimization.offload_optimizer.device",
+    "zero_optimization.offload_optimizer.pin_memory",
+    "zero_optimization.offload_param.device",
+    "zero_optimization.offload_param.pin_memory",
+}
+
+
+def _consumed_ds_keys(ds_config: dict[str, Any]) -> set[str]:
+    consumed = set(CONSUMED_DS)
+    if ds_config.get("fp16", {}).get("loss_scale", 0) != 0:
+        consumed.discard("fp16.loss_scale")
+    return consumed
+
+
+def _remainder(config: dict[str, Any], consumed: set[str], prefix: str = "") -> dict[str, Any]:
+    """`config` less the dotted keys `consumed` (a block left empty dropped)."""
+    out: dict[str, Any] = {}
+    for key, value in config.items():
+        dotted = f"{prefix}{key}"
+        if dotted in consumed:
+            continue
+        if isinstance(value, dict) and any(name.startswith(dotted + ".") for name in consumed):
+            rest = _remainder(value, consumed, dotted + ".")
+            if rest:
+                out[key] = rest
+        else:
+            out[key] = value
+    return out
+
+
+def _differences(
+    yours: dict[str, Any], mine: dict[str, Any], ds_yours: dict[str, Any], ds_mine: dict[str, Any]
+) -> list[str]:
+    """Each resolved value the recipe's render changes, with why where zerolab decides it."""
+    lines = []
+    for key in sorted(set(yours) | set(mine)):
+        if key in IGNORED_ARGS:
+            continue
+        before, after = yours.get(key), mine.get(key)
+        if before != after:
+            why = WHY.get(key, "")
+            lines.append(
+                f"Megatron {key}: yours {before!r}, the recipe's {after!r}" + (f" ({why})" if why else "")
+            )
+    if (yours.get("data_path") or []) != (mine.get("data_path") or []) and len(
+        yours.get("data_path") or []
+    ) != len(mine.get("data_path") or []):
+        lines.append(
+            f"Megatron data_path: yours {yours.get('data_path')!r}, the recipe's {mine.get('data_path')!r}"
+        )
+    for key in sorted(set(ds_yours) | set(ds_mine)):
+        before, after = ds_yours.get(key), ds_mine.get(key)
+        if before != after:
+            why = WHY.get(key, "")
+            lines.append(
+                f"DeepSpeed {key}: yours {before!r}, the recipe's {after!r}" + (f" ({why})" if why else "")
+            )
+    return lines
+
+
+def read_command(text: str) -> tuple[list[str], list[str]]:
+    """(launcher up to pretrain_gpt.py, its arguments) of a shell command line (backslash-newlines
+    and a leading `VAR=value` allowed); ([], words) when it names no pretrain_gpt.py."""
+    words = shlex.split(text.replace("\\\n", " "), comments=True)
+    script = next((i for i, word in enumerate(words) if word.endswith("pretrain_gpt.py")), None)
+    if script is None:
+        return [], words
+    return words[: script + 1], words[script + 1 :]
