@@ -11,8 +11,9 @@ from pathlib import Path
 from rich.console import Console
 
 from zerolab.contracts import GLUE_TASKS
+from zerolab.data_prep.folders import check_folder
 from zerolab.data_prep.inspection import inspect
-from zerolab.data_prep.pipeline import PrepJob, check_folder, enter_output_folder, run
+from zerolab.data_prep.pipeline import PrepJob, enter_output_folder, run
 from zerolab.data_prep.records import TEXT_LINES, DollyFields, JsonField
 from zerolab.data_prep.sources import HubDataset, LineFiles, RecordFiles, WholeFiles, check_files
 from zerolab.data_prep.splits import SPLIT_NAMES, parse_split

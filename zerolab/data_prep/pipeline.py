@@ -29,6 +29,7 @@ from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, T
 
 from zerolab import __version__
 from zerolab.checksums import sha256_of
+from zerolab.data_prep.folders import check_folder
 from zerolab.data_prep.indexed import token_dtype, write_index
 from zerolab.data_prep.records import encode_batch
 from zerolab.data_prep.sources import START
@@ -232,16 +233,6 @@ def _check_outputs(outputs: dict[str, Path], workdir: Path) -> None:
                     f"--out: {path} is a directory, where the output file goes; move it or choose --out"
                 )
         check_folder(prefix.parent, "a folder of the output")
-
-
-def check_folder(folder: Path, what: str, option: str = "--out") -> None:
-    """UserError when `folder`, or the first of its parents that exists, is a file (`what`: what the
-    folder is for, and `option` the one that gave it, in the message)."""
-    taken = next((path for path in (folder, *folder.parents) if path.exists()), None)
-    if taken is not None and not taken.is_dir():
-        raise UserError(
-            f"{option}: {taken} is a file, where {what} goes; move the file, or choose another {option}"
-        )
 
 
 def _empty_output(job: PrepJob, counts: Counts) -> str | None:

@@ -8,8 +8,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from zerolab.data_prep.folders import check_folder
 from zerolab.data_prep.indexed import dataset_problems
-from zerolab.data_prep.pipeline import check_folder
 from zerolab.engine.paths import zerolab_home
 from zerolab.errors import UserError
 from zerolab.gpucheck.check import (
