@@ -289,28 +289,30 @@ def _compiled_layers(module: types.ModuleType) -> None:
     torch._dynamo.config.allow_unspec_int_on_nn_module = True
     compiled_forward = torch.compile(engine_forward)
     said: set[str] = set()
-    layouts: dict[str, str | None] = {}  # the reason the launch's layout runs the engine's layers
+
+    @functools.cache
+    def layout_reason() -> str | None:
+        """Why this launch's layout runs the engine's layers (its arguments do not change), or None."""
+        args = module.get_args()
+        reasons = [
+            (
+                os.environ.get(ATTENTION_ENV) != SDPA,
+                "model.attention is not sdpa (the engine's attention "
+                "has constants of its own in each layer, which would compile the layer once per layer)",
+            ),
+            (args.tensor_model_parallel_size > 1, f"tensor parallel {args.tensor_model_parallel_size}"),
+            (getattr(args, "zero_stage", 0) >= 3, "ZeRO-3 (its weights are gathered by hooks)"),
+            (getattr(args, "ds_sequence_parallel_size", 1) > 1, "DeepSpeed sequence parallelism"),
+            (args.sequence_parallel, "sequence parallelism"),
+        ]
+        return next((why for met, why in reasons if met), None)
 
     def fallback_reason(layer: Any, kwargs: dict[str, Any]) -> str | None:
         """Why this layer runs the engine's own forward, or None to compile it."""
         if kwargs.get("inference_params") is not None:
             return "generation with a key-value cache"
-        if "args" not in layouts:
-            args = module.get_args()
-            reasons = [
-                (
-                    os.environ.get(ATTENTION_ENV) != SDPA,
-                    "model.attention is not sdpa (the engine's attention "
-                    "has constants of its own in each layer, which would compile the layer once per layer)",
-                ),
-                (args.tensor_model_parallel_size > 1, f"tensor parallel {args.tensor_model_parallel_size}"),
-                (getattr(args, "zero_stage", 0) >= 3, "ZeRO-3 (its weights are gathered by hooks)"),
-                (getattr(args, "ds_sequence_parallel_size", 1) > 1, "DeepSpeed sequence parallelism"),
-                (args.sequence_parallel, "sequence parallelism"),
-            ]
-            layouts["args"] = next((why for met, why in reasons if met), None)
-        if layouts["args"] is not None:
-            return layouts["args"]
+        if layout_reason() is not None:
+            return layout_reason()
         if layer.num_experts != 1 or layer.layer_type != module.LayerType.encoder:
             return "mixture of experts or a cross-attention layer"
         return None
