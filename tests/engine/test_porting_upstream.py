@@ -22,7 +22,8 @@ ONE_OF_EACH = [
     "curriculum_learning/ds_pretrain_gpt_1.3B_rope_slw.sh",  # a curriculum DeepSpeed reads whole
     "sequence_parallel/ds_pretrain_gpt_1.3B_seq_parallel_32k.sh",  # Ulysses, flash-triton
     "offload_pp/ds_pretrain_gpt_350M.sh",  # optimizer offload
-    "universal_checkpointing/megatron_gpt/run_bf16.sh",
+    "universal_checkpointing/megatron_gpt/run_bf16.sh",  # fp32 gradient accumulation, --loss-scale
+    "azure/run-175b.sh",  # ZeRO-3 offload: DeepSpeed's defaults and the NVMe-only aio block left out
     "rebase/ds_pretrain_gpt_1.3B_megatron_checkpointing.sh",  # no DeepSpeed config: refused by the engine
 ]
 
@@ -50,6 +51,20 @@ def test_upstream_launches_port_and_every_value_the_render_changes_is_named_with
         3_000_000_000,
     )
     assert any(trap.startswith("zero.overlap_comm: ") for trap in rebase.traps)
+    native = ("rebase/ds_pretrain_gpt_125M.sh", "rebase/ds_pretrain_gpt_1.3B_rope.sh", "azure/run-175b.sh")
+    for name in native:
+        assert verdicts[f"examples_deepspeed/{name}"].kind == "native", name
+    bf16 = verdicts["examples_deepspeed/universal_checkpointing/megatron_gpt/run_bf16.sh"].ported
+    assert bf16.native and bf16.recipe.precision.grad_accum_dtype == "fp32"
+    assert bf16.recipe.train.exit_interval == 200
+    assert any(note.startswith("--loss-scale: read only by Megatron's own") for note in bf16.notes)
+    azure = verdicts["examples_deepspeed/azure/run-175b.sh"].ported
+    assert any(note.startswith("ds_config aio: DeepSpeed's async I/O") for note in azure.notes)
+    assert "ds_config zero_optimization.sub_group_size: DeepSpeed resolves your config the same" in " ".join(
+        azure.notes
+    )
+    rope = verdicts["examples_deepspeed/rebase/ds_pretrain_gpt_1.3B_rope.sh"].ported
+    assert rope.recipe.model.rotary_percent == 0.25
     curriculum = verdicts["examples_deepspeed/curriculum_learning/ds_pretrain_gpt_1.3B_rope_slw.sh"].ported
     assert curriculum.recipe.extra.ds_config["curriculum_learning"]["enabled"] is True
     assert curriculum.recipe.model.rotary

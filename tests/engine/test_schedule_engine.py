@@ -6,7 +6,11 @@ position embeddings (model.rotary), gradients divided before their reduction
 scripts pass (logging.tensorboard_queue_size, log_batch_size, log_optimizer_states,
 train.exit_duration_mins, data.impl) and DeepSpeed-Ulysses sequence parallelism (parallel.sequence) train on
 the real engine: one short launch proves all but the last, one more the ninth against the shared run
-it splits differently."""
+it splits differently. A third, in bf16 under ZeRO-1, proves the other options upstream's scripts
+set: fp32 gradient accumulation (precision.grad_accum_dtype), the iteration exit (train.exit_interval,
+which the token budget above would hide), the rotary fraction and base (model.rotary_percent,
+rotary_theta), Megatron's timers (logging.timing_log_level) and DeepSpeed's flops profiler
+(logging.flops_profiler_step, flops_profiler_top_modules)."""
 
 from __future__ import annotations
 
@@ -89,3 +93,32 @@ def test_ulysses_sequence_parallelism_trains_the_losses_of_data_parallelism(
     assert "zerolab: workaround ulysses_batch_dimension" in run.text
     z1 = trained("z1")
     assert same_losses(run, z1, 1e-4), (run.losses, z1.losses)
+
+
+UPSTREAM_OPTIONS = [
+    "train.iters=4",
+    "train.lr_warmup_iters=1",
+    "train.log_interval=1",
+    "precision=bf16",
+    "precision.grad_accum_dtype=fp32",
+    "train.exit_interval=3",
+    "model.rotary=true",
+    "model.rotary_percent=0.5",
+    "model.rotary_theta=500000",
+    "logging.timing_log_level=2",
+    "logging.flops_profiler_step=1",
+    "logging.flops_profiler_top_modules=2",
+]
+
+
+def test_the_options_upstream_scripts_set_train_as_rendered(engine, dataset, tmp_path):
+    run = train(dataset, tmp_path / "run", "cpu/tiny_z1", *UPSTREAM_OPTIONS, short=False, stops_at=3)
+
+    assert (run.args["rotary_percent"], run.args["rope_theta"]) == (0.5, 500000)
+    assert (run.args["timing_log_level"], run.args["exit_interval"]) == (2, 3)
+    assert "exiting program at iteration 3" in run.text and run.log.train_iters == 4  # 3 of 4 trained
+    assert run.ds["grad_accum_dtype"] == "fp32"
+    assert "DeepSpeed Final Optimizer = BF16_Optimizer" in run.text  # fp32 accumulation of bf16
+    assert "    batch-generator ...." in run.text  # a level-2 timer (pretrain_gpt.py forward_step)
+    # DeepSpeed counts its steps from 0: step 1 is the second iteration, its profile printed once
+    assert run.text.count("Profile Summary at step 2:") == 1

@@ -482,6 +482,39 @@ OVERRIDE_CASES = [
         ["model.vocab_size=1000", "GPT2BPETokenizer has 50257 entries", "set model.vocab_size=50257"],
     ),
     (
+        "a rotary option without rotary embeddings",
+        TINY,
+        ["model.rotary_percent=0.25", "model.rotary_theta=500000"],
+        ["rotary_percent, rotary_theta: options of rotary position embeddings", "set model.rotary=true"],
+    ),
+    (
+        "a rotary fraction above the whole head",
+        TINY,
+        ["model.rotary=true", "model.rotary_percent=1.5"],
+        ["`model.rotary_percent` = 1.5", "less than or equal to 1"],
+    ),
+    (
+        "a timer level Megatron has not",
+        TINY,
+        ["logging.timing_log_level=3"],
+        ["`logging.timing_log_level` = 3", "less than or equal to 2"],
+    ),
+    (
+        "an option of the flops profiler with no step to profile",
+        TINY,
+        ["logging.flops_profiler_top_modules=3"],
+        ["flops_profiler_top_modules: an option of the flops profiler", "set logging.flops_profiler_step"],
+    ),
+    (
+        "fp32 gradient accumulation of bf16 without ZeRO",
+        "recipes/cpu/tiny_dp.yaml",
+        ["precision=bf16", "precision.grad_accum_dtype=fp32"],
+        [
+            "without ZeRO, DeepSpeed accumulates gradients in the training format (bf16) only",
+            "precision.grad_accum_dtype=bf16 (or null)",
+        ],
+    ),
+    (
         "moved checkpointing key",
         TINY,
         ["train.activation_checkpointing=true"],

@@ -250,6 +250,34 @@ def test_fp16_renders_loss_scaling():
     assert launch.ds_config["fp16"]["loss_scale"] == 0
 
 
+def test_upstream_options_render_their_flags_and_blocks_and_nothing_when_null():
+    options = [
+        "model.rotary=true",
+        "model.rotary_percent=0.25",
+        "model.rotary_theta=500000",
+        "train.exit_interval=200",
+        "logging.timing_log_level=1",
+        "precision=bf16",
+        "precision.grad_accum_dtype=fp32",
+        "logging.flops_profiler_step=2",
+        "logging.flops_profiler_top_modules=3",
+    ]
+    launch = render(load_recipe("gpt2_z1", options))
+    words = " ".join(launch.argv)
+    for flags in (
+        "--rotary-percent 0.25",
+        "--rotary-position-embeddings-theta 500000",
+        "--exit-interval 200",
+        "--timing-log-level 1",
+    ):
+        assert flags in words
+    assert launch.ds_config["data_types"] == {"grad_accum_dtype": "fp32"}
+    assert launch.ds_config["flops_profiler"] == {"enabled": True, "profile_step": 2, "top_modules": 3}
+    plain = render(load_recipe("gpt2_z1"))
+    assert not {"data_types", "flops_profiler"} & set(plain.ds_config)
+    assert not {"--rotary-percent", "--exit-interval", "--timing-log-level"} & set(plain.argv)
+
+
 def test_deepspeed_launcher_single_and_multi_node(tmp_path):
     single = render(load_recipe("cpu/tiny_z1", ["hardware.launcher=deepspeed"]))
     assert single.argv[:8] == [

@@ -46,8 +46,29 @@ RUN_DIR_FLAGS = {
     "--deepspeed": "zerolab always launches through DeepSpeed",
     "--override-opt_param-scheduler": "read only when a checkpoint is loaded; zerolab passes it when "
     "`zerolab launch --resume` continues under another schedule",
+    "--universal-checkpoint": "read only when a checkpoint is loaded; `zerolab launch --resume` converts "
+    "the checkpoint to the universal format and passes it when it continues under another setup "
+    "(docs/resume.md)",
+    "--reset-iteration": "read only when a checkpoint is loaded (the engine's load_checkpoint); zerolab "
+    "starts from imported weights at iteration 0 (model.init_from), and `zerolab launch --resume` "
+    "continues the count",
 }
-"""Flags whose value is a place of the run (paths aside): zerolab decides them per run."""
+"""Flags whose value is a place of the run (paths aside), or read only when the run loads a
+checkpoint: zerolab decides them per run."""
+
+UNREAD_UNDER_DEEPSPEED = {
+    "--no-async-tensor-model-parallel-allreduce": "changes nothing under DeepSpeed: the engine's "
+    "validate_args (megatron/arguments.py) sets async_tensor_model_parallel_allreduce to False whenever "
+    "--deepspeed is given, and zerolab always launches through DeepSpeed; left out",
+    "--loss-scale": "read only by Megatron's own mixed-precision optimizer (megatron/optimizer "
+    "get_megatron_optimizer's constant grad scaler), which under --deepspeed returns the plain "
+    "optimizer before it; DeepSpeed scales fp16 losses by the ds_config's fp16 block (precision "
+    "keys), and bf16 unscaled; left out",
+    "--no-load-lr-state": "the pinned engine defines it (megatron/arguments.py) and reads it nowhere; "
+    "left out",
+}
+"""Flags the engine never reads in a launch through DeepSpeed, each with the code that says so:
+the porter leaves them out (a recipe cannot ask for what would change nothing)."""
 
 IGNORED_ARGS = {
     "save": "a path of the run",
@@ -73,6 +94,10 @@ BATCHES = (
 
 WHY = {
     "override_opt_param_scheduler": RUN_DIR_FLAGS["--override-opt_param-scheduler"],
+    "universal_checkpoint": RUN_DIR_FLAGS["--universal-checkpoint"],
+    "reset_iteration": RUN_DIR_FLAGS["--reset-iteration"],
+    "loss_scale": UNREAD_UNDER_DEEPSPEED["--loss-scale"],
+    "no_load_lr_state": UNREAD_UNDER_DEEPSPEED["--no-load-lr-state"],
     "gradient_accumulation_fusion": "zerolab turns it off at every launch: apex's fused weight-gradient "
     "kernel is only imported at the pinned commit (its call is commented out), so nothing changes",
     "masked_softmax_fusion": "zerolab turns the fused softmax off on CPU and where attention is not the "
@@ -96,6 +121,9 @@ WHY = {
     "train_batch_size": BATCHES,
     "train_micro_batch_size_per_gpu": BATCHES,
     "gradient_accumulation_steps": BATCHES,
+    "aio_config": "DeepSpeed's async I/O settings (ds_config aio), read only where ZeRO-3 swaps optimizer "
+    "states or weights to NVMe (offload device nvme) or a checkpoint writer is set (ds_config "
+    "checkpoint.writer); your launch has neither, so nothing reads them: left out",
     "tokenizer_type": "your launch names no tokenizer, and the pinned engine's build_tokenizer has no "
     "default: it stops at its start (NotImplementedError); the recipe names GPT2BPETokenizer, the "
     "tokenizer of GPT-2 BPE vocab and merge files",
@@ -227,8 +255,8 @@ def _made(launch: Launch, user: dict[str, Any]) -> tuple[Launch, Ported, Case]:
     given = groups(launch.args)
     flags = {flag for flag, _ in given}
     resolved, ds_resolved = user["megatron"]["args"], user["deepspeed"]["resolved"]
-    keys, consumed, traps = _native_keys(resolved, launch.ds_config, ds_resolved, flags)
     defaults = user["megatron"]["defaults"]
+    keys, consumed, traps = _native_keys(resolved, defaults, launch.ds_config, ds_resolved, flags)
     redundant = {
         flag
         for flag, _ in given
@@ -240,6 +268,13 @@ def _made(launch: Launch, user: dict[str, Any]) -> tuple[Launch, Ported, Case]:
         token for flag, values in given if flag not in consumed | redundant for token in (flag, *values)
     ]
     extra_ds = _remainder(launch.ds_config, _consumed_ds_keys(launch.ds_config))
+    unchanged = sorted(
+        key for key in user["deepspeed"]["unchanged"] if _remainder(extra_ds, {key}) != extra_ds
+    )
+    extra_ds = _remainder(extra_ds, set(unchanged))
+    unread_aio = "aio" in extra_ds and not _reads_aio(launch.ds_config)
+    if unread_aio:
+        del extra_ds["aio"]
     off = sorted(
         key for key, value in extra_ds.items() if isinstance(value, dict) and value.get("enabled") is False
     )
@@ -270,12 +305,27 @@ def _made(launch: Launch, user: dict[str, Any]) -> tuple[Launch, Ported, Case]:
         recipe.world_size,
         recipe.data_parallel_size,
     )
-    notes = [f"{flag}: {why}" for flag, why in RUN_DIR_FLAGS.items() if flag in flags]
+    left_out = RUN_DIR_FLAGS | UNREAD_UNDER_DEEPSPEED
+    notes = [f"{flag}: {why}" for flag, why in left_out.items() if flag in flags]
     notes += [f"{flag}: passes Megatron's default, left out" for flag in sorted(redundant)]
     notes += [
         f"ds_config {key}: a block with enabled false, as DeepSpeed without it; left out" for key in off
     ]
+    notes += [
+        f"ds_config {key}: DeepSpeed resolves your config the same without it (its default, or a key it "
+        "does not read); left out"
+        for key in unchanged
+    ]
+    notes += [f"ds_config aio: {WHY['aio_config']}"] if unread_aio else []
     return launch, Ported(text, recipe, traps=traps, notes=notes), case
+
+
+def _reads_aio(ds_config: dict[str, Any]) -> bool:
+    """Whether DeepSpeed reads the aio block of `ds_config`: an NVMe offload or a checkpoint writer."""
+    zero = ds_config.get("zero_optimization", {})
+    blocks = ("offload_optimizer", "offload_param")
+    nvme = any(zero.get(block, {}).get("device") == "nvme" for block in blocks)
+    return nvme or ds_config.get("checkpoint", {}).get("writer") is not None
 
 
 def _accepted(outcome: dict[str, Any], what: str) -> dict[str, Any]:
@@ -304,12 +354,17 @@ def _dest(flag: str) -> str:
 
 
 def _native_keys(
-    resolved: dict[str, Any], ds_config: dict[str, Any], ds_resolved: dict[str, Any], flags: set[str]
+    resolved: dict[str, Any],
+    megatron_defaults: dict[str, Any],
+    ds_config: dict[str, Any],
+    ds_resolved: dict[str, Any],
+    flags: set[str],
 ) -> tuple[dict[str, Any], set[str], list[str]]:
     """The recipe keys the launch decides (from the resolved arguments: what a flag left out means
-    is Megatron's default), the flags they render, and the porting traps."""
+    is Megatron's default; a key whose null renders no flag stays null where the launch has
+    Megatron's default), the flags they render, and the porting traps."""
     keys: dict[str, Any] = {}
-    consumed = set(RUN_DIR_FLAGS)
+    consumed = set(RUN_DIR_FLAGS) | set(UNREAD_UNDER_DEEPSPEED)
     traps = []
     defaults = _schema_defaults()
     for flag, (key, _) in _schema_flags().items():
@@ -321,8 +376,10 @@ def _native_keys(
             value = [int(item) for item in value]
         if value is None and defaults.get(key) is not None:
             continue
-        keys[key] = value
         consumed.add(flag)
+        if defaults.get(key) is None and value == megatron_defaults.get(dest):
+            continue  # null renders no flag: Megatron's default, this value
+        keys[key] = value
         if flag not in flags and defaults.get(key) != value:
             traps.append(
                 f"{key}: your launch leaves {flag} to Megatron's default {value!r}; zerolab's default is "
@@ -489,7 +546,16 @@ def _from_ds_config(
     keys["logging.wall_clock_breakdown"] = bool(ds_config.get("wall_clock_breakdown", False))
     if "gradient_accumulation_steps" in ds_config:
         keys["train.gradient_accumulation_steps"] = ds_config["gradient_accumulation_steps"]
+    keys["precision.grad_accum_dtype"] = ds_config.get("data_types", {}).get("grad_accum_dtype")
+    profiler = ds_config.get("flops_profiler", {})
+    if profiler.get("enabled"):
+        keys["logging.flops_profiler_step"] = profiler.get("profile_step", FLOPS_PROFILER_STEP)
+        keys["logging.flops_profiler_top_modules"] = profiler.get("top_modules")
     return keys
+
+
+FLOPS_PROFILER_STEP = 1
+"""DeepSpeed's flops_profiler.profile_step where an enabled block names none."""
 
 
 CONSUMED_DS = {
@@ -510,6 +576,10 @@ CONSUMED_DS = {
     "zero_optimization.offload_optimizer.pin_memory",
     "zero_optimization.offload_param.device",
     "zero_optimization.offload_param.pin_memory",
+    "data_types.grad_accum_dtype",
+    "flops_profiler.enabled",
+    "flops_profiler.profile_step",
+    "flops_profiler.top_modules",
 }
 
 

@@ -179,6 +179,59 @@ def _jsonable(value):
     return _OMIT
 
 
+def _snapshot(value, depth=0):
+    """What DeepSpeed made of a config, deep: its objects as their public attributes."""
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, list | tuple):
+        return [_snapshot(item, depth + 1) for item in value]
+    if isinstance(value, dict):
+        return {str(key): _snapshot(item, depth + 1) for key, item in value.items()}
+    if hasattr(value, "model_dump"):
+        return _snapshot(value.model_dump(), depth + 1)
+    if hasattr(value, "value") and isinstance(value.value, bool | int | float | str):
+        return value.value  # an enum
+    if hasattr(value, "__dict__") and depth < 4:
+        return {
+            key: _snapshot(item, depth + 1)
+            for key, item in vars(value).items()
+            if not key.startswith("_") and key != "mpu"
+        }
+    return type(value).__name__
+
+
+def _leaves(config, path=()):
+    for key, value in config.items():
+        if isinstance(value, dict) and value:
+            yield from _leaves(value, (*path, key))
+        else:
+            yield (*path, key)
+
+
+def _without(config, path):
+    trimmed = copy.deepcopy(config)
+    node = trimmed
+    for key in path[:-1]:
+        node = node[key]
+    del node[path[-1]]
+    return trimmed
+
+
+def unchanged_leaves(config, data_parallel, resolve):
+    """The dotted keys of `config` without which DeepSpeed resolves it the same (its default, or a
+    key it does not read), `resolve` being DeepSpeedConfig."""
+    whole = _snapshot(resolve(copy.deepcopy(config), mpu=DataParallelGroup(data_parallel)))
+    unchanged = []
+    for path in _leaves(config):
+        try:
+            other = resolve(_without(config, path), mpu=DataParallelGroup(data_parallel))
+        except BaseException:
+            continue  # needed: DeepSpeed refuses the config without it
+        if _snapshot(other) == whole:
+            unchanged.append(".".join(path))
+    return unchanged
+
+
 def _defaults(parse_args):
     """Megatron's parser's value of every argument given none."""
     argv = sys.argv
@@ -248,6 +301,7 @@ def check(case):
                 {name: value for name, value in vars(config).items() if not name.startswith("_")}
                 | {"zero_config": config.zero_config.model_dump()}
             ),
+            "unchanged": unchanged_leaves(case["ds_config"], case["data_parallel"], DeepSpeedConfig),
         }
     except BaseException as error:
         outcome["deepspeed_error"] = _reason(error, io.StringIO())

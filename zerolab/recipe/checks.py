@@ -804,6 +804,47 @@ def _tensorboard_options_need_tensorboard(recipe: Recipe) -> Problem | None:
 
 
 @check
+def _rotary_options_need_rotary(recipe: Recipe) -> Problem | None:
+    model = recipe.model
+    given = [name for name in ("rotary_percent", "rotary_theta") if getattr(model, name) is not None]
+    if not given or model.rotary:
+        return None
+    return Problem(
+        ("model.rotary", *(f"model.{name}" for name in given)),
+        f"{', '.join(given)}: options of rotary position embeddings, which are off: Megatron reads them "
+        "only with --use-rotary-position-embeddings",
+        "set model.rotary=true, or remove them",
+    )
+
+
+@check
+def _flops_profiler_options_need_a_step(recipe: Recipe) -> Problem | None:
+    logging = recipe.logging
+    if logging.flops_profiler_top_modules is None or logging.flops_profiler_step is not None:
+        return None
+    return Problem(
+        ("logging.flops_profiler_step", "logging.flops_profiler_top_modules"),
+        "flops_profiler_top_modules: an option of the flops profiler, which profiles no step",
+        "set logging.flops_profiler_step to the iteration to profile, or remove it",
+    )
+
+
+@check
+def _grad_accum_dtype_without_zero_is_the_training_format(recipe: Recipe) -> Problem | None:
+    dtype = recipe.precision.grad_accum_dtype
+    if dtype is None or recipe.zero.stage > 0 or dtype == recipe.precision_name:
+        return None
+    return Problem(
+        ("precision.grad_accum_dtype", "zero.stage", "precision.bf16", "precision.fp16"),
+        f"without ZeRO, DeepSpeed accumulates gradients in the training format ({recipe.precision_name}) "
+        f"only: its engine refuses {dtype} (NotImplementedError: unsupported mix of model_dtype and "
+        "grad_accum_dtype)",
+        f"set zero.stage to 1 or higher (bf16 with fp32 accumulation: stage 1), or "
+        f"precision.grad_accum_dtype={recipe.precision_name} (or null)",
+    )
+
+
+@check
 def _wandb_name_needs_project(recipe: Recipe) -> Problem | None:
     if recipe.logging.wandb_name is None or recipe.logging.wandb_project is not None:
         return None
@@ -1037,7 +1078,14 @@ def _finetune_schedule_ends_at_zero(recipe: Recipe) -> Problem | None:
 
 NOT_READ_BY_FINETUNING: dict[str, tuple[str, ...]] = {
     "parallel": ("tensor", "pipeline"),
-    "model": ("make_vocab_size_divisible_by", "init_from", "import_command", "rotary"),
+    "model": (
+        "make_vocab_size_divisible_by",
+        "init_from",
+        "import_command",
+        "rotary",
+        "rotary_percent",
+        "rotary_theta",
+    ),
     "data": tuple(DataSection.model_fields),
     "train": (
         "eval_interval",
@@ -1050,6 +1098,7 @@ NOT_READ_BY_FINETUNING: dict[str, tuple[str, ...]] = {
         "lr_warmup_tokens",
         "lr_decay_tokens",
         "exit_duration_mins",
+        "exit_interval",
     ),
     "activation_checkpointing": (
         "method",
@@ -1061,7 +1110,7 @@ NOT_READ_BY_FINETUNING: dict[str, tuple[str, ...]] = {
     ),
     "extra": ("megatron_args",),
     "speed": tuple(SpeedSection.model_fields),
-    "logging": ("tensorboard_queue_size", "log_batch_size", "log_optimizer_states"),
+    "logging": ("tensorboard_queue_size", "log_batch_size", "log_optimizer_states", "timing_log_level"),
 }
 """The keys a fine-tuning does not read (the loop is not Megatron): a value other than the
 default is refused rather than silently ignored (train.iters and train.tokens: the length check)."""

@@ -316,6 +316,10 @@ def ds_config(recipe: Recipe) -> dict[str, Any]:
         config["zero_optimization"]["offload_param"] = dict(offloaded)
     if recipe.train.prescale_gradients:
         config["prescale_gradients"] = True
+    _set_declared(config, recipe, "precision")
+    if recipe.logging.flops_profiler_step is not None:
+        config["flops_profiler"] = {"enabled": True, "profile_step": recipe.logging.flops_profiler_step}
+    _set_declared(config, recipe, "logging")
     if precision.bf16:
         config["bf16"] = {"enabled": True}
     ckpt = recipe.activation_checkpointing

@@ -128,9 +128,25 @@ class ModelSection(Section):
     )
     rotary: bool = field(
         False,
-        "rotary position embeddings on queries and keys (Megatron --use-rotary-position-embeddings, "
-        "on the whole head dimension), besides the learned positions as upstream's rope scripts train",
+        "rotary position embeddings on queries and keys (Megatron --use-rotary-position-embeddings), "
+        "besides the learned positions as upstream's rope scripts train",
         to=(Megatron("--use-rotary-position-embeddings"),),
+    )
+    rotary_percent: float | None = field(
+        None,
+        "with model.rotary: the fraction of each head's dimensions rotated (Megatron --rotary-percent; "
+        "upstream's rope scripts rotate 0.25); null: Megatron's 1.0, the whole head",
+        "fraction",
+        gt=0,
+        le=1,
+        to=(Megatron("--rotary-percent"),),
+    )
+    rotary_theta: int | None = field(
+        None,
+        "with model.rotary: the base of the rotary frequencies (Megatron "
+        "--rotary-position-embeddings-theta; long-context scripts raise it); null: Megatron's 10000",
+        gt=0,
+        to=(Megatron("--rotary-position-embeddings-theta"),),
     )
     init_from: str | None = field(
         None,
@@ -417,6 +433,36 @@ class LoggingSection(Section):
         to=(Megatron("--log-optimizer-states-to-tensorboard"),),
         names_run=False,
     )
+    timing_log_level: int | None = field(
+        None,
+        "Megatron's timers (--timing-log-level): 0 the iteration time only, 1 also forward-backward and "
+        "the optimizer step, 2 every timer, down to each micro batch's forward and backward; printed "
+        "every train.log_interval iterations; null: Megatron's 0",
+        ge=0,
+        le=2,
+        to=(Megatron("--timing-log-level"),),
+        names_run=False,
+    )
+    flops_profiler_step: int | None = field(
+        None,
+        "profile one training step with DeepSpeed's flops profiler (ds_config flops_profiler, enabled): "
+        "each module's parameters, FLOPs, latency and achieved FLOPS, printed into train.log once. "
+        "DeepSpeed counts its steps from 0: 1 profiles the second iteration (a first one warms up); "
+        "null: no profile",
+        "iterations",
+        gt=0,
+        to=(DeepSpeed("flops_profiler.profile_step", rule="with enabled true"),),
+        names_run=False,
+    )
+    flops_profiler_top_modules: int | None = field(
+        None,
+        "with flops_profiler_step: the modules named at each depth of the profile's aggregated view "
+        "(flops_profiler.top_modules); null: DeepSpeed's 1",
+        "modules",
+        gt=0,
+        to=(DeepSpeed("flops_profiler.top_modules"),),
+        names_run=False,
+    )
     wall_clock_breakdown: bool = field(
         False,
         "DeepSpeed's per-step timing of forward, backward and step (ds_config wall_clock_breakdown), printed "
@@ -513,6 +559,14 @@ class PrecisionSection(Section):
         "fp16 only: the loss scale never drops below this",
         gt=0,
         to=(DeepSpeed("fp16.min_loss_scale", rule="with fp16"),),
+    )
+    grad_accum_dtype: Literal["fp32", "bf16", "fp16"] | None = field(
+        None,
+        "the number format DeepSpeed accumulates gradients in (ds_config data_types.grad_accum_dtype). "
+        "With bf16 at ZeRO stage 1 and no offload, fp32 steps through DeepSpeed's BF16_Optimizer, which "
+        "accumulates and reduces the gradients in fp32 (upstream's bf16 scripts ask for it); without "
+        "ZeRO it must be the training format (the engine refuses another); null: the training format",
+        to=(DeepSpeed("data_types.grad_accum_dtype"),),
     )
 
 
@@ -698,6 +752,15 @@ class TrainSection(Section):
         gt=0,
         to=(Megatron("--exit-duration-in-mins"),),
         names_run=False,
+    )
+    exit_interval: int | None = field(
+        None,
+        "stop after the first iteration that is a multiple of this (Megatron --exit-interval), saving a "
+        "checkpoint there where train.save_interval is set, though the length and the schedule say more; "
+        "null: train the whole length",
+        "iterations",
+        gt=0,
+        to=(Megatron("--exit-interval"),),
     )
     lr: float = field(1.5e-4, "peak learning rate", "1/step", gt=0, to=(Megatron("--lr"),))
     min_lr: float = field(
