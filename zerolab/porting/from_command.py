@@ -349,8 +349,12 @@ def _schema_flags() -> dict[str, tuple[str, Any]]:
     return found
 
 
+DESTS = {"--rotary-position-embeddings-theta": "rope_theta"}
+"""The schema's flags whose argument Megatron names otherwise (its add_argument's dest)."""
+
+
 def _dest(flag: str) -> str:
-    return flag.lstrip("-").replace("-", "_")
+    return DESTS.get(flag, flag.lstrip("-").replace("-", "_"))
 
 
 def _native_keys(
@@ -628,12 +632,24 @@ def _differences(
         )
     for key in sorted(set(ds_yours) | set(ds_mine)):
         before, after = ds_yours.get(key), ds_mine.get(key)
+        if key == "zero_config":
+            before, after = _offloads_nothing_as_none(before), _offloads_nothing_as_none(after)
         if before != after:
             why = WHY.get(key, "")
             lines.append(
                 f"DeepSpeed {key}: yours {before!r}, the recipe's {after!r}" + (f" ({why})" if why else "")
             )
     return lines
+
+
+def _offloads_nothing_as_none(zero: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A resolved zero_config with an offload block of device none as no block: DeepSpeed offloads
+    only to cpu or nvme (its ZeRO optimizers test `device != none`)."""
+    if zero is None:
+        return None
+    blocks = ("offload_optimizer", "offload_param")
+    idle = [name for name in blocks if isinstance(zero.get(name), dict) and zero[name]["device"] == "none"]
+    return zero | dict.fromkeys(idle)
 
 
 def read_command(text: str) -> tuple[list[str], list[str]]:
