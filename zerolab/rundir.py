@@ -23,6 +23,10 @@ from zerolab.errors import UserError
 from zerolab.files import write_atomic, write_json_atomic
 
 RECIPE_FILE = "recipe.yaml"
+RECIPE_END = "# end of the resolved recipe"
+"""The last line of every resolved recipe zerolab writes (recipe.yaml): a copy cut at a line boundary
+is still valid YAML whose missing keys would take their defaults, so a recipe.yaml without it is
+refused as cut short (whole_recipe)."""
 COMMAND_FILE = "command.sh"
 DOCTOR_FILE = "doctor.json"
 RUN_FILE = "run.json"
@@ -234,8 +238,29 @@ def claim(path: Path) -> Path:
 
 
 def write_recipe(run_dir: Path, text: str) -> None:
-    """recipe.yaml: the fully resolved recipe."""
+    """recipe.yaml: the fully resolved recipe (zerolab.recipe.output.resolved_yaml, which ends with
+    RECIPE_END)."""
     write_atomic(run_dir / RECIPE_FILE, text)
+
+
+def whole_recipe(run_dir: Path) -> Path:
+    """`run_dir`'s recipe.yaml, for every command that reads a run's recipe (resume, sweep --resume,
+    summarize, export, eval, fine-tuning from a run); UserError naming the file and the fix when it
+    is there but does not end with RECIPE_END (cut short: the keys after the cut would silently
+    take their defaults). Whether a missing one is an error is the caller's."""
+    path = run_dir / RECIPE_FILE
+    if not path.is_file():
+        return path
+    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    if lines and lines[-1] == RECIPE_END:
+        return path
+    facts, _ = read_facts(run_dir)
+    anew = f": zerolab launch {facts.recipe}" if facts and facts.recipe else ""
+    raise UserError(
+        f"{path}: cut short (its last line is not `{RECIPE_END}`, which zerolab writes last; "
+        f"{len(lines)} line(s) left): copy the run directory again from where it was written whole, "
+        f"or launch its recipe anew{anew}"
+    )
 
 
 def write_ds_config(run_dir: Path, config: dict[str, Any]) -> None:
