@@ -9,7 +9,7 @@ import sys
 from typing import Any
 
 from zerolab import __version__
-from zerolab.errors import UserError
+from zerolab.errors import UserError, interrupted_line
 from zerolab.locations import CHECKOUT
 
 COMMAND_MODULES: tuple[str, ...] = (
@@ -67,7 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Run `zerolab`; bad input, or a Python without zerolab's dependencies, exits 2 with a
-    message on stderr."""
+    message on stderr; Ctrl-C exits 130 with one line (errors.Interrupted: what it left)."""
     try:
         parser = build_parser()
         args = parser.parse_args(argv)
@@ -83,7 +83,8 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"zerolab: error: {missing_dependency(error.name)}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as stop:
+        print(interrupted_line(stop), file=sys.stderr)
         return 130
 
 

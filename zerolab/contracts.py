@@ -1,14 +1,19 @@
 """What zerolab's host code and the code running in the engine's Python (zerolab.rank) exchange:
 the run directory's files the ranks read or write, the environment variables and flags the render
 sets for them, the request files of the fine-tuning loop and of the engine scripts, the GLUE tasks
-a request names, the speed switches and the ladder's plan, and the `zerolab NAME:` line a script
-says why it failed with. The one module both sides import: standard library only."""
+a request names, the speed switches and the ladder's plan, the `zerolab NAME:` line a script
+says why it failed with, and the lock that keeps two writers out of one folder (a sweep's, the GPU
+check's, a checkpoint's conversion). The one module both sides import: standard library only."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import fcntl
 import json
+import os
 import re
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -47,6 +52,62 @@ def error_prefix(name: str) -> str:
     """`zerolab NAME: `, the start of the stderr line an engine script for `zerolab NAME` says why it
     failed with (zerolab.engine.scripts makes it the UserError)."""
     return f"zerolab {name}: "
+
+
+# --- a folder's lock: one writer at a time, the holder named ----------------------------------
+
+
+class LockHeld(Exception):
+    """Another process holds the lock; `holder` says which: `pid N: WHAT` (what it wrote in it)."""
+
+    def __init__(self, holder: str) -> None:
+        super().__init__(holder)
+        self.holder = holder
+
+
+@contextlib.contextmanager
+def holding(lock: Path, what: str, *, waiting: Callable[[str], None] | None = None) -> Iterator[None]:
+    """Hold the lock file `lock` (an flock, released when this process ends however it ends) while
+    the block runs, its text `pid N: WHAT` naming the holder; the file is removed again when the
+    block ends. When another process holds it: LockHeld, or with `waiting`, waiting(holder) once and
+    then wait for it to be released."""
+    told = False
+    while True:
+        handle = open(lock, "a+")  # noqa: SIM115 (held until the block ends)
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if waiting is None:
+                handle.close()
+                raise LockHeld(lock_holder(lock)) from None
+            if not told:
+                waiting(lock_holder(lock))
+                told = True
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            if os.stat(lock).st_ino == os.fstat(handle.fileno()).st_ino:
+                break
+        except FileNotFoundError:
+            pass
+        handle.close()  # locked a file its holder had just removed: take the new one
+    try:
+        handle.truncate(0)
+        handle.write(f"pid {os.getpid()}: {what}\n")
+        handle.flush()
+        yield
+    finally:
+        lock.unlink(missing_ok=True)  # while still held: whoever opened it before finds it gone, retries
+        fcntl.flock(handle, fcntl.LOCK_UN)
+        handle.close()
+
+
+def lock_holder(lock: Path) -> str:
+    """What the holder of `lock` wrote in it (`pid N: WHAT`), or that it has not yet."""
+    try:
+        text = lock.read_text(errors="replace").strip()
+    except OSError:
+        text = ""
+    return text or "a process that has just taken it"
 
 
 # --- the run directory's files the ranks read or write -----------------------------------------

@@ -12,6 +12,18 @@ class UserError(Exception):
     """
 
 
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C, with what it left behind: the message says what was kept (a rerun resumes from it)
+    or removed. The `zerolab` command prints `zerolab: interrupted; MESSAGE` and exits with 130."""
+
+
+def interrupted_line(stop: KeyboardInterrupt) -> str:
+    """The one line a command stopped by Ctrl-C ends with: what an Interrupted says it left, or only
+    that it was interrupted."""
+    said = str(stop) if isinstance(stop, Interrupted) else ""
+    return f"zerolab: interrupted; {said}" if said else "zerolab: interrupted (Ctrl-C)"
+
+
 def headline(message: str) -> str:
     """A UserError's message in one line: its problems (the lines that start with `- `, a list of
     problems' first lines), else its first line."""

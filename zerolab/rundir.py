@@ -19,10 +19,14 @@ from typing import Annotated, Any, Literal, TypeVar, get_args
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from zerolab.contracts import DS_CONFIG_FILE, STEP_PREFIX
-from zerolab.errors import UserError
+from zerolab.errors import Interrupted, UserError
 from zerolab.files import write_atomic, write_json_atomic
 
 RECIPE_FILE = "recipe.yaml"
+RECIPE_END = "# end of the resolved recipe"
+"""The last line of every resolved recipe zerolab writes (recipe.yaml): a copy cut at a line boundary
+is still valid YAML whose missing keys would take their defaults, so a recipe.yaml without it is
+refused as cut short (whole_recipe)."""
 COMMAND_FILE = "command.sh"
 DOCTOR_FILE = "doctor.json"
 RUN_FILE = "run.json"
@@ -185,12 +189,12 @@ def is_run_dir(path: Path) -> bool:
     return any((path / marker).is_file() for marker in MARKERS)
 
 
-def new_path(logs_root: Path, name: str) -> Path:
-    """A run directory not made yet, `logs_root/name/<local time, to the second>/`; if that second's
-    exists (two launches within one second), the next second's, after waiting for it."""
-    parent = logs_root / name
+def new_path(parent: Path, prefix: str = "") -> Path:
+    """A run directory not made yet, `parent/PREFIX<local time, to the second>/` (a launch's
+    logs/NAME/STAMP, a ladder's logs/ladder/NAME-STAMP); if that second's exists (two launches
+    within one second), the next second's, after waiting for it."""
     for _ in range(5):
-        candidate = parent / datetime.now().strftime(STAMP_FORMAT)
+        candidate = parent / f"{prefix}{datetime.now().strftime(STAMP_FORMAT)}"
         if not candidate.exists():
             return candidate
         time.sleep(1.0 - (time.time() % 1.0) + 0.01)
@@ -202,24 +206,30 @@ def made(path: Path) -> Iterator[Path]:
     """The new run directory `path` (claim: a path given, or new_path's), for a launch to write
     into before its ranks start: when the block raises (a refusal, a failed export, Ctrl-C), the
     directory is removed again with what was written into it, and so are the parent folders it
-    made, so that a launch refused there leaves nothing behind."""
+    made, so that a launch refused there leaves nothing behind (Ctrl-C: errors.Interrupted says so)."""
     parents = [folder for folder in path.parents if not folder.exists()]
     directory = claim(path)
     try:
         yield directory
-    except BaseException:
+    except BaseException as error:
         shutil.rmtree(directory, ignore_errors=True)
         for folder in parents:
             with contextlib.suppress(OSError):  # not empty: another run is in it
                 folder.rmdir()
+        if isinstance(error, KeyboardInterrupt) and not isinstance(error, Interrupted):
+            raise Interrupted(
+                f"nothing was launched, and the run directory {directory} was removed"
+            ) from None
         raise
 
 
 def claim(path: Path) -> Path:
-    """Create the run directory `path` given by the user; an existing one is refused, never reused,
-    and so is a path under a file or one that cannot be made."""
+    """Create the run directory `path` given by the user; an existing one is refused, never reused
+    (one made by another launch given the same path at the same moment too: mkdir decides), and so
+    is a path under a file or one that cannot be made."""
+    exists = f"{path} already exists: a run directory is never overwritten; choose a new path"
     if path.exists():
-        raise UserError(f"{path} already exists: a run directory is never overwritten; choose a new path")
+        raise UserError(exists)
     taken = next((parent for parent in path.parents if parent.exists() and not parent.is_dir()), None)
     if taken is not None:
         raise UserError(
@@ -228,14 +238,37 @@ def claim(path: Path) -> Path:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.mkdir()
+    except FileExistsError:
+        raise UserError(exists) from None
     except OSError as error:
         raise UserError(f"--run-dir {path}: cannot make it ({error.strerror}); choose another path") from None
     return path
 
 
 def write_recipe(run_dir: Path, text: str) -> None:
-    """recipe.yaml: the fully resolved recipe."""
+    """recipe.yaml: the fully resolved recipe (zerolab.recipe.output.resolved_yaml, which ends with
+    RECIPE_END)."""
     write_atomic(run_dir / RECIPE_FILE, text)
+
+
+def whole_recipe(run_dir: Path) -> Path:
+    """`run_dir`'s recipe.yaml, for every command that reads a run's recipe (resume, sweep --resume,
+    summarize, export, eval, fine-tuning from a run); UserError naming the file and the fix when it
+    is there but does not end with RECIPE_END (cut short: the keys after the cut would silently
+    take their defaults). Whether a missing one is an error is the caller's."""
+    path = run_dir / RECIPE_FILE
+    if not path.is_file():
+        return path
+    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    if lines and lines[-1] == RECIPE_END:
+        return path
+    facts, _ = read_facts(run_dir)
+    anew = f": zerolab launch {facts.recipe}" if facts and facts.recipe else ""
+    raise UserError(
+        f"{path}: cut short (its last line is not `{RECIPE_END}`, which zerolab writes last; "
+        f"{len(lines)} line(s) left): copy the run directory again from where it was written whole, "
+        f"or launch its recipe anew{anew}"
+    )
 
 
 def write_ds_config(run_dir: Path, config: dict[str, Any]) -> None:

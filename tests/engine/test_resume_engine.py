@@ -3,21 +3,27 @@ iteration 2 of 4 (Megatron's --exit-interval stops it there, its schedule that o
 continued under another setup gives, at iterations 3 and 4, the losses and learning rates of the
 run that was never interrupted (fp32, 1e-4), its checkpoint converted once to DeepSpeed's universal
 format beside the original and reused; a checkpoint the conversion cannot read is refused, with
-nothing left behind; a sweep continues one run under each setup and says where its cells started.
+nothing left behind; two conversions of one checkpoint at once convert it once, and Ctrl-C leaves
+no conversion; a sweep continues one run under each setup and says where its cells started.
 About 7 tiny launches."""
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
+import signal
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
 from zerolab import rundir
 from zerolab.cli import main
-from zerolab.contracts import LATEST_UNIVERSAL, universal_folder
+from zerolab.contracts import LATEST_UNIVERSAL, UNIVERSAL_CHECKPOINT_MODULE, universal_folder
+from zerolab.engine.paths import engine_python_env, zerolab_on_path
 
 ITERS = ["train.iters=4", "train.lr_warmup_iters=1", "train.log_interval=1"]
 STOP_AT_2 = ["train.save_interval=2", "extra.megatron_args=[--exit-interval, '2']"]
@@ -125,3 +131,60 @@ def test_a_sweep_continues_one_run_under_each_setup_reusing_the_conversion(
     assert (facts["resumed_setup"], facts["zero_stage"], facts["data_parallel"]) == ("z1 dp2 tp1 pp1", 1, 1)
     table = (study / "summary.md").read_text()
     assert "resumed from" in table and table.count(f"{saved.name}@2") == 2
+
+
+def conversion(engine: tuple[Path, Path], checkpoints: Path) -> subprocess.Popen:
+    """The launch's first step under another setup (`python -m zerolab.rank.universal_checkpoint`),
+    started as a terminal's foreground job."""
+    engine_dir, python = engine
+    return subprocess.Popen(
+        [str(python), "-m", UNIVERSAL_CHECKPOINT_MODULE, str(engine_dir), str(checkpoints), "2"],
+        env=engine_python_env() | zerolab_on_path(engine_dir),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )  # fmt: skip
+
+
+def held(lock: Path, by: subprocess.Popen) -> None:
+    """Wait until `by` holds `lock` (its pid written in it)."""
+    deadline = time.monotonic() + 60
+    while not (lock.is_file() and lock.read_text().startswith(f"pid {by.pid}:")):
+        assert by.poll() is None and time.monotonic() < deadline, by.communicate()
+        time.sleep(0.02)
+
+
+def test_two_conversions_at_once_convert_once_and_ctrl_c_leaves_no_conversion(runs, engine, tmp_path):
+    # two launches continuing one checkpoint under other setups (two terminals, a sweep's SLURM
+    # array tasks) both wrote into the same .partial folder; Ctrl-C printed a traceback
+    saved, _ = runs("cpu/tiny_z1", uninterrupted=False)
+    copy = tmp_path / "saved"
+    shutil.copytree(saved, copy, ignore=shutil.ignore_patterns("*_universal*", LATEST_UNIVERSAL))
+    checkpoints = copy / rundir.CHECKPOINTS_DIR
+    before = sorted(p.name for p in checkpoints.iterdir())
+    lock = checkpoints / f"{universal_folder(2)}.lock"
+
+    stopped = conversion(engine, checkpoints)
+    held(lock, stopped)
+    os.killpg(stopped.pid, signal.SIGINT)  # Ctrl-C as it converts
+    _, err = stopped.communicate(timeout=120)
+    assert stopped.returncode == 130 and "Traceback" not in err
+    assert err.strip().splitlines()[-1] == (
+        f"zerolab launch: interrupted (Ctrl-C): {checkpoints} holds no conversion of it (the next launch "
+        "converts it)"
+    )
+    assert sorted(p.name for p in checkpoints.iterdir()) == before  # no partial folder, no lock
+
+    first = conversion(engine, checkpoints)
+    held(lock, first)
+    second = conversion(engine, checkpoints)
+    said_first, _ = first.communicate(timeout=300)
+    said_second, _ = second.communicate(timeout=300)
+    assert first.returncode == second.returncode == 0
+    step = checkpoints / "global_step2"
+    assert f"converted {step}" in said_first
+    assert f"zerolab: waiting for pid {first.pid}: the conversion of {step}" in said_second
+    assert "reusing" in said_second
+    assert (checkpoints / LATEST_UNIVERSAL).read_text() == universal_folder(2)
+    assert sorted(p.name for p in checkpoints.iterdir()) == sorted(
+        [*before, universal_folder(2), LATEST_UNIVERSAL]
+    )

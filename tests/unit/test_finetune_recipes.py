@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from zerolab import rundir
 from zerolab.cli import main
 from zerolab.contracts import REQUEST_FILE
 from zerolab.errors import UserError
@@ -208,7 +209,8 @@ def test_a_recipe_renders_before_its_data_is_prepared_and_launch_refuses(
 def test_a_fine_tuning_run_is_not_resumed(tmp_path, capsys):
     run = tmp_path / "run"
     run.mkdir()
-    shutil.copy(REPO_ROOT / "recipes" / "finetune" / "cpu" / "tiny_wnli_z1.yaml", run / "recipe.yaml")
+    recipe = (REPO_ROOT / "recipes" / "finetune" / "cpu" / "tiny_wnli_z1.yaml").read_text()
+    (run / "recipe.yaml").write_text(f"{recipe}{rundir.RECIPE_END}\n")
     err = refused(capsys, "launch", "--resume", str(run))
     assert "a fine-tuning run saves no checkpoint and is not resumed" in err
 

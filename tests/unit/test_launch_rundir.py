@@ -19,9 +19,9 @@ from zerolab.rundir import claim, new_path, read_status, write_refusal
 
 
 def test_each_launch_gets_a_new_directory_even_within_one_second(tmp_path):
-    first = claim(new_path(tmp_path, "tiny_z1"))
+    first = claim(new_path(tmp_path / "tiny_z1"))
     (first / "train.log").write_text("first run\n")
-    second = claim(new_path(tmp_path, "tiny_z1"))
+    second = claim(new_path(tmp_path / "tiny_z1"))
     assert first != second
     assert first.parent == second.parent == tmp_path / "tiny_z1"
     assert all(re.fullmatch(r"\d{8}-\d{6}", d.name) for d in (first, second))

@@ -14,11 +14,16 @@ import pytest
 from zerolab import rundir
 from zerolab.cli import main
 from zerolab.errors import UserError
+from zerolab.estimate.runs import estimated_peak_gib
+from zerolab.logs.parse import ParsedLog
 from zerolab.recipe.checks import check_recipe
 from zerolab.recipe.compose import load_recipe
 from zerolab.recipe.facts import run_facts
 from zerolab.recipe.output import resolved_yaml
 from zerolab.recipe.resumption import CHANGES, DOC_FILE, change_of, current_doc, resume_problems, setup_of
+from zerolab.recipe.yaml_io import read_yaml_mapping
+from zerolab.sweep.cells import expand
+from zerolab.sweep.plan import plan_of, write_plan
 
 ZERO = ("dp", "z1", "z2", "z3", "z3_offload")
 SHORT = ["train.lr_warmup_iters=1"]
@@ -192,3 +197,67 @@ def test_a_latest_checkpoint_file_cut_short_is_named_as_such(saved_run, capsys):
     error = capsys.readouterr().err
     assert "latest_checkpointed_iteration.txt holds no iteration number: cut short?" in error
     assert "is missing" not in error
+
+
+def test_a_sweep_resuming_a_run_without_swept_keys_says_what_to_give(saved_run, capsys):
+    # argparse answered "the following arguments are required: RECIPE", where --resume takes none
+    assert main(["sweep", "--resume", str(saved_run)]) == 2
+    error = capsys.readouterr().err
+    assert f"--resume {saved_run}: nothing to sweep; give at least one KEY=V1,V2,..." in error
+    assert f"zerolab sweep --resume {saved_run} zero=z1,z2" in error
+    assert f"zerolab launch --resume {saved_run}" in error
+    assert main(["sweep"]) == 2
+    assert "give a RECIPE and at least one KEY=V1,V2,..." in capsys.readouterr().err
+
+
+def test_a_sweep_directory_given_to_resume_is_told_apart_with_its_command(saved_run, tmp_path, capsys):
+    directory = tmp_path / "sweeps" / "study"
+    directory.mkdir(parents=True)
+    sweep = expand(str(saved_run / rundir.RECIPE_FILE), ["zero=z1,z2", "train.iters=4"])
+    write_plan(directory, plan_of(sweep, "study", "saved/recipe.yaml", str(saved_run)))
+    for words in ([], ["zero=z1,z2"]):
+        assert main(["sweep", "--resume", str(directory), *words]) == 2
+        error = capsys.readouterr().err
+        assert f"--resume {directory}: a sweep's directory, not a run directory" in error
+        assert f"zerolab sweep zero=z1,z2 train.iters=4 --resume {saved_run} --name study" in error
+
+
+def cut_recipe(run_dir: Path) -> int:
+    """Cut the run's recipe.yaml at a line boundary in its middle, where it is still valid YAML (the
+    keys after the cut would take their defaults); the lines left."""
+    path = run_dir / rundir.RECIPE_FILE
+    lines = path.read_text().splitlines(keepends=True)
+    kept = lines[: lines.index("train:\n")]
+    path.write_text("".join(kept))
+    assert isinstance(read_yaml_mapping(path)["model"], dict)
+    return len(kept)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["launch", "--resume", "{run}", "zero=z2"], ["sweep", "--resume", "{run}", "zero=z1,z2", "--dry-run"],
+     ["render", "--resume", "{run}"], ["export", "{run}", "--out", "{run}/exported"],
+     ["eval", "{run}", "--task", "val"]],
+    ids=["launch", "sweep", "render", "export", "eval"],
+)  # fmt: skip
+def test_a_recipe_yaml_cut_at_a_line_is_refused_by_every_command_that_reads_it(saved_run, capsys, argv):
+    kept = cut_recipe(saved_run)
+    assert main([word.format(run=saved_run) for word in argv]) == 2
+    error = capsys.readouterr().err
+    assert (
+        f"{saved_run / 'recipe.yaml'}: cut short (its last line is not `# end of the resolved recipe`"
+        in error
+    )
+    assert f"{kept} line(s) left): copy the run directory again" in error
+    assert "or launch its recipe anew: zerolab launch " in error
+
+
+def test_summarize_names_a_cut_recipe_yaml_where_the_estimate_would_be(saved_run):
+    cut_recipe(saved_run)
+    _, reason = estimated_peak_gib(saved_run, ParsedLog(saved_run / "train.log"))
+    assert reason.startswith("recipe.yaml does not load: ") and "cut short" in reason
+
+
+def test_every_resolved_recipe_ends_with_the_line_a_cut_one_lacks(saved_run):
+    assert (saved_run / rundir.RECIPE_FILE).read_text().endswith(f"\n{rundir.RECIPE_END}\n")
+    assert rundir.whole_recipe(saved_run) == saved_run / rundir.RECIPE_FILE

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import shutil
 import socket
 import subprocess
@@ -332,7 +333,11 @@ def test_a_sweep_directory_in_use_is_refused(tmp_path, monkeypatch, capsys):
     directory = recorded(tmp_path, SLURM_WORDS[1:], "busy", {}, recipe="gpt2_z1")
     with locked(directory):
         assert main(["sweep", "gpt2_z1", *SLURM_WORDS[1:], "--slurm", "--name", "busy"]) == 2
-    assert "another zerolab sweep is running in logs/sweeps/busy" in capsys.readouterr().err
+    error = capsys.readouterr().err
+    assert (
+        f"another zerolab sweep is running in logs/sweeps/busy (pid {os.getpid()}: zerolab sweep busy)"
+        in error
+    )
     assert not (directory / ".lock").exists()  # held no more, and not left behind
 
 

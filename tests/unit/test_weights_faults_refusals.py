@@ -9,6 +9,7 @@ import pytest
 from cli_helpers import run_zerolab
 
 from zerolab.cli import main
+from zerolab.rundir import RECIPE_END
 
 
 @pytest.mark.parametrize(
@@ -55,7 +56,7 @@ def test_an_out_under_a_file_is_refused_naming_the_file(command, tmp_path, capsy
     else:
         (source / "checkpoints" / "global_step4").mkdir(parents=True)
         (source / "run.json").write_text('{"name": "tiny"}')
-        (source / "recipe.yaml").write_text("base: [model/gpt2-tiny]\n")
+        (source / "recipe.yaml").write_text(f"base: [model/gpt2-tiny]\n{RECIPE_END}\n")
     notes = tmp_path / "notes.txt"
     notes.write_text("mine")
     assert main([command, str(source), "--out", str(notes / "model")]) == 2

@@ -66,7 +66,7 @@ class LocalBackend:
 
     def run_dir(self, name: str, *, logs_root: Path, given: Path | None) -> Path | None:
         """`given` (--run-dir), else a new logs_root/NAME/TIMESTAMP."""
-        return given if given is not None else rundir.new_path(logs_root, name)
+        return given if given is not None else rundir.new_path(logs_root / name)
 
     def render(self, recipe: Recipe, *, run_dir: str, resume: Resume | None) -> Launch:
         """Placed as the recipe's hardware section says."""

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import os
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,7 @@ from zerolab.locations import LOGS_DIR
 from zerolab.recipe.job import job_of
 from zerolab.recipe.pretraining import Pretraining
 from zerolab.recipe.selection import select
-from zerolab.rundir import STAMP_FORMAT
+from zerolab.rundir import new_path
 
 LADDER_SETTINGS = ("train.log_interval=1", "train.eval_iters=1", "train.save_interval=null")
 """What every ladder run sets after the user's overrides: a line per iteration, no validation or
@@ -79,7 +78,7 @@ def ladder_plan(
 def run_ladder(args: argparse.Namespace) -> int:
     """Run the ladder; returns the training's exit code."""
     first = Path(args.words[0]).stem
-    run_dir = args.run_dir or LOGS_DIR / "ladder" / f"{first}-{datetime.now().strftime(STAMP_FORMAT)}"
+    run_dir = args.run_dir or new_path(LOGS_DIR / "ladder", f"{first}-")
     plan, words = ladder_plan(list(args.words), args.warmup, args.measured, args.rounds, run_dir)
     planned = plan_launch(words, run_dir=run_dir)
     os.environ[LADDER_ENV] = plan_text(plan)

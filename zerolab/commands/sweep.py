@@ -14,6 +14,7 @@ from zerolab.recipe.selection import resumed_recipe_file
 from zerolab.summarize.report import summarize_sweep
 from zerolab.sweep.array import write_array_job
 from zerolab.sweep.cells import cells_of, check_name, read_words
+from zerolab.sweep.plan import read_plan
 from zerolab.sweep.run import dry_run
 from zerolab.sweep.run import run_sweep as run_sweep_cells
 from zerolab.sweep.size import LARGE, confirm_size, count_text
@@ -41,7 +42,7 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument(
         "words",
-        nargs="+",
+        nargs="*",
         metavar="RECIPE",
         help="recipe file or name under recipes/, then swept keys (zero=z0,z1,z2, "
         "train.micro_batch_size=1,2,4) and fixed overrides (train.iters=50)",
@@ -93,6 +94,12 @@ def run_sweep(args: argparse.Namespace) -> int:
         raise UserError("--count goes with --dry-run: zerolab sweep RECIPE KEY=V1,V2,... --dry-run --count")
     resume = args.resume
     if resume is None:
+        if not args.words:
+            raise UserError(
+                "give a RECIPE and at least one KEY=V1,V2,...: zerolab sweep RECIPE KEY=V1,V2,... "
+                "(e.g. zerolab sweep cpu/tiny_z1 zero=z1,z2,z3), or continue a run's checkpoint under "
+                "each value: zerolab sweep --resume RUN_DIR KEY=V1,V2,..."
+            )
         words = read_words(args.words[0], args.words[1:])
     else:
         words = read_words(str(resumed_recipe(resume, args.words)), args.words)
@@ -124,8 +131,23 @@ def run_sweep(args: argparse.Namespace) -> int:
 
 def resumed_recipe(resume: Path, words: list[str]) -> Path:
     """The recipe every cell of a sweep continuing `resume` starts from: the run's own, whose
-    overrides the words are (a RECIPE word is refused, as `zerolab launch --resume` takes none)."""
+    overrides the words are (a RECIPE word is refused, as `zerolab launch --resume` takes none, and
+    so are no words: nothing to sweep). A sweep's directory given for a run's is told apart: the
+    same sweep command goes on with it."""
+    plan, _ = read_plan(resume)
+    if plan is not None:
+        raise UserError(
+            f"--resume {resume}: a sweep's directory, not a run directory (--resume continues one run's "
+            f"checkpoint); to go on with that sweep, run its command again (completed cells are "
+            f"skipped): {plan.command()}"
+        )
     recipe = resumed_recipe_file(resume)
+    if not words:
+        raise UserError(
+            f"--resume {resume}: nothing to sweep; give at least one KEY=V1,V2,... whose cells each "
+            f"continue that run's checkpoint (e.g. zerolab sweep --resume {resume} zero=z1,z2), or "
+            f"continue it once: zerolab launch --resume {resume}"
+        )
     if words and "=" not in words[0]:
         raise UserError(
             f"--resume {resume}: the cells continue that run's recipe ({recipe}); give only KEY=V1,V2,... "

@@ -17,7 +17,6 @@ import multiprocessing
 import os
 import shutil
 import signal
-import sys
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -35,7 +34,7 @@ from zerolab.data_prep.records import encode_batch
 from zerolab.data_prep.sources import START
 from zerolab.data_prep.splits import SPLIT_NAMES, deal_pattern
 from zerolab.data_prep.tokenizer import VOCAB_SIZE, gpt2_encoding, tokenizer_facts
-from zerolab.errors import UserError
+from zerolab.errors import Interrupted, UserError
 from zerolab.files import folders_made, write_atomic, write_json_atomic
 
 SUFFIX = "_text_document"
@@ -153,8 +152,7 @@ def run(*jobs: PrepJob) -> int:
             facts = _merge(pending)
         except KeyboardInterrupt:
             _forget_unfinished(workdirs)
-            _interrupted(workdirs)
-            raise
+            raise Interrupted(_kept(workdirs)) from None
         except UserError:  # a refused input: the command must change, no shard is worth keeping
             for workdir in workdirs:
                 shutil.rmtree(workdir, ignore_errors=True)
@@ -203,17 +201,16 @@ def _forget_unfinished(workdirs: list[Path]) -> None:
             shutil.rmtree(workdir, ignore_errors=True)
 
 
-def _interrupted(workdirs: list[Path]) -> None:
-    """Say, after Ctrl-C, that the same command resumes, and from what."""
+def _kept(workdirs: list[Path]) -> str:
+    """What Ctrl-C left: that the same command resumes, and from what."""
     kept = {workdir: len(list(workdir.glob("*.done.json"))) for workdir in workdirs if workdir.is_dir()}
     detail = ", ".join(
         f"{count} finished shard{'s' if count != 1 else ''} kept in {workdir}"
         for workdir, count in kept.items()
     )
-    print(
-        "zerolab: interrupted; run the same command again to resume "
-        f"({detail or 'no shard had finished: it starts from the beginning'})",
-        file=sys.stderr,
+    return (
+        "run the same command again to resume "
+        f"({detail or 'no shard had finished: it starts from the beginning'})"
     )
 
 

@@ -11,7 +11,7 @@ from zerolab.estimate import CannotEstimate, estimate
 from zerolab.estimate.from_log import recipe_from_log
 from zerolab.logs.parse import ParsedLog
 from zerolab.recipe.compose import load_recipe
-from zerolab.rundir import RECIPE_FILE
+from zerolab.rundir import RECIPE_FILE, whole_recipe
 
 
 def estimated_peak_gib(run_dir: Path | None, log: ParsedLog) -> tuple[float | None, str | None]:
@@ -19,7 +19,7 @@ def estimated_peak_gib(run_dir: Path | None, log: ParsedLog) -> tuple[float | No
 
     if run_dir is not None and (run_dir / RECIPE_FILE).is_file():
         try:
-            recipe = load_recipe(run_dir / RECIPE_FILE)
+            recipe = load_recipe(whole_recipe(run_dir))
         except UserError as error:
             return None, f"{RECIPE_FILE} does not load: {str(error).splitlines()[0]}"
     else:

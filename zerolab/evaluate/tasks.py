@@ -18,7 +18,7 @@ from zerolab.data_prep.sources import HubDataset
 from zerolab.errors import UserError
 from zerolab.recipe.compose import load_recipe
 from zerolab.recipe.inputs import blend, prepare_hint
-from zerolab.rundir import RECIPE_FILE, EvalTask
+from zerolab.rundir import RECIPE_FILE, EvalTask, whole_recipe
 
 Task = EvalTask
 TASKS: tuple[Task, ...] = get_args(EvalTask)
@@ -53,7 +53,7 @@ def validation_rows(run_dir: Path, limit: int | None) -> list[list[int]]:
     """The run's validation documents (data.valid_path whole, or Megatron's split of data.path by
     data.split), joined in order and cut into rows of seq_length + 1 tokens that share their edge
     token, as Megatron's samples do; at most `limit` rows."""
-    recipe = load_recipe(run_dir / RECIPE_FILE)
+    recipe = load_recipe(whole_recipe(run_dir))
     data, seq = recipe.data, recipe.model.seq_length
     key = "valid_path" if data.path is None else "path"
     prefix = getattr(data, key)

@@ -15,7 +15,14 @@ from zerolab.errors import UserError
 from zerolab.files import folder_written_whole
 from zerolab.recipe.compose import load_recipe
 from zerolab.recipe.inputs import tokenizer_file
-from zerolab.rundir import CHECKPOINTS_DIR, RECIPE_FILE, last_checkpoint, read_facts, saved_iterations
+from zerolab.rundir import (
+    CHECKPOINTS_DIR,
+    RECIPE_FILE,
+    last_checkpoint,
+    read_facts,
+    saved_iterations,
+    whole_recipe,
+)
 
 CONVERTER = rank_script("hf_gpt2")
 
@@ -69,7 +76,8 @@ def refuse_file_in_out(out: Path) -> None:
 def export_run(run_dir: Path, out: Path, iteration: int | None = None) -> Exported:
     """Export the checkpoint of `run_dir` at `iteration` (default: the last saved) into `out`."""
     facts, problems = read_facts(run_dir)
-    if facts is None or not (run_dir / RECIPE_FILE).is_file():
+    recipe_file = whole_recipe(run_dir)
+    if facts is None or not recipe_file.is_file():
         why = "; ".join(problems) or f"no {RECIPE_FILE}"
         raise UserError(f"{run_dir}: not a run directory written by zerolab launch ({why})")
     step = _iteration(run_dir, iteration)
@@ -77,7 +85,7 @@ def export_run(run_dir: Path, out: Path, iteration: int | None = None) -> Export
     missing = engine_missing()
     if missing:
         raise UserError(f"zerolab export reads the checkpoint with the engine's torch: {missing}")
-    recipe = load_recipe(run_dir / RECIPE_FILE)
+    recipe = load_recipe(recipe_file)
     if recipe.zero.stage == 3 and recipe.parallel.tensor > 1:
         raise UserError(
             f"{run_dir}: a ZeRO-3 checkpoint at tensor parallel {recipe.parallel.tensor} is not exported: "

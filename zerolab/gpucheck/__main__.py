@@ -8,12 +8,14 @@ import argparse
 import sys
 from pathlib import Path
 
+from zerolab.contracts import LockHeld, holding
 from zerolab.data_prep.folders import check_folder
 from zerolab.data_prep.indexed import dataset_problems
 from zerolab.engine.paths import zerolab_home
-from zerolab.errors import UserError
+from zerolab.errors import UserError, interrupted_line
 from zerolab.gpucheck.check import (
     DEFAULT_BUDGET_S,
+    LOCK_FILE,
     MIN_ITERS,
     PLANNED,
     STEP_NAMES,
@@ -25,6 +27,7 @@ from zerolab.gpucheck.check import (
 )
 from zerolab.gpucheck.kit import read_kit
 from zerolab.gpucheck.report import write_report
+from zerolab.locations import REPO_ROOT
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -87,7 +90,17 @@ def check_paths(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the GPU check; bad input exits 2 with the reason."""
+    """Run the GPU check; bad input exits 2 with the reason, Ctrl-C 130 with one line saying what a
+    rerun goes on from (no traceback)."""
+    try:
+        return check(argv)
+    except KeyboardInterrupt as stop:
+        print(interrupted_line(stop), file=sys.stderr)
+        return 130
+
+
+def check(argv: list[str] | None) -> int:
+    """The GPU check of `main`."""
     args = parse(argv)
     try:
         only = args.only.split(",") if args.only else None
@@ -128,12 +141,31 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{'note' if args.dry_run else 'zerolab: error'}: {problem}", file=sys.stderr)
     if problems and not args.dry_run:
         return 2
-    return run(
-        options,
-        only=only,
-        dry_run=args.dry_run,
-        after_step=lambda: write_report(options.work, options.results),
-    )
+    if args.dry_run:
+        return run(options, only=only, dry_run=True)
+    return run_held(options, only)
+
+
+def run_held(options: Options, only: list[str] | None) -> int:
+    """Run the check holding its folder's lock (a second check there is refused, naming the first:
+    both would run the same steps into the same folders)."""
+    folder = REPO_ROOT / options.work
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        with holding(folder / LOCK_FILE, f"make gpu-check{' --rehearse' if options.rehearse else ''}"):
+            return run(
+                options,
+                only=only,
+                dry_run=False,
+                after_step=lambda: write_report(options.work, options.results),
+            )
+    except LockHeld as held:
+        print(
+            f"zerolab: error: another GPU check is running in {options.work} ({held.holder}); wait for it, "
+            "or stop it (Ctrl-C in its terminal), or give this one another --work",
+            file=sys.stderr,
+        )
+        return 2
 
 
 if __name__ == "__main__":

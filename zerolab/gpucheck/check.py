@@ -16,7 +16,7 @@ the machine's Python runs the first step before zerolab's dependencies are insta
 
 from __future__ import annotations
 
-import json
+import contextlib
 import os
 import shlex
 import signal
@@ -32,7 +32,8 @@ from pathlib import Path
 from zerolab.engine.cuda import query_gpus
 from zerolab.engine.locks import ZEROLAB_LOCK
 from zerolab.engine.pins import load_pins
-from zerolab.errors import UserError
+from zerolab.errors import Interrupted, UserError
+from zerolab.files import write_atomic, write_json_atomic
 from zerolab.gpucheck.kit import NOT_NEEDED, Kit
 from zerolab.locations import LOGS_DIR, REPO_ROOT, SAMPLES_DIR
 
@@ -40,6 +41,8 @@ WORK = LOGS_DIR / "gpu-check"
 """Where the check keeps its state, logs, data and runs (relative to the repository root)."""
 REHEARSAL_WORK = LOGS_DIR / "gpu-check-rehearsal"
 """The same for a rehearsal on CPU, so that it never counts as a step of the real check."""
+LOCK_FILE = ".lock"
+"""In the check's folder while a check runs there (zerolab.contracts.holding: its pid)."""
 SWEEP_NAME = "gpu-check"
 SEED_RECIPE = "gpt2_dp"
 SEED_SETUPS = "zero=z0,z1,z2,z3,z3_offload"
@@ -443,7 +446,14 @@ def run(
             continue
         began = time.monotonic()
         given = left if step.rest else step.budget_s
-        failed = _execute(step, timeout_s=given)
+        try:
+            failed = _execute(step, timeout_s=given)
+        except KeyboardInterrupt:
+            raise Interrupted(
+                f"step {number}/{total} {step.name} was stopped (it runs again from its start), the steps "
+                f"done before it are recorded in {state_file(options.work, step.name).parent}: run the same "
+                "command again to go on"
+            ) from None
         seconds = time.monotonic() - began
         if failed is not None and step.fatal:
             print(f"{number}/{total} {step.name}: FAILED after {seconds:.0f} s: {failed}", flush=True)
@@ -452,22 +462,21 @@ def run(
         print(f"{number}/{total} {step.name}: {outcome} in {seconds:.0f} s", flush=True)
         record = {"seconds": round(seconds, 1), "budget_s": round(given), "problem": failed}
         state_file(options.work, step.name).parent.mkdir(parents=True, exist_ok=True)
-        state_file(options.work, step.name).write_text(json.dumps(record) + "\n")
+        write_json_atomic(state_file(options.work, step.name), record)
         if after_step is not None and step is not report:
             after_step()
     return 0
 
 
 def _execute(step: Step, timeout_s: float) -> str | None:
-    """Run a step's commands from the repository root and write its files, in order, stopping a
-    command (its whole process group) when `timeout_s` has passed; what failed, or None."""
+    """Run a step's commands from the repository root and write its files (whole), in order,
+    stopping a command (its whole process group, started in a session of its own that a terminal's
+    Ctrl-C does not reach) when `timeout_s` has passed or Ctrl-C stops the check; what failed, or None."""
     deadline = time.monotonic() + timeout_s
     for command in step.commands:
         if isinstance(command, Write):
             command.path.parent.mkdir(parents=True, exist_ok=True)
-            command.path.write_text(command.text)
-            if command.executable:
-                command.path.chmod(0o755)
+            write_atomic(command.path, command.text, mode=0o755 if command.executable else None)
             continue
         if command.unless is not None and command.unless.exists():
             print(f"  {command.unless} exists", flush=True)
@@ -477,16 +486,28 @@ def _execute(step: Step, timeout_s: float) -> str | None:
         try:
             code = process.wait(timeout=max(deadline - time.monotonic(), 1))
         except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGTERM)
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
+            _stop(process)
             return f"`{shlex.join(command.argv[:4])} ...` stopped at the check's budget"
+        except BaseException:  # Ctrl-C: the command's own session would outlive the check
+            _stop(process)
+            raise
         if code != 0:
             return f"`{shlex.join(command.argv[:4])} ...` exited with {code}"
     return None
+
+
+def _stop(process: subprocess.Popen) -> None:
+    """Stop a step's command and everything it started: SIGTERM to its process group, SIGKILL to
+    what is left of it 20 s later."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+    with contextlib.suppress(ProcessLookupError):  # what the leader left behind in its group
+        os.killpg(process.pid, signal.SIGKILL)
 
 
 def machine_python() -> Path:

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import subprocess
 import sys
 import tarfile
 import time
 from pathlib import Path
 
+from zerolab.files import write_atomic
 from zerolab.gpucheck.check import (
     FASTEST,
     FINETUNE_RECIPE,
@@ -178,17 +178,22 @@ def write_results(work: Path, results: Path, report: Path) -> list[Path]:
     """Copy the report and the ladder's JSON into `results`; tar the runs and plots; returns what
     was written."""
     results.mkdir(parents=True, exist_ok=True)
-    written = [Path(shutil.copy2(report, results / REPORT_NAME))]
-    ladder = work / "ladder" / "ladder.json"
-    if ladder.is_file():
-        written.append(Path(shutil.copy2(ladder, results / ladder.name)))
+    written = []
+    for source in (report, work / "ladder" / "ladder.json"):
+        if source.is_file():
+            write_atomic(results / source.name, source.read_bytes())
+            written.append(results / source.name)
     tarball = results / TARBALL
     partial = tarball.with_name(f".{TARBALL}.partial")
     sweeps = REPO_ROOT / SWEEPS_DIR
-    with tarfile.open(partial, "w:gz") as archive:
-        for directory in (work, *sorted(sweeps.glob(f"{work.name}*"))):
-            if directory.is_dir():
-                archive.add(directory, arcname=_archived_as(directory), filter=_outside_tarball)
+    try:
+        with tarfile.open(partial, "w:gz") as archive:
+            for directory in (work, *sorted(sweeps.glob(f"{work.name}*"))):
+                if directory.is_dir():
+                    archive.add(directory, arcname=_archived_as(directory), filter=_outside_tarball)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
     partial.replace(tarball)
     return [*written, tarball]
 
@@ -199,10 +204,11 @@ def write_report(work: Path, results: Path | None) -> list[Path]:
     work = (REPO_ROOT / work).resolve()
     report = work / REPORT_NAME
     report.parent.mkdir(parents=True, exist_ok=True)
-    report.write_text(report_text(work))
+    text = report_text(work)
+    write_atomic(report, text)
     written = [report]
     if work == (REPO_ROOT / WORK).resolve():
-        shutil.copy2(report, GPU_REPORT)
+        write_atomic(GPU_REPORT, text)
         written.append(GPU_REPORT)
     if results is not None:
         written += write_results(work, results, report)

@@ -6,20 +6,24 @@ Run by the engine's Python before the ranks start (the launch's first step):
 ds_to_universal converts `global_stepN` into `global_stepN_universal` (zerolab.contracts names
 both) and records it in `latest_universal`, which the engine loads. The conversion writes into a
 `.partial` folder renamed when whole, so that a conversion cut short is never taken for a done one;
-a folder already converted is reused. A checkpoint the conversion cannot read exits with status 2
-and one line saying why."""
+a folder already converted is reused. Two launches continuing the same checkpoint at once (two
+terminals, a sweep's SLURM array tasks) convert it once: the second waits on the conversion's lock
+(zerolab.contracts.holding), saying whose, then reuses it. A checkpoint the conversion cannot read
+exits with status 2 and one line saying why; Ctrl-C leaves no partial folder, with one line."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 from pathlib import Path
 
-from zerolab.contracts import LATEST_UNIVERSAL, error_prefix, step_folder, universal_folder
+from zerolab.contracts import LATEST_UNIVERSAL, error_prefix, holding, step_folder, universal_folder
 from zerolab.rank.prompt_exit import exit_now
 
 PARTIAL_SUFFIX = ".partial"
+LOCK_SUFFIX = ".lock"
 
 
 def convert(checkpoints: Path, iteration: int) -> Path:
@@ -27,6 +31,22 @@ def convert(checkpoints: Path, iteration: int) -> Path:
     it already was; `latest_universal` names it."""
     source = checkpoints / step_folder(iteration)
     target = checkpoints / universal_folder(iteration)
+    lock = target.with_name(target.name + LOCK_SUFFIX)
+    with holding(lock, f"the conversion of {source}", waiting=lambda holder: _waiting(target, holder)):
+        _convert(source, target)
+        latest = checkpoints / LATEST_UNIVERSAL
+        partial = latest.with_name(f".{latest.name}.{os.getpid()}.partial")
+        partial.write_text(target.name)
+        os.replace(partial, latest)
+    return target
+
+
+def _waiting(target: Path, holder: str) -> None:
+    print(f"zerolab: waiting for {holder} (it writes {target})", flush=True)
+
+
+def _convert(source: Path, target: Path) -> None:
+    """Convert `source` into `target` unless done before (under the lock)."""
     if not target.is_dir():
         # deepspeed here, not at the top: the engine's environment only, after the engine's
         # directory is on sys.path (the checkpoint's pickled arguments name megatron's classes)
@@ -52,16 +72,22 @@ def convert(checkpoints: Path, iteration: int) -> Path:
         print(f"zerolab: converted {source} into {target}", flush=True)
     else:
         print(f"zerolab: reusing {target}, converted before", flush=True)
-    (checkpoints / LATEST_UNIVERSAL).write_text(target.name)
-    return target
 
 
 def main(argv: list[str]) -> int:
-    """Convert (or reuse) and say so; 2 with one line when the checkpoint cannot be converted."""
+    """Convert (or reuse) and say so; 2 with one line when the checkpoint cannot be converted, 130
+    with one when stopped by Ctrl-C."""
     engine_dir, checkpoints, iteration = argv
     sys.path.insert(0, engine_dir)
     try:
         convert(Path(checkpoints), int(iteration))
+    except KeyboardInterrupt:
+        print(
+            f"{error_prefix('launch')}interrupted (Ctrl-C): {checkpoints} holds no conversion of it "
+            "(the next launch converts it)",
+            file=sys.stderr,
+        )
+        return 130
     except Exception as error:  # whatever stops the conversion: the checkpoint cannot be read as one
         name = f"{type(error).__name__}: {error}"
         print(

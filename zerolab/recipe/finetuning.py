@@ -76,9 +76,8 @@ def model_source(spec: str, command: str | None = None) -> ModelSource:
 def model_shape(source: ModelSource) -> dict[str, Any] | None:
     """The model's shape keys as far as they can be known before launch, else None."""
     if source.kind == "run":
-        recipe_file = Path(source.spec) / rundir.RECIPE_FILE
         try:
-            model = read_yaml_mapping(recipe_file).get("model", {})
+            model = read_yaml_mapping(rundir.whole_recipe(Path(source.spec))).get("model", {})
         except UserError:
             return None
         return {key: model[key] for key in MODEL_SHAPE_KEYS if key in model} or None

@@ -12,6 +12,7 @@ from zerolab.recipe.job import check_inputs, job_of, train_iters
 from zerolab.recipe.render import RUN_DIR_PLACEHOLDER, Launch, as_text, shell_word
 from zerolab.recipe.schema import DEFAULT_MASTER_PORT, Recipe
 from zerolab.recipe.yaml_io import dump_yaml
+from zerolab.rundir import RECIPE_END
 
 
 def summary_line(recipe: Recipe) -> str:
@@ -139,7 +140,8 @@ def read_render_text(text: str) -> tuple[dict, str]:
 
 def resolved_yaml(recipe: Recipe, *, derived: bool = True) -> str:
     """The fully resolved recipe as YAML, headed by the values derived from it (as comments);
-    without `derived` (a recipe that fails its checks, whose sizes may not divide) a note instead."""
+    without `derived` (a recipe that fails its checks, whose sizes may not divide) a note instead.
+    Its last line is rundir.RECIPE_END, by which a run's recipe.yaml cut short is told (whole_recipe)."""
     overridden = f"overridden: {shlex.join(recipe.overrides)}" if recipe.overrides else ""
     values = (
         f"# derived: world_size={recipe.world_size} data_parallel={recipe.data_parallel_size} "
@@ -151,7 +153,7 @@ def resolved_yaml(recipe: Recipe, *, derived: bool = True) -> str:
     header = (
         commented(f"{recipe.path}, fully resolved") + (commented(overridden) if overridden else "") + values
     )
-    return header + dump_yaml(recipe.model_dump(mode="json"))
+    return f"{header}{dump_yaml(recipe.model_dump(mode='json'))}{RECIPE_END}\n"
 
 
 def warn_missing_inputs(recipe: Recipe) -> None:

@@ -20,8 +20,8 @@ GIVE_A_RECIPE = "give a RECIPE (a file, or a name under recipes/ such as cpu/tin
 
 def resumed_recipe_file(resume: Path) -> Path:
     """The recipe.yaml of the run that --resume `resume` continues; UserError saying what the path
-    is instead (no such folder, a file, a folder without one)."""
-    recipe_file = resume / rundir.RECIPE_FILE
+    is instead (no such folder, a file, a folder without one), or that its recipe.yaml is cut short."""
+    recipe_file = rundir.whole_recipe(resume)
     if recipe_file.is_file():
         return recipe_file
     if not resume.exists():

@@ -7,16 +7,16 @@ files, status.json included); the state of a cell is its status.json."""
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from zerolab import __version__, rundir
+from zerolab.contracts import LockHeld, holding
 from zerolab.errors import UserError
 from zerolab.files import folders_made, write_json_atomic
 from zerolab.locations import SWEEPS_DIR
@@ -189,37 +189,18 @@ def move_aside(directory: Path, cell: PlannedCell, state: str | None) -> Path:
 
 @contextlib.contextmanager
 def locked(directory: Path) -> Iterator[None]:
-    """Hold the sweep directory's lock (its .lock file, removed again when the sweep ends); UserError
-    when another zerolab sweep holds it. A directory this creates (and the parents it needed) is
-    removed again when what runs under the lock raises before writing into it."""
-    lock = directory / LOCK_FILE
+    """Hold the sweep directory's lock (its .lock file, zerolab.contracts.holding: removed again when
+    the sweep ends); UserError naming the sweep that holds it. A directory this creates (and the
+    parents it needed) is removed again when what runs under the lock raises before writing into it."""
     with folders_made(directory):
-        handle = _take_lock(lock, directory)
         try:
-            yield
-        finally:
-            lock.unlink(missing_ok=True)  # while still held: whoever opened it before finds it gone, retries
-            fcntl.flock(handle, fcntl.LOCK_UN)
-            handle.close()
-
-
-def _take_lock(lock: Path, directory: Path) -> IO[str]:
-    """The open, locked `lock` file; UserError when another process holds it."""
-    while True:
-        handle = open(lock, "a+")  # noqa: SIM115 (held until the sweep ends)
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.close()
+            with holding(directory / LOCK_FILE, f"zerolab sweep {directory.name}"):
+                yield
+        except LockHeld as held:
             raise UserError(
-                f"another zerolab sweep is running in {directory}; wait for it, or stop it (Ctrl-C)"
+                f"another zerolab sweep is running in {directory} ({held.holder}); wait for it, or stop "
+                "it (Ctrl-C in its terminal)"
             ) from None
-        try:
-            if os.stat(lock).st_ino == os.fstat(handle.fileno()).st_ino:
-                return handle
-        except FileNotFoundError:
-            pass
-        handle.close()  # locked a file its holder had just removed: take the new one
 
 
 def previous_prefix(directory: Path, cell: PlannedCell) -> str:

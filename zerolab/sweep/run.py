@@ -24,7 +24,7 @@ from zerolab.backends.driver import run
 from zerolab.backends.local import LocalBackend
 from zerolab.engine.doctor import collect
 from zerolab.engine.paths import engine_missing
-from zerolab.errors import UserError
+from zerolab.errors import Interrupted, UserError
 from zerolab.launch.plan import plan as plan_launch
 from zerolab.locations import display_path
 from zerolab.recipe.compose import resolve_recipe_path
@@ -116,8 +116,20 @@ def run_sweep(
     if missing:
         raise UserError(f"cannot run the sweep: {missing}")
     console.print(checking_line(plan), soft_wrap=True, markup=False)
-    with checked_and_locked(plan, directory, _checker(plan, directory), retry_failed=retry_failed) as checked:
-        return _run(plan, directory, checked, console, recorded)
+    try:
+        with checked_and_locked(
+            plan, directory, _checker(plan, directory), retry_failed=retry_failed
+        ) as checked:
+            return _run(plan, directory, checked, console, recorded)
+    except KeyboardInterrupt:  # between cells, or as one was written: no cell is left half-made
+        kept = (
+            f"the cells that ended are in {display_path(directory)}"
+            if directory.is_dir()
+            else "nothing written"
+        )
+        raise Interrupted(
+            f"the sweep {plan.name} stopped ({kept}); run the same command again to run the unfinished cells"
+        ) from None
 
 
 def _checker(plan: Plan, directory: Path, *, engine_required: bool = True) -> Callable[[PlannedCell], Any]:
