@@ -69,7 +69,8 @@ def test_upstream_launches_port_and_every_value_the_render_changes_is_named_with
     )
     dense_cl = verdicts["examples_deepspeed/MoE/ds_pretrain_gpt_125M_dense_cl.sh"]
     assert dense_cl.kind == "native", dense_cl.ported.recipe.extra if dense_cl.ported else dense_cl.reason
-    assert dense_cl.ported.recipe.curriculum.steps > 0 and dense_cl.ported.recipe.moe.loss_coeff == 0.01
+    cl = dense_cl.ported.recipe.curriculum
+    assert (cl.enabled, cl.min_seq_length, cl.max_seq_length, cl.steps) == (True, 72, 2048, 27638)
 
 
 def test_from_command_writes_the_recipe_and_names_what_differs(engine, tmp_path, capsys):
