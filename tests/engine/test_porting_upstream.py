@@ -17,7 +17,8 @@ from zerolab.porting.survey import survey
 ONE_OF_EACH = [
     "rebase/ds_pretrain_gpt_125M.sh",  # token schedule, samples, pipeline 2 x tensor 2
     "rebase/ds_pretrain_gpt_1.3B_rope.sh",  # rotary
-    "MoE/ds_pretrain_gpt_125M_MoE64.sh",  # experts, through extra
+    "MoE/ds_pretrain_gpt_125M_MoE64.sh",  # experts: native
+    "MoE/ds_pretrain_gpt_125M_dense_cl.sh",  # a curriculum: native
     "compression/ds_pretrain_gpt_125M_dense_kd.sh",  # distillation, through extra
     "curriculum_learning/ds_pretrain_gpt_1.3B_rope_slw.sh",  # a curriculum DeepSpeed reads whole
     "sequence_parallel/ds_pretrain_gpt_1.3B_seq_parallel_32k.sh",  # Ulysses, flash-triton
@@ -66,8 +67,25 @@ def test_upstream_launches_port_and_every_value_the_render_changes_is_named_with
     rope = verdicts["examples_deepspeed/rebase/ds_pretrain_gpt_1.3B_rope.sh"].ported
     assert rope.recipe.model.rotary_percent == 0.25
     curriculum = verdicts["examples_deepspeed/curriculum_learning/ds_pretrain_gpt_1.3B_rope_slw.sh"].ported
-    assert curriculum.recipe.extra.ds_config["curriculum_learning"]["enabled"] is True
+    assert "curriculum_learning" not in curriculum.recipe.extra.ds_config
+    assert (curriculum.recipe.curriculum.min_seq_length, curriculum.recipe.curriculum.max_seq_length) == (
+        64,
+        2048,
+    )
     assert curriculum.recipe.model.rotary
+    moe = verdicts["examples_deepspeed/MoE/ds_pretrain_gpt_125M_MoE64.sh"]
+    assert moe.kind == "native", moe.ported.recipe.extra if moe.ported else moe.reason
+    experts = moe.ported.recipe.moe
+    assert (experts.num_experts, experts.expert_parallel, experts.loss_coeff, experts.param_group) == (
+        [64],
+        8,
+        0.01,
+        True,
+    )
+    dense_cl = verdicts["examples_deepspeed/MoE/ds_pretrain_gpt_125M_dense_cl.sh"]
+    assert dense_cl.kind == "native", dense_cl.ported.recipe.extra if dense_cl.ported else dense_cl.reason
+    cl = dense_cl.ported.recipe.curriculum
+    assert (cl.enabled, cl.min_seq_length, cl.max_seq_length, cl.steps) == (True, 72, 2048, 27638)
 
 
 def test_from_command_writes_the_recipe_and_names_what_differs(engine, tmp_path, capsys):

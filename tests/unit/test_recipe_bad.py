@@ -209,6 +209,115 @@ OVERRIDE_CASES = [
         ["DeepSpeed-Ulysses runs without the pipeline engine"],
     ),
     (
+        "experts through extra",
+        TINY,
+        ['extra.megatron_args=[--num-experts, "4"]'],
+        ["--num-experts: the recipe key moe.num_experts renders it"],
+    ),
+    (
+        "options of experts on a dense model",
+        TINY,
+        ["moe.topk=2", "moe.param_group=true"],
+        ["topk, param_group: options of the experts", "set moe.num_experts above 1"],
+    ),
+    (
+        "more expert counts than MoE layers",
+        TINY,
+        ["moe.num_experts=[2,4]", "moe.param_group=true"],
+        ["moe.num_experts gives 2 counts; the model has 1 MoE layers (one in 2 of 2)"],
+    ),
+    (
+        "experts on no layer",
+        TINY,
+        ["moe.num_experts=2", "moe.expert_interval=3", "moe.param_group=true"],
+        ["one layer in 3 is an MoE layer (moe.expert_interval) and the model has 2", "moe.expert_interval"],
+    ),
+    (
+        "expert parallel beyond data parallel",
+        TINY,
+        ["moe.num_experts=4", "moe.expert_parallel=4", "moe.param_group=true"],
+        ["expert parallel 4 must divide the data-parallel size 2", "moe.expert_parallel"],
+    ),
+    (
+        "expert parallel that does not divide the experts",
+        TINY,
+        ["moe.num_experts=3", "moe.expert_parallel=2", "moe.param_group=true"],
+        ["expert parallel 2 must divide each MoE layer's experts (3 do not divide)"],
+    ),
+    (
+        "experts under ZeRO without their optimizer groups",
+        TINY,
+        ["moe.num_experts=2"],
+        ["ZeRO stage 1 needs the experts' weights in optimizer groups of their own", "moe.param_group=true"],
+    ),
+    (
+        "experts under ZeRO-3",
+        "recipes/cpu/tiny_z3.yaml",
+        ["moe.num_experts=2", "moe.param_group=true"],
+        ["DeepSpeed's MoE layers do not train under ZeRO stage 3"],
+    ),
+    (
+        "a top-k beyond the experts",
+        TINY,
+        ["moe.num_experts=2", "moe.topk=3", "moe.param_group=true"],
+        ["each token goes to its top 3 experts, and an MoE layer has only 2"],
+    ),
+    (
+        "a curriculum without where it starts",
+        TINY,
+        ["curriculum.enabled=true"],
+        ["a curriculum needs min_seq_length and steps", "curriculum.steps"],
+    ),
+    (
+        "a curriculum longer than the sequences",
+        TINY,
+        [
+            "curriculum.enabled=true",
+            "curriculum.min_seq_length=64",
+            "curriculum.max_seq_length=256",
+            "curriculum.steps=4",
+        ],
+        ["the curriculum grows from 64 to 256 tokens", "at most at the sequences' 128"],
+    ),
+    (
+        "options of a curriculum that is off",
+        TINY,
+        ["curriculum.steps=4"],
+        ["steps: options of the curriculum, which is off"],
+    ),
+    (
+        "a root degree on the linear schedule",
+        TINY,
+        [
+            "curriculum.enabled=true",
+            "curriculum.min_seq_length=64",
+            "curriculum.steps=4",
+            "curriculum.root_degree=2",
+        ],
+        ["curriculum.root_degree is the fixed_root schedule's"],
+    ),
+    (
+        "a curriculum of sequences split by Ulysses",
+        GPT2,
+        [
+            "model=gpt2-355m",
+            "parallel.sequence=2",
+            "curriculum.enabled=true",
+            "curriculum.min_seq_length=64",
+            "curriculum.steps=4",
+        ],
+        ["DeepSpeed-Ulysses gives each rank a part of every sequence", "parallel.sequence"],
+    ),
+    (
+        "a curriculum through extra",
+        TINY,
+        [
+            'extra.ds_config={"curriculum_learning": {"enabled": true, "curriculum_type": "seqlen", '
+            '"schedule_type": "fixed_linear"}}'
+        ],
+        ["extra.ds_config curriculum_learning: the curriculum section renders a seqlen curriculum"],
+    ),
+    (
         "a blend with a weight and no prefix",
         TINY,
         ["data.path=0.5 data/a_text_document 0.5"],

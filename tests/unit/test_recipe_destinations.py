@@ -60,6 +60,10 @@ RULES: dict[tuple[str, str], tuple[tuple[str, list[str]], tuple[str, list[str]] 
         ENGINE_ATTENTION,
     ),
     ("parallel.pipeline", "--no-pipeline-parallel"): (ON_GPU, ("gpt2_tp2_pp2", [])),
+    ("moe.token_dropping", "--disable-moe-token-dropping"): (
+        ("cpu/tiny_dp", ["moe.num_experts=2", "moe.token_dropping=false"]),
+        ("cpu/tiny_dp", ["moe.num_experts=2"]),
+    ),
     ("parallel.sequence", "--ds-sequence-parallel-size"): (
         ("gpt2_z1", ["model=gpt2-355m", "parallel.sequence=2", "train.global_batch_size=16"]),
         ON_GPU,

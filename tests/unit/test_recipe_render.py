@@ -644,3 +644,41 @@ def test_the_deepspeed_launcher_over_ssh_takes_the_launch_environment_to_every_n
         load_recipe("cpu/tiny_z1", ["hardware.launcher=deepspeed"]), run_dir=str(tmp_path / "one")
     )
     assert "DS_ENV_FILE" not in one_node.env
+
+
+def test_experts_render_their_flags_and_nothing_at_megatrons_defaults():
+    experts = ["moe.num_experts=[4]", "moe.expert_parallel=2", "moe.topk=2", "moe.param_group=true"]
+    launch = render(load_recipe("cpu/tiny_z1", [*experts, "moe.loss_coeff=0.01", "moe.mlp_type=residual"]))
+    assert option(launch.argv, "--num-experts") == "4" and option(launch.argv, "--topk") == "2"
+    assert option(launch.argv, "--moe-expert-parallel-size") == "2"
+    assert (option(launch.argv, "--moe-loss-coeff"), option(launch.argv, "--mlp-type")) == (
+        "0.01",
+        "residual",
+    )
+    assert "--create-moe-param-group" in launch.argv
+    assert "--disable-moe-token-dropping" not in launch.argv
+    dense = render(load_recipe("cpu/tiny_z1", ["moe.loss_coeff=0.01"])).argv  # upstream's dense scripts
+    assert option(dense, "--moe-loss-coeff") == "0.01" and "--num-experts" not in dense
+    assert not [
+        token for token in render(load_recipe("cpu/tiny_z1")).argv if "moe" in token or "expert" in token
+    ]
+
+
+def test_a_curriculum_renders_its_block():
+    curriculum = ["curriculum.enabled=true", "curriculum.min_seq_length=32", "curriculum.steps=4"]
+    launch = render(load_recipe("cpu/tiny_z1", curriculum))
+    assert launch.ds_config["curriculum_learning"] == {
+        "enabled": True,
+        "curriculum_type": "seqlen",
+        "min_difficulty": 32,
+        "max_difficulty": 128,  # model.seq_length
+        "schedule_type": "fixed_linear",
+        "schedule_config": {"total_curriculum_step": 4, "difficulty_step": 8},
+    }
+    root = render(
+        load_recipe(
+            "cpu/tiny_z1", [*curriculum, "curriculum.schedule=fixed_root", "curriculum.root_degree=2"]
+        )
+    )
+    assert root.ds_config["curriculum_learning"]["schedule_config"]["root_degree"] == 2
+    assert "curriculum_learning" not in render(load_recipe("cpu/tiny_z1")).ds_config

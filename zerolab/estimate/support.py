@@ -1,4 +1,5 @@
-"""What the estimator models. The recipe schema's keys are all modelled; the escape hatch
+"""What the estimator models. The recipe schema's keys are all modelled but mixture of experts
+(moe.num_experts above 1), which it names; the escape hatch
 (`extra.megatron_args`, `extra.ds_config`) is modelled only where a setting is known not to
 change memory. Anything else makes the estimate refuse, naming the setting, rather than guess."""
 
@@ -48,6 +49,12 @@ NEUTRAL_DS_CONFIG_KEYS = frozenset(
 def unmodelled_settings(recipe: Recipe) -> list[str]:
     """The recipe's settings the estimate cannot account for, each with why (empty: all modelled)."""
     reasons = []
+    if recipe.moe.enabled:
+        reasons.append(
+            f"moe.num_experts {recipe.moe.experts}: the estimate does not model mixture of experts (the "
+            "experts' weights, gradients and optimizer states over the expert-parallel ranks, the gates, "
+            "the all-to-all buffers of the routed tokens)"
+        )
     for token in recipe.extra.megatron_args:
         flag = token.split("=", 1)[0]
         if flag.startswith("--") and flag not in NEUTRAL_MEGATRON_ARGS:

@@ -366,7 +366,9 @@ def _native_keys(
 ) -> tuple[dict[str, Any], set[str], list[str]]:
     """The recipe keys the launch decides (from the resolved arguments: what a flag left out means
     is Megatron's default; a key whose null renders no flag stays null where the launch has
-    Megatron's default), the flags they render, and the porting traps."""
+    Megatron's default, and the keys of a section whose null is Megatron's default
+    (SET_ONLY_SECTIONS) are set only where the launch's value differs from Megatron's), the flags
+    they render, and the porting traps."""
     keys: dict[str, Any] = {}
     consumed = set(RUN_DIR_FLAGS) | set(UNREAD_UNDER_DEEPSPEED)
     traps = []
@@ -376,6 +378,8 @@ def _native_keys(
         if dest not in resolved or key in ("data.vocab_file", "data.merge_file"):
             continue
         value = resolved[dest]
+        if key.split(".")[0] in SET_ONLY_SECTIONS and value == megatron_defaults.get(dest):
+            continue
         if isinstance(value, list) and key == "train.rampup_batch_size":
             value = [int(item) for item in value]
         if value is None and defaults.get(key) is not None:
@@ -420,6 +424,9 @@ def _native_keys(
         if resolved.get(dest):
             keys["model.attention"] = attention
     consumed |= {"--use-flash-attn-v2", "--use-flash-attn-v1", "--use-flash-attn-triton", "--use-flash-attn"}
+    if resolved.get("moe_token_dropping") is False:
+        keys["moe.token_dropping"] = False
+        consumed.add("--disable-moe-token-dropping")
     keys |= _checkpointing(resolved, consumed)
     if resolved.get("tensorboard_dir"):
         keys["logging.tensorboard"] = True
@@ -436,6 +443,10 @@ def _native_keys(
     consumed |= {"--fp16", "--bf16", "--zero-stage", "--cpu-optimizer", "--remote-device", "--use-pin-memory"}
     keys |= _from_ds_config(ds_config, ds_resolved, resolved, traps)
     return keys, consumed, traps
+
+
+SET_ONLY_SECTIONS = ("moe",)
+"""The sections whose keys' null is Megatron's default: a launch that leaves them there sets none."""
 
 
 def _schema_defaults() -> dict[str, Any]:
@@ -555,6 +566,50 @@ def _from_ds_config(
     if profiler.get("enabled"):
         keys["logging.flops_profiler_step"] = profiler.get("profile_step", FLOPS_PROFILER_STEP)
         keys["logging.flops_profiler_top_modules"] = profiler.get("top_modules")
+    return keys | _curriculum(ds_config)
+
+
+CURRICULUM_KEYS = {
+    "min_difficulty": "curriculum.min_seq_length",
+    "max_difficulty": "curriculum.max_seq_length",
+    "schedule_type": "curriculum.schedule",
+    "schedule_config.total_curriculum_step": "curriculum.steps",
+    "schedule_config.difficulty_step": "curriculum.difficulty_step",
+    "schedule_config.root_degree": "curriculum.root_degree",
+}
+"""The ds_config curriculum_learning keys the curriculum section renders (with enabled and
+curriculum_type seqlen)."""
+
+
+def _ported_curriculum(ds_config: dict[str, Any]) -> dict[str, Any] | None:
+    """The ds_config's curriculum_learning block where the curriculum section expresses it: on, of
+    sequence length, on a schedule the section has, with no key it does not render."""
+    block = ds_config.get("curriculum_learning")
+    if not isinstance(block, dict) or block.get("enabled") is not True:
+        return None
+    schedule = block.get("schedule_config", {})
+    known = {"enabled", "curriculum_type", *(key.split(".")[0] for key in CURRICULUM_KEYS)}
+    if (
+        block.get("curriculum_type") != "seqlen"
+        or block.get("schedule_type") not in ("fixed_linear", "fixed_root")
+        or set(block) - known
+        or set(schedule) - {key.split(".")[1] for key in CURRICULUM_KEYS if "." in key}
+    ):
+        return None
+    return block
+
+
+def _curriculum(ds_config: dict[str, Any]) -> dict[str, Any]:
+    """The curriculum section's keys of a curriculum_learning block it expresses."""
+    block = _ported_curriculum(ds_config)
+    if block is None:
+        return {}
+    keys: dict[str, Any] = {"curriculum.enabled": True}
+    for name, key in CURRICULUM_KEYS.items():
+        parent, _, leaf = name.rpartition(".")
+        node = block.get(parent, {}) if parent else block
+        if leaf in node:
+            keys[key] = node[leaf]
     return keys
 
 
@@ -589,6 +644,9 @@ CONSUMED_DS = {
 
 def _consumed_ds_keys(ds_config: dict[str, Any]) -> set[str]:
     consumed = set(CONSUMED_DS)
+    if _ported_curriculum(ds_config) is not None:
+        consumed |= {"curriculum_learning.enabled", "curriculum_learning.curriculum_type"}
+        consumed |= {f"curriculum_learning.{name}" for name in CURRICULUM_KEYS}
     if ds_config.get("fp16", {}).get("loss_scale", 0) != 0:
         consumed.discard("fp16.loss_scale")
     return consumed

@@ -7,6 +7,7 @@ checks a set of them."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,6 +44,18 @@ def launch_scripts(root: Path) -> list[Path]:
     )
 
 
+def written_for(script: Path, launcher: list[str]) -> int | None:
+    """The GPUs a script says it is written for (a literal `NUM_GPUS=64`, more than one node's)
+    where its deepspeed launcher names no count and so would take them from a hostfile; else None."""
+    if Path(launcher[0]).name != "deepspeed" or any(
+        token.startswith(("--num_nodes", "--num_gpus", "--include", "--exclude")) for token in launcher
+    ):
+        return None
+    found = re.search(r"^NUM_GPUS=(\d+)\s*$", script.read_text(errors="replace"), re.MULTILINE)
+    gpus = int(found.group(1)) if found else 0
+    return gpus if gpus > GPUS_PER_NODE and gpus % GPUS_PER_NODE == 0 else None
+
+
 def survey(root: Path, scripts: list[Path] | None = None) -> list[Verdict]:
     """Each launching script's verdict (the scripts that launch nothing at their defaults left out)."""
     launches: list[tuple[str, Launch]] = []
@@ -52,6 +65,9 @@ def survey(root: Path, scripts: list[Path] | None = None) -> list[Verdict]:
             continue
         first = captured[0]
         nodes, procs = launcher_layout(first.launcher, GPUS_PER_NODE)
+        gpus = written_for(script, first.launcher)
+        if gpus is not None:  # placed on the nodes it names (a hostfile of gpus / 8 nodes)
+            nodes = gpus // GPUS_PER_NODE
         name = str(script.relative_to(root))
         launches.append((name, Launch(script.stem, first.args, first.ds_config or {}, nodes, procs)))
     verdicts = []

@@ -18,9 +18,12 @@ from zerolab.recipe.pretraining import Pretraining, attention_args
 from zerolab.recipe.provenance import Sources, source_of
 from zerolab.recipe.render import ds_config, render, stage_bound
 from zerolab.recipe.schema import (
+    MEGATRON_EXPERT_INTERVAL,
     NODE_PLACING_BACKENDS,
+    CurriculumSection,
     DataSection,
     ExtraSection,
+    MoeSection,
     Recipe,
     SpeedSection,
     section_class,
@@ -936,6 +939,202 @@ def _fused_attention_has_one_causal_mask(recipe: Recipe) -> Problem | None:
     )
 
 
+MOE_OPTIONS = tuple(name for name in MoeSection.model_fields if name not in ("num_experts", "loss_coeff"))
+"""The moe keys that only layers with experts read (moe.loss_coeff: upstream's dense scripts pass it)."""
+
+
+@only_for(Pretraining)
+@check
+def _moe_options_need_experts(recipe: Recipe) -> Problem | None:
+    moe = recipe.moe
+    given = [name for name in MOE_OPTIONS if _differs_from_default(moe, name)]
+    if moe.enabled or not given:
+        return None
+    return Problem(
+        ("moe.num_experts", *(f"moe.{name}" for name in given)),
+        f"{', '.join(given)}: options of the experts, and moe.num_experts gives every layer one (a dense "
+        "model): nothing would change",
+        "set moe.num_experts above 1, or remove them",
+    )
+
+
+@only_for(Pretraining)
+@check
+def _moe_layers_and_their_experts(recipe: Recipe) -> Problem | None:
+    moe, layers = recipe.moe, recipe.model.num_layers
+    experts, interval = moe.experts, moe.expert_interval or MEGATRON_EXPERT_INTERVAL
+    keys = ("moe.num_experts", "moe.expert_interval", "model.num_layers")
+    if min(experts) < 1:
+        return Problem(keys[:1], "every MoE layer needs at least 1 expert", "give counts of 1 or more")
+    if not moe.enabled:
+        return None
+    moe_layers = layers // interval
+    if moe_layers == 0:
+        return Problem(
+            keys,
+            f"one layer in {interval} is an MoE layer (moe.expert_interval) and the model has {layers}: "
+            "none would get experts",
+            f"set moe.expert_interval to at most {layers}",
+        )
+    if len(experts) in (1, moe_layers):
+        return None
+    return Problem(
+        keys,
+        f"moe.num_experts gives {len(experts)} counts; the model has {moe_layers} MoE layers (one in "
+        f"{interval} of {layers}), and the engine takes one count for all or one for each",
+        f"give one count, or {moe_layers}",
+    )
+
+
+@only_for(Pretraining)
+@check
+def _experts_spread_over_data_parallel_ranks(recipe: Recipe) -> Problem | None:
+    moe = recipe.moe
+    size = moe.expert_parallel or 1
+    if not moe.enabled or size == 1:
+        return None
+    dp = recipe.data_parallel_size
+    uneven = sorted({count for count in moe.experts if count > 1 and count % size})
+    if recipe.world_size % _split_ranks(recipe) == 0 and dp % size:
+        return Problem(
+            ("moe.expert_parallel", "hardware.procs_per_node", "hardware.nodes", *_split_keys(recipe)),
+            f"expert parallel {size} must divide the data-parallel size {dp}: DeepSpeed draws each "
+            "expert-parallel group from ranks that train different tokens",
+            f"set moe.expert_parallel to a divisor of {dp}",
+        )
+    if uneven:
+        return Problem(
+            ("moe.expert_parallel", "moe.num_experts"),
+            f"expert parallel {size} must divide each MoE layer's experts ({', '.join(map(str, uneven))} do "
+            "not divide): DeepSpeed gives each rank experts / expert parallel of them",
+            "set moe.expert_parallel to a common divisor of moe.num_experts, or the counts to multiples "
+            f"of {size}",
+        )
+    return None
+
+
+@only_for(Pretraining)
+@check
+def _experts_under_zero(recipe: Recipe) -> Problem | None:
+    moe, stage = recipe.moe, recipe.zero.stage
+    if not moe.enabled or stage == 0 or (stage in (1, 2) and moe.param_group):
+        return None
+    if stage == 3:
+        return Problem(
+            ("moe.num_experts", "zero.stage"),
+            "DeepSpeed's MoE layers do not train under ZeRO stage 3 (its engine refuses them)",
+            "use zero.stage 0, 1 or 2 with experts",
+        )
+    return Problem(
+        ("moe.param_group", "zero.stage"),
+        f"with experts, ZeRO stage {stage} needs the experts' weights in optimizer groups of their own "
+        "(DeepSpeed refuses an optimizer without them)",
+        "set moe.param_group=true",
+    )
+
+
+@only_for(Pretraining)
+@check
+def _experts_route_within_their_count(recipe: Recipe) -> Problem | None:
+    moe = recipe.moe
+    fewest = min(count for count in moe.experts if count > 1) if moe.enabled else 0
+    if not moe.enabled or (moe.topk or 1) <= fewest:
+        return None
+    return Problem(
+        ("moe.topk", "moe.num_experts"),
+        f"each token goes to its top {moe.topk} experts, and an MoE layer has only {fewest}",
+        f"set moe.topk to at most {fewest}",
+    )
+
+
+@only_for(Pretraining)
+@check
+def _curriculum_options_need_it(recipe: Recipe) -> Problem | None:
+    cl = recipe.curriculum
+    given = [
+        name
+        for name in CurriculumSection.model_fields
+        if name != "enabled" and _differs_from_default(cl, name)
+    ]
+    if cl.enabled or not given:
+        return None
+    return Problem(
+        ("curriculum.enabled", *(f"curriculum.{name}" for name in given)),
+        f"{', '.join(given)}: options of the curriculum, which is off: nothing would change",
+        "set curriculum.enabled=true, or remove them",
+    )
+
+
+@only_for(Pretraining)
+@check
+def _curriculum_lengths(recipe: Recipe) -> Problem | None:
+    cl, seq = recipe.curriculum, recipe.model.seq_length
+    if not cl.enabled:
+        return None
+    missing = [name for name in ("min_seq_length", "steps") if getattr(cl, name) is None]
+    if missing:
+        return Problem(
+            tuple(f"curriculum.{name}" for name in missing),
+            f"a curriculum needs {' and '.join(missing)}: where it starts and how many iterations it "
+            "grows over",
+            "set " + " and ".join(f"curriculum.{name}" for name in missing),
+        )
+    top = cl.max_seq_length or seq
+    if cl.min_seq_length is not None and cl.min_seq_length < top <= seq:
+        return None
+    return Problem(
+        ("curriculum.min_seq_length", "curriculum.max_seq_length", "model.seq_length"),
+        f"the curriculum grows from {cl.min_seq_length} to {top} tokens; it must start below where it ends, "
+        f"and end at most at the sequences' {seq}",
+        f"set curriculum.min_seq_length below {top} and curriculum.max_seq_length at most {seq} "
+        f"(null: {seq})",
+    )
+
+
+@only_for(Pretraining)
+@check
+def _curriculum_root_degree(recipe: Recipe) -> Problem | None:
+    cl = recipe.curriculum
+    if not cl.enabled or (cl.schedule == "fixed_root") == (cl.root_degree is not None):
+        return None
+    return Problem(
+        ("curriculum.schedule", "curriculum.root_degree"),
+        "curriculum.root_degree is the fixed_root schedule's, and only that schedule's",
+        "set curriculum.schedule=fixed_root with a root_degree, or remove root_degree",
+    )
+
+
+@only_for(Pretraining)
+@check
+def _curriculum_of_whole_sequences(recipe: Recipe) -> Problem | None:
+    if not recipe.curriculum.enabled or recipe.parallel.sequence == 1:
+        return None
+    return Problem(
+        ("curriculum.enabled", "parallel.sequence"),
+        "the curriculum cuts the sequences each rank holds to its length, and DeepSpeed-Ulysses gives each "
+        "rank a part of every sequence: the parts would be cut, not the sequences",
+        "set curriculum.enabled=false or parallel.sequence=1",
+    )
+
+
+@only_for(Pretraining)
+@check
+def _curriculum_through_extra(recipe: Recipe) -> Problem | None:
+    block = recipe.extra.ds_config.get("curriculum_learning")
+    if not isinstance(block, dict) or block.get("enabled") is not True:
+        return None
+    if block.get("curriculum_type") != "seqlen" or block.get("schedule_type") not in (
+        "fixed_linear",
+        "fixed_root",
+    ):
+        return None
+    return Problem(
+        ("extra.ds_config",),
+        "extra.ds_config curriculum_learning: the curriculum section renders a seqlen curriculum",
+        "set the curriculum section's keys instead (docs/recipe-reference.md)",
+    )
+
+
 @check
 def _extra_args_are_options(recipe: Recipe) -> Problem | None:
     args = recipe.extra.megatron_args
@@ -1111,6 +1310,8 @@ NOT_READ_BY_FINETUNING: dict[str, tuple[str, ...]] = {
     "extra": ("megatron_args",),
     "speed": tuple(SpeedSection.model_fields),
     "logging": ("tensorboard_queue_size", "log_batch_size", "log_optimizer_states", "timing_log_level"),
+    "moe": tuple(MoeSection.model_fields),
+    "curriculum": tuple(CurriculumSection.model_fields),
 }
 """The keys a fine-tuning does not read (the loop is not Megatron): a value other than the
 default is refused rather than silently ignored (train.iters and train.tokens: the length check)."""

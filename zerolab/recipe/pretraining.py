@@ -88,8 +88,8 @@ class Pretraining:
         return attention_env(self.recipe) | speed_env(self.recipe)
 
     def ds_config(self) -> dict[str, Any]:
-        """Nothing beyond the common ds_config: Megatron builds its own optimizer."""
-        return {}
+        """The curriculum's block where it is on (Megatron builds its own optimizer)."""
+        return curriculum_config(self.recipe)
 
     def adopt_model(self, sources: Sources) -> None:
         """Nothing: the recipe's model section is the model's shape."""
@@ -153,6 +153,7 @@ def megatron_args(recipe: Recipe, ds_config_path: str) -> list[str]:
     args += activation_checkpointing_args(recipe)
     args += section_args(recipe, "precision")
     args += section_args(recipe, "logging")  # the TensorBoard options; the rest: run_dir_args
+    args += moe_args(recipe)
     args += ["--deepspeed", "--deepspeed_config", ds_config_path, *section_args(recipe, "zero")]
     if recipe.parallel.pipeline == 1:
         args.append("--no-pipeline-parallel")
@@ -175,6 +176,33 @@ def section_args(recipe: Recipe, section: str, at: dict[str, list[str]] | None =
             args += _flag(destination.flag, getattr(values, name))
         args += (at or {}).get(name, [])
     return args
+
+
+def curriculum_config(recipe: Recipe) -> dict[str, Any]:
+    """ds_config curriculum_learning: the seqlen curriculum of the curriculum section, where enabled."""
+    cl = recipe.curriculum
+    if not cl.enabled:
+        return {}
+    schedule: dict[str, Any] = {"total_curriculum_step": cl.steps, "difficulty_step": cl.difficulty_step}
+    if cl.schedule == "fixed_root":
+        schedule["root_degree"] = cl.root_degree
+    return {
+        "curriculum_learning": {
+            "enabled": True,
+            "curriculum_type": "seqlen",
+            "min_difficulty": cl.min_seq_length,
+            "max_difficulty": cl.max_seq_length or recipe.model.seq_length,
+            "schedule_type": cl.schedule,
+            "schedule_config": schedule,
+        }
+    }
+
+
+def moe_args(recipe: Recipe) -> list[str]:
+    """The mixture-of-experts flags: the moe section's one-to-one keys (null: Megatron's default,
+    nothing rendered) and --disable-moe-token-dropping where moe.token_dropping is false."""
+    dropping = [] if recipe.moe.token_dropping else [_declared_flag(recipe, "moe", "token_dropping")]
+    return [*section_args(recipe, "moe"), *dropping]
 
 
 def sequence_args(recipe: Recipe) -> list[str]:

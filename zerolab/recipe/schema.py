@@ -1015,6 +1015,170 @@ class FinetuneSection(Section):
         return os.path.expanduser(value) if value.startswith("~") else value
 
 
+MEGATRON_EXPERT_INTERVAL = 2
+"""Megatron-DeepSpeed's --expert-interval default: every second layer is an MoE layer."""
+
+
+class MoeSection(Section):
+    """Mixture of experts: DeepSpeed's MoE layers in place of the MLP of every
+    moe.expert_interval-th transformer layer (Megatron-DeepSpeed's --num-experts and its options, as
+    upstream's examples_deepspeed/MoE scripts pass them). Each key's null is Megatron's default,
+    and renders nothing. Pretraining only; the estimate does not model experts (it says so)."""
+
+    num_experts: list[int] | None = field(
+        None,
+        "experts of each MoE layer (--num-experts): one number for every MoE layer, or one per MoE "
+        "layer (num_layers / expert_interval of them; PR-MoE's pyramid, e.g. [64, 64, 128]); null or "
+        "[1]: dense, no MoE",
+        "experts",
+        to=(Megatron("--num-experts"),),
+    )
+    expert_parallel: int | None = field(
+        None,
+        "ranks each MoE layer's experts are spread over (--moe-expert-parallel-size), drawn from the "
+        "data-parallel ranks: it must divide the data-parallel size and each layer's experts; tokens "
+        "travel to their experts all-to-all. null: 1, every rank holds every expert",
+        "ranks",
+        gt=0,
+        to=(Megatron("--moe-expert-parallel-size"),),
+    )
+    expert_interval: int | None = field(
+        None,
+        "every this-many-th layer is an MoE layer (--expert-interval); null: Megatron's 2",
+        "layers",
+        gt=0,
+        to=(Megatron("--expert-interval"),),
+    )
+    topk: int | None = field(
+        None,
+        "experts each token is routed to (--topk, the gate's top-k); null: 1",
+        "experts",
+        gt=0,
+        to=(Megatron("--topk"),),
+    )
+    mlp_type: Literal["standard", "residual"] | None = field(
+        None,
+        "residual: PR-MoE's Residual-MoE, a dense MLP beside the experts in each MoE layer, their outputs "
+        "mixed by a learned coefficient (--mlp-type residual); null or standard: experts only",
+        to=(Megatron("--mlp-type"),),
+    )
+    train_capacity_factor: float | None = field(
+        None,
+        "training: an expert takes at most this x its even share of a batch's tokens "
+        "(--moe-train-capacity-factor), the rest dropped (moe.token_dropping); null: 1.0",
+        gt=0,
+        to=(Megatron("--moe-train-capacity-factor"),),
+    )
+    eval_capacity_factor: float | None = field(
+        None,
+        "the capacity factor at evaluation (--moe-eval-capacity-factor); null: 1.0",
+        gt=0,
+        to=(Megatron("--moe-eval-capacity-factor"),),
+    )
+    min_capacity: int | None = field(
+        None,
+        "an expert's capacity is at least this, whatever the factor (--moe-min-capacity); null: 4",
+        "tokens",
+        ge=0,
+        to=(Megatron("--moe-min-capacity"),),
+    )
+    token_dropping: bool = field(
+        True,
+        "drop the tokens beyond an expert's capacity (false: --disable-moe-token-dropping, no capacity "
+        "limit: slower, sometimes better converged)",
+        to=(Megatron("--disable-moe-token-dropping", "when false"),),
+    )
+    loss_coeff: float | None = field(
+        None,
+        "weight of the gates' load-balancing loss added to the language-model loss (--moe-loss-coeff); "
+        "null: Megatron's 0.1. Read only with experts; upstream's dense scripts pass it too, and a "
+        "dense recipe may keep it (it changes nothing there)",
+        ge=0,
+        to=(Megatron("--moe-loss-coeff"),),
+    )
+    param_group: bool = field(
+        False,
+        "put the experts' weights in optimizer groups of their own (--create-moe-param-group), which "
+        "DeepSpeed's ZeRO needs with experts (its optimizer reduces them over the expert-data-parallel "
+        "ranks)",
+        to=(Megatron("--create-moe-param-group"),),
+    )
+
+    @field_validator("num_experts", mode="before")
+    @classmethod
+    def _one_count(cls, value: Any) -> Any:
+        """A single count (`moe.num_experts=4`) is the list of one."""
+        return [value] if isinstance(value, int) and not isinstance(value, bool) else value
+
+    @property
+    def experts(self) -> list[int]:
+        """The experts per MoE layer as given, [1] for a dense model."""
+        return self.num_experts or [1]
+
+    @property
+    def enabled(self) -> bool:
+        """Whether any layer has more than one expert."""
+        return max(self.experts) > 1
+
+
+class CurriculumSection(Section):
+    """DeepSpeed's sequence-length curriculum (the ds_config curriculum_learning block, seqlen type,
+    as upstream's *_cl and *_slw scripts set it): each iteration trains the first L tokens of every
+    sequence, L growing from min_seq_length to max_seq_length over `steps` iterations, a multiple of
+    difficulty_step (DeepSpeed's engine hands the model the length at each step; Megatron's training
+    loop on the pipeline engine). Pretraining only; the estimate counts the whole model.seq_length, the
+    curriculum's longest."""
+
+    enabled: bool = field(
+        False,
+        "train with the sequence-length curriculum (ds_config curriculum_learning, curriculum_type seqlen)",
+        to=(DeepSpeed("curriculum_learning.enabled", rule="when true, with curriculum_type seqlen"),),
+    )
+    min_seq_length: int | None = field(
+        None,
+        "the sequence length the curriculum starts from (min_difficulty); needed when enabled",
+        "tokens",
+        gt=0,
+        to=(DeepSpeed("curriculum_learning.min_difficulty", rule="when enabled"),),
+    )
+    max_seq_length: int | None = field(
+        None,
+        "the length it grows to (max_difficulty); null: model.seq_length",
+        "tokens",
+        gt=0,
+        to=(
+            DeepSpeed("curriculum_learning.max_difficulty", rule="when enabled; model.seq_length when null"),
+        ),
+    )
+    schedule: Literal["fixed_linear", "fixed_root"] = field(
+        "fixed_linear",
+        "how the length grows (schedule_type): fixed_linear in proportion to the iterations, fixed_root as "
+        "their root_degree-th root (fast at first)",
+        to=(DeepSpeed("curriculum_learning.schedule_type", rule="when enabled"),),
+    )
+    steps: int | None = field(
+        None,
+        "iterations until max_seq_length is reached (schedule_config.total_curriculum_step); needed when "
+        "enabled",
+        "iterations",
+        gt=0,
+        to=(DeepSpeed("curriculum_learning.schedule_config.total_curriculum_step", rule="when enabled"),),
+    )
+    difficulty_step: int = field(
+        8,
+        "each length is a multiple of this (schedule_config.difficulty_step; 8 keeps Tensor Cores busy)",
+        "tokens",
+        gt=0,
+        to=(DeepSpeed("curriculum_learning.schedule_config.difficulty_step", rule="when enabled"),),
+    )
+    root_degree: int | None = field(
+        None,
+        "schedule fixed_root only: the root taken (schedule_config.root_degree)",
+        gt=0,
+        to=(DeepSpeed("curriculum_learning.schedule_config.root_degree", rule="fixed_root"),),
+    )
+
+
 class Recipe(Section):
     """A resolved recipe: building blocks from `base`, then the file's keys, then overrides."""
 
@@ -1037,6 +1201,8 @@ class Recipe(Section):
     logging: LoggingSection = field(LoggingSection, "TensorBoard and Weights & Biases")
     extra: ExtraSection = field(ExtraSection, "engine settings the schema does not know")
     speed: SpeedSection = field(SpeedSection, "zerolab's speed switches (host-side work of the engine)")
+    moe: MoeSection = field(MoeSection, "mixture of experts (DeepSpeed's MoE layers)")
+    curriculum: CurriculumSection = field(CurriculumSection, "sequence-length curriculum (DeepSpeed's)")
     finetune: FinetuneSection | None = field(
         None, "fine-tune a Hugging Face GPT-2 on a GLUE task instead of pretraining; null: pretraining"
     )
@@ -1112,6 +1278,8 @@ SECTIONS: tuple[str, ...] = (
     "logging",
     "extra",
     "speed",
+    "moe",
+    "curriculum",
     "finetune",
 )
 
