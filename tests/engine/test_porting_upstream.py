@@ -1,8 +1,9 @@
 """`zerolab from-command` on upstream launches: a set of the pinned engine's examples_deepspeed GPT
 scripts, read from the engine checkout and run at their defaults with stub launchers
 (zerolab.porting.capture), each ported, rendered back and compared by the engine's own parser and
-config classes (benchmarks/upstream_scripts.py surveys all 48). Unit tests of the parts that need
-no engine: tests/unit/test_porting_capture.py and test_from_command.py."""
+config classes (benchmarks/upstream_scripts.py surveys all 48); and a shared run's train.log
+ported back (`--log`: its argument dump). Unit tests of the parts that need no engine:
+tests/unit/test_porting_capture.py and test_from_command.py."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from zerolab.cli import main
 from zerolab.engine.paths import engine_dir
 from zerolab.porting.capture import capture_script
 from zerolab.porting.survey import survey
+from zerolab.recipe.compose import load_recipe
 
 ONE_OF_EACH = [
     "rebase/ds_pretrain_gpt_125M.sh",  # token schedule, samples, pipeline 2 x tensor 2
@@ -91,3 +93,23 @@ def test_from_command_writes_the_recipe_and_names_what_differs(engine, tmp_path,
 
     assert main(["from-command", str(tmp_path / "none.sh")]) == 2
     assert "cannot read the command line" in capsys.readouterr().err
+
+
+def test_from_command_ports_a_runs_log_back_to_the_recipe_it_ran(trained, tmp_path, capsys):
+    run = trained("pp2_z1")  # pipeline 2, ZeRO-1, every layer recomputed
+    original = load_recipe(run.run_dir / "recipe.yaml")
+    out = tmp_path / "ported.yaml"
+    log = run.run_dir / "train.log"
+    procs = str(original.hardware.procs_per_node)
+    assert main(["from-command", "--log", str(log), "--gpus-per-node", procs, "--out", str(out)]) == 0
+    told = capsys.readouterr().err
+    assert "the recipe (native keys only) renders your launch back, 0 value(s) differing" in told, told
+    ported = load_recipe(out)
+    for section in ("model", "parallel", "zero", "precision", "activation_checkpointing", "train"):
+        mine, theirs = getattr(ported, section).model_dump(), getattr(original, section).model_dump()
+        differing = {
+            key: (mine[key], theirs[key])
+            for key in mine
+            if mine[key] != theirs[key] and (section, key) != ("model", "name")  # the label: from the shape
+        }
+        assert differing == {}, section

@@ -278,6 +278,13 @@ def test_upstream_options_render_their_flags_and_blocks_and_nothing_when_null():
     assert not {"--rotary-percent", "--exit-interval", "--timing-log-level"} & set(plain.argv)
 
 
+def test_pytorchs_softmax_renders_its_flag_on_gpu():
+    fused = ["model.attention=megatron"]
+    assert "--no-masked-softmax-fusion" not in render(load_recipe("gpt2_z1", fused)).argv
+    unfused = render(load_recipe("gpt2_z1", [*fused, "model.masked_softmax_fusion=false"]))
+    assert unfused.argv.count("--no-masked-softmax-fusion") == 1
+
+
 def test_deepspeed_launcher_single_and_multi_node(tmp_path):
     single = render(load_recipe("cpu/tiny_z1", ["hardware.launcher=deepspeed"]))
     assert single.argv[:8] == [

@@ -126,6 +126,15 @@ class ModelSection(Section):
             Env(ATTENTION_ENV, SDPA),
         ),
     )
+    masked_softmax_fusion: bool = field(
+        True,
+        "the engine's fused CUDA kernels for the scaled, masked softmax of attention (Megatron's "
+        "default); false renders --no-masked-softmax-fusion (PyTorch's softmax, the same function), as "
+        "curriculum_learning/ds_train.sh does. zerolab renders that flag on CPU and wherever "
+        "model.attention is not megatron whatever this key says: nothing there calls the kernels, and "
+        "none is built",
+        to=(Megatron("--no-masked-softmax-fusion", "when false, on CPU, or when attention is not megatron"),),
+    )
     rotary: bool = field(
         False,
         "rotary position embeddings on queries and keys (Megatron --use-rotary-position-embeddings), "
