@@ -67,6 +67,8 @@ def test_upstream_launches_port_and_every_value_the_render_changes_is_named_with
     )
     rope = verdicts["examples_deepspeed/rebase/ds_pretrain_gpt_1.3B_rope.sh"].ported
     assert rope.recipe.model.rotary_percent == 0.25
+    offload = verdicts["examples_deepspeed/offload_pp/ds_pretrain_gpt_350M.sh"].ported
+    assert (offload.recipe.zero.offload_ratio, offload.recipe.zero.stage) == (0.3, 3)
     curriculum = verdicts["examples_deepspeed/curriculum_learning/ds_pretrain_gpt_1.3B_rope_slw.sh"].ported
     assert curriculum.recipe.extra.ds_config["curriculum_learning"]["enabled"] is True
     assert curriculum.recipe.model.rotary

@@ -1,6 +1,8 @@
-"""What the estimator models. The recipe schema's keys are all modelled; the escape hatch
-(`extra.megatron_args`, `extra.ds_config`) is modelled only where a setting is known not to
-change memory. Anything else makes the estimate refuse, naming the setting, rather than guess."""
+"""What the estimator models. The recipe schema's keys are all modelled but two (FPDT's chunked
+sequence parallelism, parallel.sequence_fpdt, and a partial optimizer offload, zero.offload_ratio
+below 1); the escape hatch (`extra.megatron_args`, `extra.ds_config`) is modelled only where a
+setting is known not to change memory. Anything else makes the estimate refuse, naming the setting,
+rather than guess."""
 
 from __future__ import annotations
 
@@ -48,6 +50,17 @@ NEUTRAL_DS_CONFIG_KEYS = frozenset(
 def unmodelled_settings(recipe: Recipe) -> list[str]:
     """The recipe's settings the estimate cannot account for, each with why (empty: all modelled)."""
     reasons = []
+    if recipe.parallel.sequence_fpdt:
+        reasons.append(
+            "parallel.sequence_fpdt: FPDT computes attention and MLP in chunks (offloaded to the host with "
+            "sequence_fpdt_offloading); the estimate models whole-sequence activations only"
+        )
+    ratio = recipe.zero.offload_ratio
+    if recipe.zero.offload_optimizer and ratio is not None and ratio < 1:
+        reasons.append(
+            f"zero.offload_ratio {ratio}: part of the optimizer stays on the GPU (Twin-Flow), by sub-groups; "
+            "the estimate models a whole offload only"
+        )
     for token in recipe.extra.megatron_args:
         flag = token.split("=", 1)[0]
         if flag.startswith("--") and flag not in NEUTRAL_MEGATRON_ARGS:

@@ -92,6 +92,14 @@ BATCHES = (
     "your launch gives Megatron and DeepSpeed different batches; the recipe renders Megatron's into both"
 )
 
+OPTIMIZER_UNUSED = (
+    "Megatron passes its own optimizer to deepspeed.initialize (megatron/training.py "
+    "setup_model_and_optimizer: get_megatron_optimizer, from --optimizer and the --lr/--adam-* flags), and "
+    "DeepSpeed builds the ds_config optimizer only without one (its engine's _configure_optimizer): the "
+    "block changes nothing; left out"
+)
+"""Why a ds_config optimizer block changes nothing under Megatron."""
+
 WHY = {
     "override_opt_param_scheduler": RUN_DIR_FLAGS["--override-opt_param-scheduler"],
     "universal_checkpoint": RUN_DIR_FLAGS["--universal-checkpoint"],
@@ -124,6 +132,8 @@ WHY = {
     "aio_config": "DeepSpeed's async I/O settings (ds_config aio), read only where ZeRO-3 swaps optimizer "
     "states or weights to NVMe (offload device nvme) or a checkpoint writer is set (ds_config "
     "checkpoint.writer); your launch has neither, so nothing reads them: left out",
+    "optimizer_name": OPTIMIZER_UNUSED,
+    "optimizer_params": OPTIMIZER_UNUSED,
     "tokenizer_type": "your launch names no tokenizer, and the pinned engine's build_tokenizer has no "
     "default: it stops at its start (NotImplementedError); the recipe names GPT2BPETokenizer, the "
     "tokenizer of GPT-2 BPE vocab and merge files",
@@ -314,6 +324,7 @@ def _made(launch: Launch, user: dict[str, Any]) -> tuple[Launch, Ported, Case]:
     unread_aio = "aio" in extra_ds and not _reads_aio(launch.ds_config)
     if unread_aio:
         del extra_ds["aio"]
+    unused_optimizer = extra_ds.pop("optimizer", None) is not None
     off = sorted(
         key for key, value in extra_ds.items() if isinstance(value, dict) and value.get("enabled") is False
     )
@@ -356,6 +367,7 @@ def _made(launch: Launch, user: dict[str, Any]) -> tuple[Launch, Ported, Case]:
         for key in unchanged
     ]
     notes += [f"ds_config aio: {WHY['aio_config']}"] if unread_aio else []
+    notes += [f"ds_config optimizer: {OPTIMIZER_UNUSED}"] if unused_optimizer else []
     return launch, Ported(text, recipe, traps=traps, notes=notes), case
 
 
@@ -573,6 +585,8 @@ def _from_ds_config(
     keys["zero.offload_optimizer"] = offload.get("device") == "cpu"
     if "pin_memory" in offload:
         keys["zero.pin_memory"] = offload["pin_memory"]
+    if "ratio" in offload:
+        keys["zero.offload_ratio"] = offload["ratio"]
     keys["zero.offload_param"] = (
         ds_config.get("zero_optimization", {}).get("offload_param", {}).get("device") == "cpu"
     )
@@ -624,6 +638,7 @@ CONSUMED_DS = {
     *(f"zero_optimization.{name}" for name in (*ZERO_KEYS, *STAGE3_KEYS)),
     "zero_optimization.offload_optimizer.device",
     "zero_optimization.offload_optimizer.pin_memory",
+    "zero_optimization.offload_optimizer.ratio",
     "zero_optimization.offload_param.device",
     "zero_optimization.offload_param.pin_memory",
     "data_types.grad_accum_dtype",
