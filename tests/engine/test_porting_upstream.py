@@ -1,8 +1,9 @@
 """`zerolab from-command` on upstream launches: a set of the pinned engine's examples_deepspeed GPT
 scripts, read from the engine checkout and run at their defaults with stub launchers
 (zerolab.porting.capture), each ported, rendered back and compared by the engine's own parser and
-config classes (benchmarks/upstream_scripts.py surveys all 48). Unit tests of the parts that need
-no engine: tests/unit/test_porting_capture.py and test_from_command.py."""
+config classes (benchmarks/upstream_scripts.py surveys all 48); and a shared run's train.log
+ported back (`--log`: its argument dump). Unit tests of the parts that need no engine:
+tests/unit/test_porting_capture.py and test_from_command.py."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from zerolab.cli import main
 from zerolab.engine.paths import engine_dir
 from zerolab.porting.capture import capture_script
 from zerolab.porting.survey import survey
+from zerolab.recipe.compose import load_recipe
 
 ONE_OF_EACH = [
     "rebase/ds_pretrain_gpt_125M.sh",  # token schedule, samples, pipeline 2 x tensor 2
@@ -66,6 +68,8 @@ def test_upstream_launches_port_and_every_value_the_render_changes_is_named_with
     )
     rope = verdicts["examples_deepspeed/rebase/ds_pretrain_gpt_1.3B_rope.sh"].ported
     assert rope.recipe.model.rotary_percent == 0.25
+    offload = verdicts["examples_deepspeed/offload_pp/ds_pretrain_gpt_350M.sh"].ported
+    assert (offload.recipe.zero.offload_ratio, offload.recipe.zero.stage) == (0.3, 3)
     curriculum = verdicts["examples_deepspeed/curriculum_learning/ds_pretrain_gpt_1.3B_rope_slw.sh"].ported
     assert "curriculum_learning" not in curriculum.recipe.extra.ds_config
     assert (curriculum.recipe.curriculum.min_seq_length, curriculum.recipe.curriculum.max_seq_length) == (
@@ -109,3 +113,23 @@ def test_from_command_writes_the_recipe_and_names_what_differs(engine, tmp_path,
 
     assert main(["from-command", str(tmp_path / "none.sh")]) == 2
     assert "cannot read the command line" in capsys.readouterr().err
+
+
+def test_from_command_ports_a_runs_log_back_to_the_recipe_it_ran(trained, tmp_path, capsys):
+    run = trained("pp2_z1")  # pipeline 2, ZeRO-1, every layer recomputed
+    original = load_recipe(run.run_dir / "recipe.yaml")
+    out = tmp_path / "ported.yaml"
+    log = run.run_dir / "train.log"
+    procs = str(original.hardware.procs_per_node)
+    assert main(["from-command", "--log", str(log), "--gpus-per-node", procs, "--out", str(out)]) == 0
+    told = capsys.readouterr().err
+    assert "the recipe (native keys only) renders your launch back, 0 value(s) differing" in told, told
+    ported = load_recipe(out)
+    for section in ("model", "parallel", "zero", "precision", "activation_checkpointing", "train"):
+        mine, theirs = getattr(ported, section).model_dump(), getattr(original, section).model_dump()
+        differing = {
+            key: (mine[key], theirs[key])
+            for key in mine
+            if mine[key] != theirs[key] and (section, key) != ("model", "name")  # the label: from the shape
+        }
+        assert differing == {}, section

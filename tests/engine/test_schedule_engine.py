@@ -9,8 +9,9 @@ the real engine: one short launch proves all but the last, one more the ninth ag
 it splits differently. A third, in bf16 under ZeRO-1, proves the other options upstream's scripts
 set: fp32 gradient accumulation (precision.grad_accum_dtype), the iteration exit (train.exit_interval,
 which the token budget above would hide), the rotary fraction and base (model.rotary_percent,
-rotary_theta), Megatron's timers (logging.timing_log_level) and DeepSpeed's flops profiler
-(logging.flops_profiler_step, flops_profiler_top_modules)."""
+rotary_theta), Megatron's timers (logging.timing_log_level), DeepSpeed's flops profiler
+(logging.flops_profiler_step, flops_profiler_top_modules) and PyTorch's softmax
+(model.masked_softmax_fusion). A fourth offloads part of ZeRO-3's optimizer (zero.offload_ratio)."""
 
 from __future__ import annotations
 
@@ -108,6 +109,7 @@ UPSTREAM_OPTIONS = [
     "logging.timing_log_level=2",
     "logging.flops_profiler_step=1",
     "logging.flops_profiler_top_modules=2",
+    "model.masked_softmax_fusion=false",
 ]
 
 
@@ -122,3 +124,16 @@ def test_the_options_upstream_scripts_set_train_as_rendered(engine, dataset, tmp
     assert "    batch-generator ...." in run.text  # a level-2 timer (pretrain_gpt.py forward_step)
     # DeepSpeed counts its steps from 0: step 1 is the second iteration, its profile printed once
     assert run.text.count("Profile Summary at step 2:") == 1
+    assert run.args["masked_softmax_fusion"] is False
+
+
+def test_a_partial_optimizer_offload_trains_and_on_cpu_steps_every_group_there(
+    engine, dataset, trained, tmp_path
+):
+    run = train(dataset, tmp_path / "run", "cpu/tiny_z3_offload", "zero.offload_ratio=0.5")
+
+    assert "ratio=0.5" in str(run.ds["zero_config"])
+    # DeepSpeed steps a sub-group "on the GPU" by torch's AdamW where it is not offloaded; on CPU the
+    # accelerator is the CPU, every sub-group goes to CPU Adam: the losses of the whole offload
+    offloaded = trained("z3_offload")
+    assert same_losses(run, offloaded, 1e-6), (run.losses, offloaded.losses)

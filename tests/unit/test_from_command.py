@@ -1,11 +1,15 @@
-"""The parts of zerolab.porting.from_command that need no engine (the port itself:
-tests/engine/test_porting_upstream.py)."""
+"""The parts of zerolab.porting.from_command that need no engine, and the reading of a log's
+launch (zerolab.logs.config_dump.read_launch); the port itself: tests/engine/test_porting_upstream.py."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from zerolab.cli import main
 from zerolab.errors import UserError
+from zerolab.logs.config_dump import read_launch
 from zerolab.porting.from_command import _reads_aio, _remainder, groups, launcher_layout, read_command
 
 
@@ -45,3 +49,55 @@ def test_the_aio_block_is_read_only_by_an_nvme_offload_or_a_checkpoint_writer():
     assert not _reads_aio(cpu)
     assert _reads_aio({"zero_optimization": {"offload_param": {"device": "nvme"}}})
     assert _reads_aio({"checkpoint": {"writer": {"type": "fast"}}})
+
+
+LOGS = Path(__file__).parents[1] / "fixtures" / "logs"
+
+
+def test_a_logs_launch_is_its_first_argument_dump_as_printed_and_the_config_deepspeed_printed():
+    logged = read_launch(LOGS / "cpu-engine" / "bf16_z1.log")
+    printed = logged.arguments
+    assert (printed["num_layers"], printed["lr"], printed["bf16"]) == ("2", "0.0001", "True")
+    assert printed["data_path"] == "['/data/fixed_text_document']"  # a list as Megatron printed it
+    assert printed["local_rank"] == "None" and printed["params_dtype"] == "torch.bfloat16"
+    assert logged.ds_config == {
+        "train_batch_size": 8,
+        "train_micro_batch_size_per_gpu": 2,
+        "steps_per_print": 5,
+        "gradient_clipping": 1.0,
+        "fp16": {"enabled": False},
+        "bf16": {"enabled": True},
+        "wall_clock_breakdown": False,
+        "zero_optimization": {"stage": 1},
+        "log_level": "info",
+    }
+    old = read_launch(LOGS / "real" / "megatronlm_2021-pp16-all-skipped-truncated.log")
+    assert old.arguments["pipeline_model_parallel_size"] == "16" and old.ds_config == {}
+
+
+def test_a_log_without_an_argument_dump_or_with_a_cut_one_is_refused_naming_file_and_line(tmp_path, capsys):
+    with pytest.raises(UserError, match=r"no_dump.log: no argument dump"):
+        read_launch(
+            _copy(LOGS / "real" / "deepspeed_hf-trainer-zero2-throughput.log", tmp_path / "no_dump.log")
+        )
+    cut = _copy(LOGS / "cpu-engine" / "bf16_z1.log", tmp_path / "cut.log", lines=200)
+    with pytest.raises(UserError, match=r"cut.log:51: the argument dump that starts here has no `end of"):
+        read_launch(cut)
+    assert main(["from-command", "--log", str(cut)]) == 2
+    assert "cut.log:51: the argument dump" in capsys.readouterr().err
+    assert main(["from-command", "--log", str(tmp_path / "absent.log")]) == 2
+    assert "absent.log: cannot read the log" in capsys.readouterr().err
+    assert main(["from-command"]) == 2
+    assert "a COMMAND_FILE, or --log LOG" in capsys.readouterr().err
+
+
+def test_a_log_whose_deepspeed_printed_no_config_asks_for_one(tmp_path, capsys):
+    log = LOGS / "real" / "megatronlm_2021-pp16-all-skipped-truncated.log"
+    assert main(["from-command", "--log", str(log)]) == 2
+    assert "DeepSpeed printed no config in it" in capsys.readouterr().err
+
+
+def _copy(source: Path, target: Path, lines: int | None = None) -> Path:
+    text = source.read_text(errors="replace").splitlines(keepends=True)
+    target.write_text("".join(text[:lines]))
+    return target

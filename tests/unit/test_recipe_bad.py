@@ -615,6 +615,36 @@ OVERRIDE_CASES = [
         ["flops_profiler_top_modules: an option of the flops profiler", "set logging.flops_profiler_step"],
     ),
     (
+        "a partial optimizer offload without ZeRO-3's optimizer offload",
+        TINY,
+        ["zero.offload_ratio=0.3"],
+        ["offload_ratio: the share of an offloaded optimizer", "set zero.stage=3 and zero.offload_optimizer"],
+    ),
+    (
+        "an offload ratio above the whole optimizer",
+        "recipes/cpu/tiny_z3_offload.yaml",
+        ["zero.offload_ratio=1.5"],
+        ["`zero.offload_ratio` = 1.5", "less than or equal to 1"],
+    ),
+    (
+        "FPDT on CPU",
+        TINY,
+        ["parallel.sequence=2", "parallel.sequence_fpdt=true"],
+        ["FPDT's attention", "flash_attn package's kernels", "set parallel.sequence_fpdt=false"],
+    ),
+    (
+        "an FPDT option without FPDT",
+        TINY,
+        ["parallel.sequence_fpdt_offloading=true"],
+        ["sequence_fpdt_offloading: options of FPDT, which is off", "set parallel.sequence_fpdt=true"],
+    ),
+    (
+        "the zero-bubble pipeline the pinned DeepSpeed cannot run",
+        TINY,
+        ["parallel.pipeline=2", "extra.megatron_args=[--enable-zbh1-pipeline]"],
+        ["--enable-zbh1-pipeline: the engine's zero-bubble pipeline", "PipelineEngine.mem_status"],
+    ),
+    (
         "fp32 gradient accumulation of bf16 without ZeRO",
         "recipes/cpu/tiny_dp.yaml",
         ["precision=bf16", "precision.grad_accum_dtype=fp32"],

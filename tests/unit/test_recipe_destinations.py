@@ -35,8 +35,8 @@ PLUMBING = {
     "--wandb-save-dir",
     # the imported weights' layout and the weights-only load, beside model.init_from's --load
     "--load-tag", "--finetune",
-    # the engine's compiled fusions, off where nothing calls them (render.fusion_args)
-    "--no-gradient-accumulation-fusion", "--no-masked-softmax-fusion",
+    # the engine's compiled fusion of gradient accumulation, off: nothing calls it (render.fusion_args)
+    "--no-gradient-accumulation-fusion",
 }  # fmt: skip
 """Flags render writes that no recipe key declares."""
 
@@ -55,6 +55,10 @@ RULES: dict[tuple[str, str], tuple[tuple[str, list[str]], tuple[str, list[str]] 
     ("model.attention", "--use-flash-attn-v2"): (("gpt2_z1", ["model.attention=flash"]), ENGINE_ATTENTION),
     ("model.attention", "ZEROLAB_ATTENTION"): (("gpt2_z1", ["model.attention=sdpa"]), ENGINE_ATTENTION),
     ("model.attention", "--use-flash-attn-v1"): (("gpt2_z1", ["model.attention=flash-v1"]), ENGINE_ATTENTION),
+    ("model.masked_softmax_fusion", "--no-masked-softmax-fusion"): (
+        ("gpt2_z1", ["model.attention=megatron", "model.masked_softmax_fusion=false"]),
+        ENGINE_ATTENTION,
+    ),
     ("model.attention", "--use-flash-attn-triton"): (
         ("gpt2_z1", ["model.attention=flash-triton"]),
         ENGINE_ATTENTION,

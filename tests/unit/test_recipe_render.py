@@ -278,6 +278,30 @@ def test_upstream_options_render_their_flags_and_blocks_and_nothing_when_null():
     assert not {"--rotary-percent", "--exit-interval", "--timing-log-level"} & set(plain.argv)
 
 
+def test_a_partial_optimizer_offload_renders_its_ratio_and_pytorchs_softmax_its_flag_on_gpu():
+    partial = render(load_recipe("gpt2_z3_offload", ["zero.offload_ratio=0.3"]))
+    assert partial.ds_config["zero_optimization"]["offload_optimizer"] == {
+        "device": "cpu",
+        "pin_memory": True,
+        "ratio": 0.3,
+    }
+    whole = render(load_recipe("gpt2_z3_offload")).ds_config["zero_optimization"]["offload_optimizer"]
+    assert "ratio" not in whole
+    fpdt = [
+        "model=gpt2-124m",
+        "parallel.sequence=2",
+        "parallel.sequence_fpdt=true",
+        "parallel.sequence_fpdt_offloading=true",
+    ]
+    words = " ".join(render(load_recipe("gpt2_z1", [*fpdt, "parallel.sequence_fpdt_chunk_size=32768"])).argv)
+    assert "--ds-sequence-parallel-fpdt --ds-sequence-parallel-fpdt-chunk-size 32768" in words
+    assert "--ds-sequence-parallel-fpdt-offloading" in words
+    fused = ["model.attention=megatron"]
+    assert "--no-masked-softmax-fusion" not in render(load_recipe("gpt2_z1", fused)).argv
+    unfused = render(load_recipe("gpt2_z1", [*fused, "model.masked_softmax_fusion=false"]))
+    assert unfused.argv.count("--no-masked-softmax-fusion") == 1
+
+
 def test_deepspeed_launcher_single_and_multi_node(tmp_path):
     single = render(load_recipe("cpu/tiny_z1", ["hardware.launcher=deepspeed"]))
     assert single.argv[:8] == [

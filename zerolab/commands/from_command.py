@@ -1,9 +1,11 @@
-"""`zerolab from-command COMMAND_FILE [--ds-config JSON] [--gpus-per-node N] [--out RECIPE]`: a launch
-the user already runs (a `pretrain_gpt.py ...` command line, as a deepspeed or torchrun command or
-the arguments alone) and its DeepSpeed config become a recipe over the shipped blocks; the recipe
-is rendered back and both launches are resolved by the engine and compared, every difference
-named with why, and the porting traps named. Exit 0 with the recipe (written to --out, or printed),
-2 for bad input or a launch that cannot be a recipe (with why)."""
+"""`zerolab from-command COMMAND_FILE [--ds-config JSON] [--gpus-per-node N] [--out RECIPE]`, or
+`zerolab from-command --log LOG [--ds-config JSON] ...`: a launch the user already runs (a
+`pretrain_gpt.py ...` command line, as a deepspeed or torchrun command or the arguments alone; or
+a train.log, whose argument dump Megatron's own parser turns back into the command line, with the
+DeepSpeed config DeepSpeed printed in it) and its DeepSpeed config become a recipe over the
+shipped blocks; the recipe is rendered back and both launches are resolved by the engine and
+compared, every difference named with why, and the porting traps named. Exit 0 with the recipe
+(written to --out, or printed), 2 for bad input or a launch that cannot be a recipe (with why)."""
 
 from __future__ import annotations
 
@@ -15,7 +17,8 @@ from typing import Any
 from zerolab.engine.paths import engine_missing
 from zerolab.errors import UserError
 from zerolab.files import write_atomic
-from zerolab.porting.from_command import launcher_layout, port, read_command
+from zerolab.logs.config_dump import read_launch
+from zerolab.porting.from_command import Ported, launcher_layout, port, read_command
 
 
 def register(subparsers: Any) -> None:
@@ -26,10 +29,19 @@ def register(subparsers: Any) -> None:
         description=__doc__,
     )
     parser.add_argument(
-        "command_file", metavar="COMMAND_FILE", help="a file holding the launch's command line"
+        "command_file", metavar="COMMAND_FILE", nargs="?", help="a file holding the launch's command line"
     )
     parser.add_argument(
-        "--ds-config", metavar="JSON", help="the launch's DeepSpeed config (its --deepspeed_config)"
+        "--log",
+        metavar="LOG",
+        help="instead of a command line: the launch's log (its argument dump, and the DeepSpeed config "
+        "DeepSpeed printed)",
+    )
+    parser.add_argument(
+        "--ds-config",
+        metavar="JSON",
+        help="the launch's DeepSpeed config (its --deepspeed_config; with --log, default: the one the log "
+        "printed)",
     )
     parser.add_argument(
         "--gpus-per-node",
@@ -43,18 +55,21 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: Any) -> int:
-    missing = engine_missing()
-    if missing:
-        raise UserError(f"from-command asks the engine's own parser and config classes: {missing}")
-    command_file = Path(args.command_file)
-    try:
-        text = command_file.read_text()
-    except OSError as error:
-        raise UserError(f"{command_file}: cannot read the command line: {error.strerror}") from None
-    launcher, words = read_command(text)
-    ds_config = _ds_config(args.ds_config, words)
-    nodes, procs = launcher_layout(launcher, args.gpus_per_node) if launcher else (1, args.gpus_per_node)
-    ported = port(words, ds_config, nodes=nodes, procs_per_node=procs, name=command_file.stem)
+    if (args.command_file is None) == (args.log is None):
+        raise UserError("from-command takes one launch: a COMMAND_FILE, or --log LOG")
+    if args.log:
+        ported = _port_log(Path(args.log), args.ds_config, args.gpus_per_node)
+    else:
+        command_file = Path(args.command_file)
+        try:
+            text = command_file.read_text()
+        except OSError as error:
+            raise UserError(f"{command_file}: cannot read the command line: {error.strerror}") from None
+        launcher, words = read_command(text)
+        ds_config = _ds_config(args.ds_config, words)
+        nodes, procs = launcher_layout(launcher, args.gpus_per_node) if launcher else (1, args.gpus_per_node)
+        _needs_engine()
+        ported = port(words, ds_config, nodes=nodes, procs_per_node=procs, name=command_file.stem)
     for title, lines in (
         ("differs from your launch, and why", ported.differences),
         ("porting traps (a default zerolab would change, kept as your launch had it)", ported.traps),
@@ -76,6 +91,39 @@ def run(args: Any) -> int:
     else:
         print(ported.text, end="")
     return 0
+
+
+def _needs_engine() -> None:
+    missing = engine_missing()
+    if missing:
+        raise UserError(f"from-command asks the engine's own parser and config classes: {missing}")
+
+
+def _port_log(log: Path, ds_config_file: str | None, gpus_per_node: int) -> Ported:
+    """The launch `log` printed, ported: its ranks laid out `gpus_per_node` a node."""
+    logged = read_launch(log)
+    ds_config = _ds_config(ds_config_file, []) if ds_config_file else logged.ds_config
+    if not ds_config:
+        raise UserError(
+            f"{log}: DeepSpeed printed no config in it (`json = {{` after `DeepSpeedEngine configuration:`; "
+            "the log ends before the engine starts?): give the launch's config with --ds-config JSON"
+        )
+    world = int(logged.arguments.get("world_size", "0") or 0)
+    procs = min(world, gpus_per_node)
+    if world < 1 or world % procs:
+        raise UserError(
+            f"{log}: world size {logged.arguments.get('world_size')} is not whole nodes of "
+            f"--gpus-per-node {gpus_per_node}: give the ranks a node your launch ran"
+        )
+    _needs_engine()
+    return port(
+        [],
+        ds_config,
+        nodes=world // procs,
+        procs_per_node=procs,
+        name=log.stem,
+        argument_dump=logged.arguments,
+    )
 
 
 def _ds_config(path: str | None, words: list[str]) -> dict[str, Any]:

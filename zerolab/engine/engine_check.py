@@ -22,7 +22,10 @@ CHECKER = rank_script("parser_check")
 @dataclass(frozen=True)
 class Case:
     """One launch to judge: its Megatron arguments, ds_config, world and data-parallel sizes, and
-    the ds_config keys DeepSpeed must be seen to read (`vouch`: the recipe's extra.ds_config)."""
+    the ds_config keys DeepSpeed must be seen to read (`vouch`: the recipe's extra.ds_config). With
+    `argument_dump` (each argument as a log's dump printed it), the engine rebuilds the arguments
+    from it (its outcome's `rebuilt_args`; `unreached`: the arguments no command line gives their
+    printed value; `unknown`: those the engine does not have)."""
 
     name: str
     megatron_args: list[str]
@@ -30,6 +33,7 @@ class Case:
     world_size: int
     data_parallel: int
     vouch: dict[str, Any] = field(default_factory=dict)
+    argument_dump: dict[str, str] = field(default_factory=dict)
 
 
 def judge(cases: list[Case], *, timeout_s: float = 300) -> dict[str, dict[str, Any]]:
@@ -52,6 +56,7 @@ def judge(cases: list[Case], *, timeout_s: float = 300) -> dict[str, dict[str, A
                     "world_size": case.world_size,
                     "data_parallel": case.data_parallel,
                     "vouch": case.vouch,
+                    "argument_dump": _with_dumped_config_path(case.argument_dump, str(config_file)),
                 }
             )
         (folder / "cases.json").write_text(json.dumps(payload))
@@ -93,6 +98,12 @@ def refusals(outcome: dict[str, Any]) -> list[str]:
         for who, key in (("Megatron", "megatron_error"), ("DeepSpeed", "deepspeed_error"))
         if key in outcome
     ]
+
+
+def _with_dumped_config_path(dump: dict[str, str], path: str) -> dict[str, str]:
+    if dump.get("deepspeed_config", "None") != "None":
+        return dump | {"deepspeed_config": path}
+    return dump
 
 
 def _with_config_path(args: list[str], path: str) -> list[str]:

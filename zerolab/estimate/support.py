@@ -1,7 +1,8 @@
-"""What the estimator models. The recipe schema's keys are all modelled but mixture of experts
-(moe.num_experts above 1), which it names; the escape hatch
-(`extra.megatron_args`, `extra.ds_config`) is modelled only where a setting is known not to
-change memory. Anything else makes the estimate refuse, naming the setting, rather than guess."""
+"""What the estimator models. The recipe schema's keys are all modelled but three (mixture of
+experts, moe.num_experts above 1; FPDT's chunked sequence parallelism, parallel.sequence_fpdt; and a
+partial optimizer offload, zero.offload_ratio below 1), which it names; the escape hatch
+(`extra.megatron_args`, `extra.ds_config`) is modelled only where a setting is known not to change
+memory. Anything else makes the estimate refuse, naming the setting, rather than guess."""
 
 from __future__ import annotations
 
@@ -54,6 +55,17 @@ def unmodelled_settings(recipe: Recipe) -> list[str]:
             f"moe.num_experts {recipe.moe.experts}: the estimate does not model mixture of experts (the "
             "experts' weights, gradients and optimizer states over the expert-parallel ranks, the gates, "
             "the all-to-all buffers of the routed tokens)"
+        )
+    if recipe.parallel.sequence_fpdt:
+        reasons.append(
+            "parallel.sequence_fpdt: FPDT computes attention and MLP in chunks (offloaded to the host with "
+            "sequence_fpdt_offloading); the estimate models whole-sequence activations only"
+        )
+    ratio = recipe.zero.offload_ratio
+    if recipe.zero.offload_optimizer and ratio is not None and ratio < 1:
+        reasons.append(
+            f"zero.offload_ratio {ratio}: part of the optimizer stays on the GPU (Twin-Flow), by sub-groups; "
+            "the estimate models a whole offload only"
         )
     for token in recipe.extra.megatron_args:
         flag = token.split("=", 1)[0]

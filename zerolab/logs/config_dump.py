@@ -1,14 +1,20 @@
 """The run's configuration as the log states it: Megatron's `arguments` block,
 DeepSpeed's `DeepSpeedEngine configuration` dump and its `json = {` user config,
 and a few one-line facts (world size, padded vocabulary, samples per epoch).
-Used to fill the config columns when no run.json exists, and to estimate the memory of a
-plain log's run (zerolab.estimate.from_log)."""
+Used to fill the config columns when no run.json exists, to estimate the memory of a
+plain log's run (zerolab.estimate.from_log), and to port a log's launch (`zerolab from-command`:
+read_launch keeps each argument as printed)."""
 
 from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+from zerolab.errors import UserError
+from zerolab.logs.lines import read_lines
 
 _ARG_LINE = re.compile(r"^\s{1,4}(\w+) \.{2,} ?(.*?)\s*$")
 _DS_LINE = re.compile(r"\[config\.py:\d+:print\]\s+(\w+)\s+\.*\s*(.*?)\s*$")
@@ -36,10 +42,12 @@ def convert(value: str) -> Any:
 
 class ConfigCollector:
     """Feed it lines in order; `args` (every argument of Megatron's dump) and `ds` (every setting
-    of DeepSpeed's) hold what the dumps said (first value wins)."""
+    of DeepSpeed's) hold what the dumps said (first value wins); `printed` holds each argument of
+    Megatron's dump as the text it printed (`str` of the value: a list as `['a', 'b']`)."""
 
     def __init__(self) -> None:
         self.args: dict[str, Any] = {}
+        self.printed: dict[str, str] = {}
         self.ds: dict[str, Any] = {}
         self.ds_json: dict[str, Any] = {}
         self.samples_per_epoch: float | None = None
@@ -58,10 +66,16 @@ class ConfigCollector:
             match = _ARG_LINE.match(text)
             if match:
                 self.args.setdefault(match.group(1), convert(match.group(2)))
+                self.printed.setdefault(match.group(1), match.group(2))
                 return True
         if "[config.py:" in text:
             return self._feed_ds(text)
         return self._feed_facts(text)
+
+    @property
+    def in_arguments(self) -> bool:
+        """Whether the last line fed was inside Megatron's argument dump (its header seen, its end not)."""
+        return self._in_args
 
     def _feed_ds(self, text: str) -> bool:
         if text.rstrip().endswith("json = {"):
@@ -111,3 +125,45 @@ class ConfigCollector:
                 self.samples_per_epoch = self._pending_samples / int(match.group(2))
             return match is not None
         return False
+
+
+@dataclass(frozen=True)
+class LoggedLaunch:
+    """A launch as its log printed it: Megatron's arguments (each as printed, from the first dump)
+    and the DeepSpeed config DeepSpeed printed (`json = {`; empty where it printed none)."""
+
+    arguments: dict[str, str]
+    ds_config: dict[str, Any]
+
+
+def read_launch(path: Path) -> LoggedLaunch:
+    """The launch `path` (a train.log) printed; UserError naming the file (and the line) for a log
+    with no argument dump, or one cut before the dump's end."""
+    collector = ConfigCollector()
+    started = ended = last = None
+    try:
+        for line in read_lines(path):
+            was_in = collector.in_arguments
+            collector.feed(line.text)
+            if started is None and collector.in_arguments:
+                started = line.number
+            if started is not None and ended is None:
+                last = line.number
+                if was_in and not collector.in_arguments:
+                    ended = line.number
+            if ended is not None and collector.ds_json:
+                break  # the first dump, then DeepSpeed's config: all a launch printed
+    except OSError as error:
+        raise UserError(f"{path}: cannot read the log: {error.strerror}") from None
+    if started is None:
+        raise UserError(
+            f"{path}: no argument dump (Megatron prints `------------------------ arguments "
+            "------------------------` at the start of every launch): give the log of a Megatron launch, "
+            "from its first line"
+        )
+    if ended is None:
+        raise UserError(
+            f"{path}:{started}: the argument dump that starts here has no `end of arguments` line before "
+            f"the log ends (line {last}): the log is cut; give the whole log"
+        )
+    return LoggedLaunch(dict(collector.printed), dict(collector.ds_json))

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import shlex
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -92,6 +92,14 @@ BATCHES = (
     "your launch gives Megatron and DeepSpeed different batches; the recipe renders Megatron's into both"
 )
 
+OPTIMIZER_UNUSED = (
+    "Megatron passes its own optimizer to deepspeed.initialize (megatron/training.py "
+    "setup_model_and_optimizer: get_megatron_optimizer, from --optimizer and the --lr/--adam-* flags), and "
+    "DeepSpeed builds the ds_config optimizer only without one (its engine's _configure_optimizer): the "
+    "block changes nothing; left out"
+)
+"""Why a ds_config optimizer block changes nothing under Megatron."""
+
 WHY = {
     "override_opt_param_scheduler": RUN_DIR_FLAGS["--override-opt_param-scheduler"],
     "universal_checkpoint": RUN_DIR_FLAGS["--universal-checkpoint"],
@@ -124,6 +132,8 @@ WHY = {
     "aio_config": "DeepSpeed's async I/O settings (ds_config aio), read only where ZeRO-3 swaps optimizer "
     "states or weights to NVMe (offload device nvme) or a checkpoint writer is set (ds_config "
     "checkpoint.writer); your launch has neither, so nothing reads them: left out",
+    "optimizer_name": OPTIMIZER_UNUSED,
+    "optimizer_params": OPTIMIZER_UNUSED,
     "tokenizer_type": "your launch names no tokenizer, and the pinned engine's build_tokenizer has no "
     "default: it stops at its start (NotImplementedError); the recipe names GPT2BPETokenizer, the "
     "tokenizer of GPT-2 BPE vocab and merge files",
@@ -179,37 +189,54 @@ def _first_int(flags: dict[str, list[str]], names: tuple[str, ...], default: int
     return default
 
 
+SPLITS = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "ds_sequence_parallel_size")
+"""The arguments whose product divides the world into data-parallel groups (Megatron's validate_args)."""
+
+
 @dataclass(frozen=True)
 class Launch:
-    """A launch to port: its arguments after pretrain_gpt.py, DeepSpeed config and ranks."""
+    """A launch to port: its arguments after pretrain_gpt.py (or, from a log, its argument dump:
+    each argument's printed text, the arguments rebuilt from it by the engine), DeepSpeed config
+    and ranks."""
 
     name: str
     args: list[str]
     ds_config: dict[str, Any]
     nodes: int
     procs_per_node: int
+    argument_dump: dict[str, str] = field(default_factory=dict)
 
     @property
     def world(self) -> int:
         return self.nodes * self.procs_per_node
 
     def case(self) -> Case:
-        given = dict(groups(self.args))
+        if self.argument_dump:
+            sizes = [self.argument_dump.get(name, "1") for name in SPLITS]
+        else:
+            given = dict(groups(self.args))
+            sizes = [(given.get("--" + name.replace("_", "-")) or ["1"])[0] for name in SPLITS]
         split = 1
-        for flag in (
-            "--tensor-model-parallel-size",
-            "--pipeline-model-parallel-size",
-            "--ds-sequence-parallel-size",
-        ):
-            split *= int(given[flag][0]) if given.get(flag) else 1
-        return Case(self.name, self.args, self.ds_config, self.world, max(1, self.world // split))
+        for size in sizes:
+            split *= int(size)
+        data_parallel = max(1, self.world // split)
+        return Case(
+            self.name, self.args, self.ds_config, self.world, data_parallel, argument_dump=self.argument_dump
+        )
 
 
 def port(
-    args: list[str], ds_config: dict[str, Any], *, nodes: int, procs_per_node: int, name: str = "ported"
+    args: list[str],
+    ds_config: dict[str, Any],
+    *,
+    nodes: int,
+    procs_per_node: int,
+    name: str = "ported",
+    argument_dump: dict[str, str] | None = None,
 ) -> Ported:
-    """`args` (after pretrain_gpt.py) and `ds_config` as a recipe, rendered back and compared."""
-    (result,) = port_many([Launch(name, args, ds_config, nodes, procs_per_node)])
+    """`args` (after pretrain_gpt.py; or a log's `argument_dump`, each argument as printed) and
+    `ds_config` as a recipe, rendered back and compared."""
+    (result,) = port_many([Launch(name, args, ds_config, nodes, procs_per_node, argument_dump or {})])
     if isinstance(result, UserError):
         raise result
     return result
@@ -220,9 +247,14 @@ def port_many(launches: list[Launch]) -> list[Ported | UserError]:
     once for the launches, once for the recipes' renders."""
     outcomes = judge([launch.case() for launch in launches])
     made: list[tuple[Launch, Ported, Case] | UserError] = []
+    rebuilt: dict[str, list[str]] = {}
     for launch in launches:
+        outcome = outcomes[launch.name]
+        if launch.argument_dump:
+            launch = replace(launch, args=outcome["rebuilt_args"])
+            rebuilt[launch.name] = _unrebuilt(outcome, launch.argument_dump)
         try:
-            user = _accepted(outcomes[launch.name], "your launch")
+            user = _accepted(outcome, "your launch")
             made.append(_made(launch, user))
         except UserError as error:
             made.append(error)
@@ -240,7 +272,7 @@ def port_many(launches: list[Launch]) -> list[Ported | UserError]:
             results.append(error)
             continue
         user = outcomes[launch.name]
-        ported.differences = _differences(
+        ported.differences = rebuilt.get(launch.name, []) + _differences(
             user["megatron"]["args"],
             mine["megatron"]["args"],
             user["deepspeed"]["resolved"],
@@ -248,6 +280,23 @@ def port_many(launches: list[Launch]) -> list[Ported | UserError]:
         )
         results.append(ported)
     return results
+
+
+def _unrebuilt(outcome: dict[str, Any], dump: dict[str, str]) -> list[str]:
+    """What the command line rebuilt from a log's argument dump cannot give as the log printed it:
+    an argument no command line of the pinned engine sets so, or one the engine does not have (a
+    log of another version)."""
+    lines = [
+        f"Megatron {name}: your log printed {dump[name]!r}; no command line of the pinned engine's "
+        "parser gives it that value after its validate_args"
+        for name in outcome.get("unreached", [])
+    ]
+    lines += [
+        f"Megatron {name}: your log printed {dump[name]!r}, the recipe's none (the pinned engine has no "
+        "such argument: a log of another Megatron version)"
+        for name in outcome.get("unknown", [])
+    ]
+    return lines
 
 
 def _made(launch: Launch, user: dict[str, Any]) -> tuple[Launch, Ported, Case]:
@@ -275,6 +324,7 @@ def _made(launch: Launch, user: dict[str, Any]) -> tuple[Launch, Ported, Case]:
     unread_aio = "aio" in extra_ds and not _reads_aio(launch.ds_config)
     if unread_aio:
         del extra_ds["aio"]
+    unused_optimizer = extra_ds.pop("optimizer", None) is not None
     off = sorted(
         key for key, value in extra_ds.items() if isinstance(value, dict) and value.get("enabled") is False
     )
@@ -296,7 +346,10 @@ def _made(launch: Launch, user: dict[str, Any]) -> tuple[Launch, Ported, Case]:
     with tempfile.TemporaryDirectory(prefix="zerolab-port-") as scratch:
         path = Path(scratch) / f"{launch.name}.yaml"
         path.write_text(text)
-        recipe = load_recipe(path)
+        try:
+            recipe = load_recipe(path)
+        except UserError as error:  # named as the recipe it is, not as the scratch file it was read from
+            raise UserError(str(error).replace(str(path), f"the recipe ported from {launch.name}")) from None
     rendered = render(recipe)
     case = Case(
         launch.name,
@@ -317,6 +370,7 @@ def _made(launch: Launch, user: dict[str, Any]) -> tuple[Launch, Ported, Case]:
         for key in unchanged
     ]
     notes += [f"ds_config aio: {WHY['aio_config']}"] if unread_aio else []
+    notes += [f"ds_config optimizer: {OPTIMIZER_UNUSED}"] if unused_optimizer else []
     return launch, Ported(text, recipe, traps=traps, notes=notes), case
 
 
@@ -427,6 +481,10 @@ def _native_keys(
     if resolved.get("moe_token_dropping") is False:
         keys["moe.token_dropping"] = False
         consumed.add("--disable-moe-token-dropping")
+    consumed |= {"--no-masked-softmax-fusion", "--no-gradient-accumulation-fusion"}
+    if keys["hardware.device"] == "cuda" and keys.get("model.attention", "megatron") == "megatron":
+        keys["model.masked_softmax_fusion"] = resolved.get("masked_softmax_fusion", True)
+    # elsewhere zerolab renders --no-masked-softmax-fusion whatever the key says: left at its default
     keys |= _checkpointing(resolved, consumed)
     if resolved.get("tensorboard_dir"):
         keys["logging.tensorboard"] = True
@@ -541,6 +599,8 @@ def _from_ds_config(
     keys["zero.offload_optimizer"] = offload.get("device") == "cpu"
     if "pin_memory" in offload:
         keys["zero.pin_memory"] = offload["pin_memory"]
+    if "ratio" in offload:
+        keys["zero.offload_ratio"] = offload["ratio"]
     keys["zero.offload_param"] = (
         ds_config.get("zero_optimization", {}).get("offload_param", {}).get("device") == "cpu"
     )
@@ -559,7 +619,9 @@ def _from_ds_config(
     keys["train.clip_grad"] = clipping
     keys["train.prescale_gradients"] = bool(ds_resolved.get("prescale_gradients"))
     keys["logging.wall_clock_breakdown"] = bool(ds_config.get("wall_clock_breakdown", False))
-    if "gradient_accumulation_steps" in ds_config:
+    per_step = (resolved.get("micro_batch_size") or 1) * (resolved.get("data_parallel_size") or 1)
+    derived = (resolved.get("global_batch_size") or 0) // per_step
+    if ds_config.get("gradient_accumulation_steps", derived) != derived:
         keys["train.gradient_accumulation_steps"] = ds_config["gradient_accumulation_steps"]
     keys["precision.grad_accum_dtype"] = ds_config.get("data_types", {}).get("grad_accum_dtype")
     profiler = ds_config.get("flops_profiler", {})
@@ -622,6 +684,7 @@ CONSUMED_DS = {
     "train_micro_batch_size_per_gpu",
     "gradient_accumulation_steps",
     "steps_per_print",
+    "log_level",
     "gradient_clipping",
     "prescale_gradients",
     "wall_clock_breakdown",
@@ -633,6 +696,7 @@ CONSUMED_DS = {
     *(f"zero_optimization.{name}" for name in (*ZERO_KEYS, *STAGE3_KEYS)),
     "zero_optimization.offload_optimizer.device",
     "zero_optimization.offload_optimizer.pin_memory",
+    "zero_optimization.offload_optimizer.ratio",
     "zero_optimization.offload_param.device",
     "zero_optimization.offload_param.pin_memory",
     "data_types.grad_accum_dtype",

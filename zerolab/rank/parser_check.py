@@ -11,10 +11,15 @@ covers every way DeepSpeed's code reads a key: indexing, get, `in` (also `in map
 compression config asserts a key's presence), iterating its items or values (every key of the
 block is read), and copying a block whole (`copy.copy`: curriculum_learning, data_efficiency's
 data_sampling, random_ltd...), which hands every key inside it to code that reads it later.
+A case may give Megatron's argument dump as a log printed it (`argument_dump`: each argument's
+printed text) instead of its arguments: the command line is rebuilt with Megatron's own parser
+(argv_of_dump), then judged like any other.
 Usage: python parser_check.py CASES.json RESULTS.json STORE_FILE, with the
 Megatron-DeepSpeed checkout as working directory, DS_ACCELERATOR=cpu and RANK=0.
 """
 
+import argparse
+import ast
 import contextlib
 import copy
 import difflib
@@ -243,6 +248,116 @@ def _defaults(parse_args):
         sys.argv = argv
 
 
+PROCESS_ARGS = {"local_rank"}
+"""Arguments of the process, not of the launch: left out of a rebuilt command line."""
+
+DERIVED_OR_REFUSED = ("encoder_num_layers", "encoder_seq_length", "start_weight_decay", "end_weight_decay")
+"""Arguments validate_args copies from another (num_layers, seq_length, weight_decay) and refuses
+to be given beside it (it asserts them None): never on a rebuilt command line whose dump printed
+the other too."""
+
+
+def megatron_parser(parse_args):
+    """Megatron's argument parser, as its parse_args builds it (caught where it parses)."""
+    caught = []
+    original = argparse.ArgumentParser.parse_args
+
+    def catch(self, *args, **kwargs):
+        caught.append(self)
+        return original(self, *args, **kwargs)
+
+    argv = sys.argv
+    try:
+        argparse.ArgumentParser.parse_args = catch
+        sys.argv = ["pretrain_gpt.py"]
+        with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
+            parse_args()
+    finally:
+        argparse.ArgumentParser.parse_args = original
+        sys.argv = argv
+    return caught[-1]
+
+
+def _words(action, printed):
+    """The flag and values that give `action`'s argument the printed text; None where none can."""
+    option = next(name for name in action.option_strings if name.startswith("--"))
+    if action.nargs == 0:  # store_true, store_false, store_const
+        return [option] if printed == str(action.const) else None
+    if printed == "None":
+        return None
+    if action.nargs in (None, "?"):
+        return [option, printed]
+    try:
+        items = ast.literal_eval(printed)
+    except (ValueError, SyntaxError):
+        return None
+    return [option, *(str(item) for item in (items if isinstance(items, list | tuple) else [items]))]
+
+
+def _printed_after(argv, world_size, parse_args, validate_args):
+    """Each argument as validate_args leaves it for `argv`, as _print_args prints it (str of the
+    value); None where Megatron refuses `argv`."""
+    saved = sys.argv
+    try:
+        os.environ["WORLD_SIZE"] = str(world_size)
+        sys.argv = ["pretrain_gpt.py", *argv]
+        with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
+            args = parse_args()
+            validate_args(args)
+    except BaseException:
+        return None
+    finally:
+        sys.argv = saved
+    return {name: str(value) for name, value in vars(args).items()}
+
+
+def argv_of_dump(dump, world_size):
+    """The command line that Megatron's parser and validate_args resolve to the printed `dump`
+    (argument -> printed text): a flag for each argument printed otherwise than its parser's default,
+    then, from the parser's last argument back, each flag left out whose argument validate_args
+    derives the same without it (ffn_hidden_size, kv_channels, global_batch_size...). Returns
+    (argv, the arguments no command line of this parser gives their printed value, the printed
+    arguments this engine does not have: a dump of another version)."""
+    # megatron here, not at the top: only in the engine's environment
+    from megatron.arguments import parse_args, validate_args
+
+    parser = megatron_parser(parse_args)
+    defaults = vars(parser.parse_args([]))
+    wanted = {}
+    for action in parser._actions:
+        name = action.dest
+        if not action.option_strings or name not in dump or name in PROCESS_ARGS or name in wanted:
+            continue
+        if dump[name] == str(defaults.get(name)):
+            continue
+        words = _words(action, dump[name])
+        if words is not None:
+            wanted[name] = words
+    for name in DERIVED_OR_REFUSED:
+        wanted.pop(name, None)
+    dests = {action.dest for action in parser._actions if action.dest in dump} - PROCESS_ARGS
+
+    def missed(names):
+        printed = _printed_after(
+            [word for name in names for word in wanted[name]], world_size, parse_args, validate_args
+        )
+        return None if printed is None else {name for name in dests if printed.get(name) != dump[name]}
+
+    kept = list(wanted)
+    wrong = missed(kept)
+    for name in reversed(list(wanted)):
+        if wrong is None:
+            break
+        trial = [other for other in kept if other != name]
+        without = missed(trial)
+        if without is not None and without <= wrong:
+            kept, wrong = trial, without
+    argv = [word for name in kept for word in wanted[name]]
+    known = _printed_after(argv, world_size, parse_args, validate_args) or {}
+    unknown = sorted(name for name in dump if name not in known and name not in PROCESS_ARGS)
+    return argv, sorted(dests) if wrong is None else sorted(wrong), unknown
+
+
 def _reason(error, printed):
     """The error as one line: argparse's own message (it prints, then exits 2), or the exception."""
     lines = [line for line in printed.getvalue().splitlines() if line.strip()]
@@ -323,7 +438,14 @@ def main(cases_file, results_file, store_file):
     )
     with open(cases_file) as handle:
         cases = json.load(handle)
-    results = {case["name"]: check(case) for case in cases}
+    results = {}
+    for case in cases:
+        rebuilt = {}
+        if case.get("argument_dump"):
+            argv, unreached, unknown = argv_of_dump(case["argument_dump"], case["world_size"])
+            case["megatron_args"] = argv
+            rebuilt = {"rebuilt_args": argv, "unreached": unreached, "unknown": unknown}
+        results[case["name"]] = check(case) | rebuilt
     with open(results_file, "w") as handle:
         json.dump(results, handle)
 

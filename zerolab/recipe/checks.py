@@ -821,6 +821,70 @@ def _rotary_options_need_rotary(recipe: Recipe) -> Problem | None:
 
 
 @check
+def _offload_ratio_needs_a_stage_3_optimizer_offload(recipe: Recipe) -> Problem | None:
+    zero = recipe.zero
+    if zero.offload_ratio is None or (zero.offload_optimizer and zero.stage == 3):
+        return None
+    return Problem(
+        ("zero.offload_ratio", "zero.offload_optimizer", "zero.stage"),
+        "offload_ratio: the share of an offloaded optimizer that DeepSpeed steps on the CPU, read only by "
+        "ZeRO-3 with offload_optimizer (its stage3 optimizer's Twin-Flow)",
+        "set zero.stage=3 and zero.offload_optimizer=true (zero=z3_offload), or remove zero.offload_ratio",
+    )
+
+
+@check
+def _fpdt_needs_cuda(recipe: Recipe) -> Problem | None:
+    if not recipe.parallel.sequence_fpdt or recipe.hardware.device == "cuda":
+        return None
+    return Problem(
+        ("parallel.sequence_fpdt", "hardware.device"),
+        "FPDT's attention (DeepSpeed's sequence/fpdt_layer.py) calls the flash_attn package's kernels, "
+        "which run on CUDA GPUs only",
+        "set parallel.sequence_fpdt=false (Ulysses without FPDT, parallel.sequence, trains on CPU too), or "
+        "hardware.device=cuda",
+    )
+
+
+@check
+def _fpdt_options_need_fpdt(recipe: Recipe) -> Problem | None:
+    parallel = recipe.parallel
+    given = [
+        name
+        for name, value in (
+            ("sequence_fpdt_chunk_size", parallel.sequence_fpdt_chunk_size),
+            ("sequence_fpdt_offloading", parallel.sequence_fpdt_offloading),
+        )
+        if value not in (None, False)
+    ]
+    if not given or parallel.sequence_fpdt:
+        return None
+    return Problem(
+        ("parallel.sequence_fpdt", *(f"parallel.{name}" for name in given)),
+        f"{', '.join(given)}: options of FPDT, which is off: Megatron reads them only with "
+        "--ds-sequence-parallel-fpdt",
+        "set parallel.sequence_fpdt=true, or remove them",
+    )
+
+
+ZERO_BUBBLE_FLAGS = ("--enable-zbh1-pipeline", "--enable-zbh1-exact-semantics")
+
+
+@check
+def _zero_bubble_pipeline_stops_at_its_first_step(recipe: Recipe) -> Problem | None:
+    given = [flag for flag in ZERO_BUBBLE_FLAGS if flag in recipe.extra.megatron_args]
+    if not given:
+        return None
+    return Problem(
+        ("extra.megatron_args",),
+        f"{', '.join(given)}: the engine's zero-bubble pipeline (megatron/core/pipeline_parallel/"
+        "deepspeed_zbh1_engine.py) calls PipelineEngine.mem_status, which the pinned DeepSpeed no longer "
+        "has: the launch stops at its first backward pass (AttributeError; measured on CPU, pipeline 2)",
+        "remove them: parallel.pipeline trains DeepSpeed's 1F1B schedule",
+    )
+
+
+@check
 def _flops_profiler_options_need_a_step(recipe: Recipe) -> Problem | None:
     logging = recipe.logging
     if logging.flops_profiler_top_modules is None or logging.flops_profiler_step is not None:
@@ -1276,9 +1340,16 @@ def _finetune_schedule_ends_at_zero(recipe: Recipe) -> Problem | None:
 
 
 NOT_READ_BY_FINETUNING: dict[str, tuple[str, ...]] = {
-    "parallel": ("tensor", "pipeline"),
+    "parallel": (
+        "tensor",
+        "pipeline",
+        "sequence_fpdt",
+        "sequence_fpdt_chunk_size",
+        "sequence_fpdt_offloading",
+    ),
     "model": (
         "make_vocab_size_divisible_by",
+        "masked_softmax_fusion",
         "init_from",
         "import_command",
         "rotary",

@@ -267,9 +267,11 @@ def fusion_args(recipe: Recipe) -> list[str]:
     """The engine's compiled fusions switched off where nothing needs them, so that no launch builds
     anything: gradient-accumulation fusion always (apex's fused_weight_gradient_mlp_cuda is only
     imported: its kernel call is commented out at the pinned commit), the masked-softmax kernels on
-    CPU and wherever attention is not the engine's own (sdpa and flash never call them)."""
+    CPU and wherever attention is not the engine's own (sdpa and flash never call them), and where
+    model.masked_softmax_fusion asks for PyTorch's softmax."""
     args = ["--no-gradient-accumulation-fusion"]
-    if recipe.hardware.device == "cpu" or recipe.model.attention != "megatron":
+    model = recipe.model
+    if recipe.hardware.device == "cpu" or model.attention != "megatron" or not model.masked_softmax_fusion:
         args.append("--no-masked-softmax-fusion")
     return args
 

@@ -312,6 +312,8 @@ def ds_config(recipe: Recipe) -> dict[str, Any]:
     offloaded = {"device": "cpu", "pin_memory": zero.pin_memory}
     if zero.offload_optimizer:
         config["zero_optimization"]["offload_optimizer"] = dict(offloaded)
+        if zero.offload_ratio is not None:
+            config["zero_optimization"]["offload_optimizer"]["ratio"] = zero.offload_ratio
     if zero.offload_param:
         config["zero_optimization"]["offload_param"] = dict(offloaded)
     if recipe.train.prescale_gradients:

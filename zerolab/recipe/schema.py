@@ -126,6 +126,15 @@ class ModelSection(Section):
             Env(ATTENTION_ENV, SDPA),
         ),
     )
+    masked_softmax_fusion: bool = field(
+        True,
+        "the engine's fused CUDA kernels for the scaled, masked softmax of attention (Megatron's "
+        "default); false renders --no-masked-softmax-fusion (PyTorch's softmax, the same function), as "
+        "curriculum_learning/ds_train.sh does. zerolab renders that flag on CPU and wherever "
+        "model.attention is not megatron whatever this key says: nothing there calls the kernels, and "
+        "none is built",
+        to=(Megatron("--no-masked-softmax-fusion", "when false, on CPU, or when attention is not megatron"),),
+    )
     rotary: bool = field(
         False,
         "rotary position embeddings on queries and keys (Megatron --use-rotary-position-embeddings), "
@@ -219,6 +228,28 @@ class ParallelSection(Section):
         gt=0,
         to=(Megatron("--ds-sequence-parallel-size", "when above 1"),),
     )
+    sequence_fpdt: bool = field(
+        False,
+        "FPDT (Fully Pipelined Distributed Transformer) over the sequence-parallel ranks: attention and "
+        "MLP computed in chunks of sequence_fpdt_chunk_size tokens, as upstream's 6.7B 32k script runs "
+        "(--ds-sequence-parallel-fpdt). CUDA only: its attention calls the flash_attn package's kernels "
+        "(DeepSpeed's sequence/fpdt_layer.py). The estimate does not model it",
+        to=(Megatron("--ds-sequence-parallel-fpdt"),),
+    )
+    sequence_fpdt_chunk_size: int | None = field(
+        None,
+        "with sequence_fpdt: the tokens of one FPDT chunk (--ds-sequence-parallel-fpdt-chunk-size); null: "
+        "Megatron's 65536",
+        "tokens",
+        gt=0,
+        to=(Megatron("--ds-sequence-parallel-fpdt-chunk-size"),),
+    )
+    sequence_fpdt_offloading: bool = field(
+        False,
+        "with sequence_fpdt: the chunks' activations kept in host memory between the passes "
+        "(--ds-sequence-parallel-fpdt-offloading)",
+        to=(Megatron("--ds-sequence-parallel-fpdt-offloading"),),
+    )
 
 
 class ZeroSection(Section):
@@ -239,6 +270,18 @@ class ZeroSection(Section):
             DeepSpeed("zero_optimization.offload_optimizer", rule="device cpu"),
             Megatron("--cpu-optimizer", "when true"),
         ),
+    )
+    offload_ratio: float | None = field(
+        None,
+        "with offload_optimizer at stage 3: the fraction of the optimizer's sub-groups updated by CPU "
+        "Adam on the CPU, the rest by torch's AdamW on the GPU (ZeRO-Offload++ Twin-Flow; upstream's "
+        "offload_pp scripts set 0.3); DeepSpeed splits by zero_optimization.sub_group_size's groups, so "
+        "a model of one group offloads all of it. On CPU every group steps there. null: DeepSpeed's 1.0, "
+        "all on the CPU",
+        "fraction",
+        ge=0,
+        le=1,
+        to=(DeepSpeed("zero_optimization.offload_optimizer.ratio", rule="with offload_optimizer"),),
     )
     pin_memory: bool = field(
         True,
