@@ -37,8 +37,8 @@ lint: dev  ## ruff, the import layers (import-linter: pyproject.toml), shellchec
 	git ls-files -z '*.sh' .ci/run tools/summarize | xargs -0 -r $(BIN)/shellcheck
 	$(BIN)/hadolint Dockerfile
 
-test: lint  ## set up .venv, lint, and run every test, all three tiers, on WORKERS=2 pytest-xdist workers (tests/README.md: engine and cluster tests skip, with the reason, without the engine or the cluster)
-	$(PYTEST)
+test: lint  ## set up .venv, lint, and run every test, all three tiers, on WORKERS=2 pytest-xdist workers (tests/README.md: engine and cluster tests skip, with the reason, without the engine or the cluster); the 25 slowest are listed at the end
+	$(PYTEST) --durations=25
 
 test-fast: dev  ## the unit tier, tests/unit: every test that needs no engine (1232 tests, about 46 s on 2 cores)
 	$(PYTEST) tests/unit
