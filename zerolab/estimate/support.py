@@ -1,5 +1,5 @@
 """What the estimator models. The recipe schema's keys are all modelled but mixture of experts
-(moe.num_experts above 1), which it names; the escape hatch
+(moe.num_experts above 1) and distillation's teacher, which it names; the escape hatch
 (`extra.megatron_args`, `extra.ds_config`) is modelled only where a setting is known not to
 change memory. Anything else makes the estimate refuse, naming the setting, rather than guess."""
 
@@ -54,6 +54,11 @@ def unmodelled_settings(recipe: Recipe) -> list[str]:
             f"moe.num_experts {recipe.moe.experts}: the estimate does not model mixture of experts (the "
             "experts' weights, gradients and optimizer states over the expert-parallel ranks, the gates, "
             "the all-to-all buffers of the routed tokens)"
+        )
+    if recipe.distillation.enabled:
+        reasons.append(
+            "distillation: the estimate does not model the teacher (its weights, kept beside the student's "
+            "on each rank, and its activations in the forward pass)"
         )
     for token in recipe.extra.megatron_args:
         flag = token.split("=", 1)[0]
