@@ -21,7 +21,7 @@ ONE_OF_EACH = [
     "rebase/ds_pretrain_gpt_1.3B_rope.sh",  # rotary
     "MoE/ds_pretrain_gpt_125M_MoE64.sh",  # experts: native
     "MoE/ds_pretrain_gpt_125M_dense_cl.sh",  # a curriculum: native
-    "compression/ds_pretrain_gpt_125M_dense_kd.sh",  # distillation, through extra
+    "compression/ds_pretrain_gpt_125M_dense_kd.sh",  # distillation: native
     "curriculum_learning/ds_pretrain_gpt_1.3B_rope_slw.sh",  # a curriculum DeepSpeed reads whole
     "sequence_parallel/ds_pretrain_gpt_1.3B_seq_parallel_32k.sh",  # Ulysses, flash-triton
     "offload_pp/ds_pretrain_gpt_350M.sh",  # optimizer offload
@@ -90,6 +90,15 @@ def test_upstream_launches_port_and_every_value_the_render_changes_is_named_with
     assert dense_cl.kind == "native", dense_cl.ported.recipe.extra if dense_cl.ported else dense_cl.reason
     cl = dense_cl.ported.recipe.curriculum
     assert (cl.enabled, cl.min_seq_length, cl.max_seq_length, cl.steps) == (True, 72, 2048, 27638)
+    kd = verdicts["examples_deepspeed/compression/ds_pretrain_gpt_125M_dense_kd.sh"]
+    assert kd.kind == "native", kd.ported.recipe.extra if kd.ported else kd.reason
+    teacher = kd.ported.recipe.distillation
+    # --kd-beta-ce 1: Megatron's default, which the section leaves null
+    assert (kd.ported.recipe.model.num_layers, teacher.kd, teacher.beta_ce) == (10, True, None)
+    shape = (teacher.teacher_num_layers, teacher.teacher_hidden_size, teacher.teacher_num_attention_heads)
+    assert (
+        shape == (12, 768, 12) and "/blob/users/conglli/project/gpt3_with_pile/checkpoint/" in teacher.teacher
+    )
 
 
 def test_from_command_writes_the_recipe_and_names_what_differs(engine, tmp_path, capsys):

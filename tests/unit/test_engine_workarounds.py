@@ -42,6 +42,7 @@ def test_every_workaround_is_named_and_explained_in_one_line():
         "zero3_gathers_complete",
         "zero3_weights_only_load",
         "zero3_universal_group_settings",
+        "distillation_student_wrapped_once",
     ]
     assert [(p.name, p.kind) for p in LAUNCH_PATCHES[len(WORKAROUNDS) :]] == [
         ("apex_torch_standins", "workaround"),

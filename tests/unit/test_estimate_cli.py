@@ -85,12 +85,18 @@ def test_unmodelled_recipe_exits_3_naming_the_setting(capsys):
     assert result["estimable"] is False and result["gpu_gib"] is None and "--swiglu" in result["reasons"][0]
 
 
-def test_experts_are_named_as_what_the_estimate_does_not_model(capsys):
+def test_experts_and_a_teacher_are_named_as_what_the_estimate_does_not_model(capsys):
     experts = ["moe.num_experts=8", "moe.expert_parallel=2", "moe.param_group=true"]
     assert main(["estimate", "gpt2_z1", *experts, "--json"]) == 3
     (reason,) = json.loads(capsys.readouterr().out)["reasons"]
     assert reason.startswith("moe.num_experts [8]: the estimate does not model mixture of experts")
     assert main(["estimate", "gpt2_z1", "moe.loss_coeff=0.01", "--json"]) == 0  # dense: estimated
+    capsys.readouterr()
+    teacher = ["distillation.teacher=t", "distillation.teacher_num_layers=12"]
+    teacher += ["distillation.teacher_hidden_size=768", "distillation.teacher_num_attention_heads=12"]
+    assert main(["estimate", "gpt2_z1", "distillation.kd=true", *teacher, "--json"]) == 3
+    (reason,) = json.loads(capsys.readouterr().out)["reasons"]
+    assert reason.startswith("distillation: the estimate does not model the teacher")
 
 
 @pytest.mark.parametrize(

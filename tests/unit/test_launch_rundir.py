@@ -180,3 +180,17 @@ def test_render_says_a_one_node_launch_takes_a_free_port(capsys):
     assert main(["render", "cpu/tiny_z1", "hardware.master_port=29600"]) == 0
     out = capsys.readouterr().out
     assert "--master-port 29600" in out and "takes a free port" not in out
+
+
+def test_distillation_from_a_folder_without_a_checkpoint_is_refused_before_launch(
+    tmp_path, capsys, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "teacher").mkdir()
+    teacher = ["distillation.kd=true", "distillation.teacher=teacher", "distillation.teacher_num_layers=2"]
+    teacher += ["distillation.teacher_hidden_size=64", "distillation.teacher_num_attention_heads=4"]
+    assert main(["launch", "cpu/tiny_z1", *teacher]) == 2
+    err = capsys.readouterr().err
+    assert "distillation.teacher: teacher holds no checkpoint (latest_checkpointed_iteration.txt)" in err
+    assert "point it at a trained run's checkpoints/ folder" in err
+    assert not (tmp_path / "logs").exists()

@@ -706,3 +706,21 @@ def test_a_curriculum_renders_its_block():
     )
     assert root.ds_config["curriculum_learning"]["schedule_config"]["root_degree"] == 2
     assert "curriculum_learning" not in render(load_recipe("cpu/tiny_z1")).ds_config
+
+
+def test_distillation_renders_the_engines_kd_flags_and_nothing_when_off():
+    teacher = ["distillation.teacher=t", "distillation.teacher_num_layers=2"]
+    teacher += ["distillation.teacher_hidden_size=64", "distillation.teacher_num_attention_heads=4"]
+    launch = render(
+        load_recipe("cpu/tiny_z1", ["distillation.kd=true", *teacher, "distillation.temperature=2"])
+    )
+    assert "--kd" in launch.argv and option(launch.argv, "--load-teacher") == "t"
+    assert (option(launch.argv, "--num-layers-teacher"), option(launch.argv, "--hidden-size-teacher")) == (
+        "2",
+        "64",
+    )
+    assert option(launch.argv, "--num-attention-heads-teacher") == "4"
+    assert option(launch.argv, "--kd-temp") == "2.0" and "--kd-beta-ce" not in launch.argv
+    assert not [
+        token for token in render(load_recipe("cpu/tiny_z1")).argv if "kd" in token or "teacher" in token
+    ]

@@ -1,8 +1,8 @@
-"""What the estimator models. The recipe schema's keys are all modelled but three (mixture of
-experts, moe.num_experts above 1; FPDT's chunked sequence parallelism, parallel.sequence_fpdt; and a
-partial optimizer offload, zero.offload_ratio below 1), which it names; the escape hatch
-(`extra.megatron_args`, `extra.ds_config`) is modelled only where a setting is known not to change
-memory. Anything else makes the estimate refuse, naming the setting, rather than guess."""
+"""What the estimator models. The recipe schema's keys are all modelled but four (mixture of
+experts, moe.num_experts above 1; distillation's teacher; FPDT's chunked sequence parallelism,
+parallel.sequence_fpdt; and a partial optimizer offload, zero.offload_ratio below 1), which it names;
+the escape hatch (`extra.megatron_args`, `extra.ds_config`) is modelled only where a setting is known
+not to change memory. Anything else makes the estimate refuse, naming the setting, rather than guess."""
 
 from __future__ import annotations
 
@@ -66,6 +66,11 @@ def unmodelled_settings(recipe: Recipe) -> list[str]:
         reasons.append(
             f"zero.offload_ratio {ratio}: part of the optimizer stays on the GPU (Twin-Flow), by sub-groups; "
             "the estimate models a whole offload only"
+        )
+    if recipe.distillation.enabled:
+        reasons.append(
+            "distillation: the estimate does not model the teacher (its weights, kept beside the student's "
+            "on each rank, and its activations in the forward pass)"
         )
     for token in recipe.extra.megatron_args:
         flag = token.split("=", 1)[0]

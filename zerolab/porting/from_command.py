@@ -503,7 +503,7 @@ def _native_keys(
     return keys, consumed, traps
 
 
-SET_ONLY_SECTIONS = ("moe",)
+SET_ONLY_SECTIONS = ("moe", "distillation")
 """The sections whose keys' null is Megatron's default: a launch that leaves them there sets none."""
 
 

@@ -860,6 +860,92 @@ def zero3_universal_group_settings() -> None:
     patch_after_import(DS_STAGE3, _each_group_its_own_settings)
 
 
+MEGATRON_TRAINING = "megatron.training"
+
+
+def _student_set_up_once(module: types.ModuleType) -> None:
+    setup = module.setup_model_and_optimizer
+
+    def setup_student(*args: Any, **kwargs: Any) -> Any:
+        engine_args = module.get_args()
+        if not (engine_args.kd or engine_args.mos):
+            return setup(*args, **kwargs)
+        deepspeed = module.deepspeed
+        initialize = deepspeed.initialize
+
+        def initialize_student(*positional: Any, **named: Any) -> Any:
+            model, optimizer = named.get("model"), named.get("optimizer")
+            if isinstance(model, deepspeed.DeepSpeedEngine):  # the second time: the module it wraps,
+                for hook in ("module_forward_pre_hook", "module_forward_post_hook"):  # without its hooks
+                    handle = getattr(model, hook, None)
+                    if handle is not None:
+                        handle.remove()
+                named["model"] = model.module
+            elif optimizer is None:  # the first, to load the student: without ZeRO, as the teacher is
+                config = dict(named.get("config") or {})
+                config.pop("zero_optimization", None)
+                named["config"] = config
+            return initialize(*positional, **named)
+
+        deepspeed.initialize = initialize_student
+        try:
+            return setup(*args, **kwargs)
+        finally:
+            deepspeed.initialize = initialize
+
+    setup_student.__wrapped__ = setup  # type: ignore[attr-defined]
+    module.setup_model_and_optimizer = setup_student  # type: ignore[attr-defined]
+
+    setup_teacher = module.setup_teacher_model
+
+    def setup_teacher_of_its_shape(engine_args: Any, *rest: Any, **named: Any) -> Any:
+        shape = _teacher_shape(engine_args)
+        student = {name: getattr(engine_args, name) for name in shape}
+        vars(engine_args).update(shape)
+        try:
+            return setup_teacher(engine_args, *rest, **named)
+        finally:
+            vars(engine_args).update(student)
+
+    setup_teacher_of_its_shape.__wrapped__ = setup_teacher  # type: ignore[attr-defined]
+    module.setup_teacher_model = setup_teacher_of_its_shape  # type: ignore[attr-defined]
+
+
+def _feed_forward_size(hidden: int, swiglu: bool) -> int:
+    """Megatron's --ffn-hidden-size where none is given (megatron/arguments.py)."""
+    return int((4 * hidden * 2 / 3) / 64) * 64 if swiglu else 4 * hidden
+
+
+def _teacher_shape(args: Any) -> dict[str, Any]:
+    """The settings Megatron derives from the model's shape, the teacher's: its depth, and those the
+    student's are derived for (feed-forward size, channels a head, key-value heads) from its hidden
+    size and heads, as Megatron's argument validation derives the student's."""
+    heads, hidden = args.num_attention_heads_teacher, args.hidden_size_teacher
+    shape: dict[str, Any] = {"encoder_num_layers": args.num_layers_teacher}
+    if args.ffn_hidden_size == _feed_forward_size(args.hidden_size, args.swiglu):
+        shape["ffn_hidden_size"] = _feed_forward_size(hidden, args.swiglu)
+    if args.kv_channels == args.hidden_size // args.num_attention_heads:
+        shape["kv_channels"] = hidden // heads
+    if args.num_key_value_heads == args.num_attention_heads:
+        shape["num_key_value_heads"] = heads
+    return shape
+
+
+# With --kd (or --mos) the engine's setup_model_and_optimizer first wraps the student in DeepSpeed
+# without an optimizer (to load its checkpoint), then wraps that engine in DeepSpeed again with the
+# optimizer. The first failed under ZeRO 1-3 ("zero stage 1 requires an optimizer"), and under ZeRO-0
+# step 1 failed ("'dict' object has no attribute 'no_sync_func'": get_model_config found the inner
+# engine's DeepSpeed config for Megatron's model config). The first wrap is made without ZeRO (as the
+# engine's own load of the teacher is), the second wraps the model itself, once. And its
+# setup_teacher_model gives the teacher the --*-teacher layers, hidden size and heads but keeps the
+# student's encoder_num_layers, which sets the depth without pipeline parallelism (a 2-layer
+# teacher's checkpoint failed to load into 1 layer: "Unexpected key(s) ... layers.1"), and the
+# feed-forward size and channels a head derived from the student's hidden size: the teacher gets its own.
+def distillation_student_wrapped_once() -> None:
+    """With --kd/--mos, wrap the student in DeepSpeed once, and build the teacher of its own shape."""
+    patch_after_import(MEGATRON_TRAINING, _student_set_up_once)
+
+
 WORKAROUNDS: tuple[LaunchPatch, ...] = tuple(
     launch_patch(function)
     for function in (
@@ -885,6 +971,7 @@ WORKAROUNDS: tuple[LaunchPatch, ...] = tuple(
         zero3_gathers_complete,
         zero3_weights_only_load,
         zero3_universal_group_settings,
+        distillation_student_wrapped_once,
     )
 )
 

@@ -22,6 +22,7 @@ from zerolab.recipe.schema import (
     NODE_PLACING_BACKENDS,
     CurriculumSection,
     DataSection,
+    DistillationSection,
     ExtraSection,
     MoeSection,
     Recipe,
@@ -1199,6 +1200,65 @@ def _curriculum_through_extra(recipe: Recipe) -> Problem | None:
     )
 
 
+TEACHER_SHAPE = ("teacher", "teacher_num_layers", "teacher_hidden_size", "teacher_num_attention_heads")
+"""The distillation keys the engine needs to build and load the teacher (Megatron has no default)."""
+
+
+@only_for(Pretraining)
+@check
+def _distillation_options_need_it(recipe: Recipe) -> Problem | None:
+    kd = recipe.distillation
+    options = [name for name in DistillationSection.model_fields if name not in ("kd", "mos")]
+    given = [name for name in options if _differs_from_default(kd, name)]
+    if kd.enabled or not given:
+        return None
+    return Problem(
+        ("distillation.kd", *(f"distillation.{name}" for name in given)),
+        f"{', '.join(given)}: options of distillation, which is off (distillation.kd and mos false): "
+        "nothing would change",
+        "set distillation.kd=true, or remove them",
+    )
+
+
+@only_for(Pretraining)
+@check
+def _distillation_names_its_teacher(recipe: Recipe) -> Problem | None:
+    kd = recipe.distillation
+    if not kd.enabled:
+        return None
+    if kd.kd and kd.mos:
+        return Problem(
+            ("distillation.kd", "distillation.mos"),
+            "kd and mos are two names of one distillation",
+            "set one of distillation.kd and distillation.mos",
+        )
+    missing = [name for name in TEACHER_SHAPE if getattr(kd, name) is None]
+    if missing:
+        return Problem(
+            tuple(f"distillation.{name}" for name in missing),
+            f"distillation needs its teacher's checkpoint and shape: {', '.join(missing)} not given",
+            "set "
+            + " and ".join(f"distillation.{name}" for name in missing)
+            + " (the teacher run's model keys)",
+        )
+    if recipe.zero.stage == 3:
+        return Problem(
+            ("distillation.kd", "zero.stage"),
+            "under ZeRO-3 the engine builds the student partitioned (zero.Init), then loads it in a "
+            "DeepSpeed engine without ZeRO (zerolab's distillation_student_wrapped_once, as the engine "
+            "loads the teacher): not a setup zerolab runs",
+            "set zero.stage to 0, 1 or 2 to distil",
+        )
+    if recipe.parallel.pipeline == 1:
+        return None
+    return Problem(
+        ("distillation.kd", "parallel.pipeline"),
+        "the engine loads the teacher without the pipeline engine only ('Weight loading only mode is not "
+        "supported in pipeline parallelism')",
+        "set parallel.pipeline=1 to distil",
+    )
+
+
 @check
 def _extra_args_are_options(recipe: Recipe) -> Problem | None:
     args = recipe.extra.megatron_args
@@ -1383,6 +1443,7 @@ NOT_READ_BY_FINETUNING: dict[str, tuple[str, ...]] = {
     "logging": ("tensorboard_queue_size", "log_batch_size", "log_optimizer_states", "timing_log_level"),
     "moe": tuple(MoeSection.model_fields),
     "curriculum": tuple(CurriculumSection.model_fields),
+    "distillation": tuple(DistillationSection.model_fields),
 }
 """The keys a fine-tuning does not read (the loop is not Megatron): a value other than the
 default is refused rather than silently ignored (train.iters and train.tokens: the length check)."""

@@ -17,6 +17,7 @@ from zerolab.data_prep.tokenizer import VOCAB_SIZE
 from zerolab.imported import import_hint, layout_tag, read_manifest, tokenizer_digest
 from zerolab.locations import display_path
 from zerolab.recipe.schema import MODEL_SHAPE_KEYS, Recipe
+from zerolab.rundir import LATEST_CHECKPOINT
 
 BUNDLED_TOKENIZER_FILES = {"vocab_file": GPT2_VOCAB, "merge_file": GPT2_MERGES}
 """What data.vocab_file and data.merge_file mean when null."""
@@ -217,6 +218,16 @@ def pretraining_inputs_problems(recipe: Recipe) -> list[str]:
             )
     if recipe.model.init_from is not None:
         problems += init_problems(recipe)
+    teacher = recipe.distillation.teacher
+    if (
+        recipe.distillation.enabled
+        and teacher is not None
+        and not (Path(teacher) / LATEST_CHECKPOINT).is_file()
+    ):
+        problems.append(
+            f"distillation.teacher: {teacher} holds no checkpoint ({LATEST_CHECKPOINT}): the engine "
+            "would distil from a random teacher; point it at a trained run's checkpoints/ folder"
+        )
     return problems
 
 

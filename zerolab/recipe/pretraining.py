@@ -154,6 +154,7 @@ def megatron_args(recipe: Recipe, ds_config_path: str) -> list[str]:
     args += section_args(recipe, "precision")
     args += section_args(recipe, "logging")  # the TensorBoard options; the rest: run_dir_args
     args += moe_args(recipe)
+    args += section_args(recipe, "distillation")
     args += ["--deepspeed", "--deepspeed_config", ds_config_path, *section_args(recipe, "zero")]
     if recipe.parallel.pipeline == 1:
         args.append("--no-pipeline-parallel")

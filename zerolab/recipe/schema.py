@@ -1222,6 +1222,78 @@ class CurriculumSection(Section):
     )
 
 
+class DistillationSection(Section):
+    """Knowledge distillation from a trained teacher (Megatron-DeepSpeed's --kd, and --mos, its
+    mixture-of-students form for experts, as upstream's compression/*_kd and MoE/*_MoS scripts pass
+    them): the teacher, a checkpoint of the teacher's shape, runs each batch too, and the student also
+    learns its softened outputs (beta_ce x temperature^2 x KL divergence / seq_length, added to the
+    loss). The keys' null is Megatron's default. Pretraining only, pipeline parallel 1 (the engine's
+    limit) and ZeRO 0-2 (zerolab's workaround distillation_student_wrapped_once makes the engine's
+    set-up of the student run under ZeRO 1-2); the estimate does not model the teacher (it says so)."""
+
+    kd: bool = field(False, "distil from the teacher (--kd)", to=(Megatron("--kd"),))
+    mos: bool = field(
+        False,
+        "mixture of students (--mos): the same distillation, as upstream's PR-MoE MoS scripts name it",
+        to=(Megatron("--mos"),),
+    )
+    teacher: str | None = field(
+        None,
+        "the teacher's checkpoint folder (--load-teacher), e.g. a run directory's checkpoints/ (its "
+        "latest_checkpointed_iteration.txt picks the iteration); checked before launch: a folder "
+        "without a checkpoint would leave the teacher random",
+        "path",
+        to=(Megatron("--load-teacher"),),
+        names_run=False,
+    )
+    teacher_num_layers: int | None = field(
+        None, "the teacher's layers (--num-layers-teacher)", "layers", gt=0, le=MAX_LAYERS,
+        to=(Megatron("--num-layers-teacher"),),
+    )  # fmt: skip
+    teacher_hidden_size: int | None = field(
+        None, "the teacher's hidden size (--hidden-size-teacher)", "elements", gt=0, le=MAX_HIDDEN,
+        to=(Megatron("--hidden-size-teacher"),),
+    )  # fmt: skip
+    teacher_num_attention_heads: int | None = field(
+        None, "the teacher's attention heads (--num-attention-heads-teacher)", "heads", gt=0, le=MAX_HEADS,
+        to=(Megatron("--num-attention-heads-teacher"),),
+    )  # fmt: skip
+    teacher_num_experts: list[int] | None = field(
+        None,
+        "the teacher's experts per MoE layer (--num-experts-teacher), as moe.num_experts; null: dense",
+        "experts",
+        to=(Megatron("--num-experts-teacher"),),
+    )
+    alpha_ce: float | None = field(
+        None, "--kd-alpha-ce: pretrain_gpt.py reads it and, at the pinned commit, uses it not; null: 1", ge=0,
+        to=(Megatron("--kd-alpha-ce"),),
+    )  # fmt: skip
+    beta_ce: float | None = field(
+        None, "weight of the distillation loss (--kd-beta-ce); null: 1", ge=0, to=(Megatron("--kd-beta-ce"),)
+    )
+    temperature: float | None = field(
+        None, "softmax temperature of both models' outputs (--kd-temp); null: 1.0", gt=0,
+        to=(Megatron("--kd-temp"),),
+    )  # fmt: skip
+
+    @field_validator("teacher_num_experts", mode="before")
+    @classmethod
+    def _one_count(cls, value: Any) -> Any:
+        """A single count is the list of one."""
+        return [value] if isinstance(value, int) and not isinstance(value, bool) else value
+
+    @field_validator("teacher")
+    @classmethod
+    def _home_folder(cls, value: str | None) -> str | None:
+        """A path starting with `~` starts in a home folder, as in a shell."""
+        return os.path.expanduser(value) if value and value.startswith("~") else value
+
+    @property
+    def enabled(self) -> bool:
+        """Whether a teacher is distilled from (--kd or --mos)."""
+        return self.kd or self.mos
+
+
 class Recipe(Section):
     """A resolved recipe: building blocks from `base`, then the file's keys, then overrides."""
 
@@ -1246,6 +1318,7 @@ class Recipe(Section):
     speed: SpeedSection = field(SpeedSection, "zerolab's speed switches (host-side work of the engine)")
     moe: MoeSection = field(MoeSection, "mixture of experts (DeepSpeed's MoE layers)")
     curriculum: CurriculumSection = field(CurriculumSection, "sequence-length curriculum (DeepSpeed's)")
+    distillation: DistillationSection = field(DistillationSection, "knowledge distillation from a teacher")
     finetune: FinetuneSection | None = field(
         None, "fine-tune a Hugging Face GPT-2 on a GLUE task instead of pretraining; null: pretraining"
     )
@@ -1323,6 +1396,7 @@ SECTIONS: tuple[str, ...] = (
     "speed",
     "moe",
     "curriculum",
+    "distillation",
     "finetune",
 )
 
