@@ -32,7 +32,6 @@ read -r -a pip <<< "${PIP:-python3 -m pip}"
 hooks=(
     --customize-hook='rm -f "$1"/usr/lib/python3*/EXTERNALLY-MANAGED'
     --customize-hook='printf "[global]\ncert = /etc/ssl/certs/ca-certificates.crt\n" > "$1/etc/pip.conf"'
-    --customize-hook='cp -r "$ZEROLAB_WHEELS" "$1/tmp/wheels"'
     --customize-hook='chroot "$1" python3 -m pip install --quiet --no-index --find-links /tmp/wheels --no-cache-dir torch'
     --customize-hook='rm -rf "$1"/tmp/wheels "$1"/var/lib/apt/lists/*'
     --customize-hook='chroot "$1" dpkg-query -W > "$1/etc/zerolab-base-packages.txt"'
@@ -60,7 +59,8 @@ if [[ -n "$torch_sha256" ]] && ! echo "$torch_sha256  $wheel" | sha256sum --chec
     exit 2
 fi
 
-ZEROLAB_WHEELS="$work/wheels" SOURCE_DATE_EPOCH=1747699200 mmdebstrap --quiet --variant=minbase \
-    --include="$packages" "${hooks[@]}" "$suite" "$work/rootfs.tar" "deb $mirror $suite main" >&2
+# The wheels go in first (copy-in, mmdebstrap's own hook); the digest leaves out their folder's name.
+SOURCE_DATE_EPOCH=1747699200 mmdebstrap --quiet --variant=minbase --include="$packages" \
+    --customize-hook="copy-in $work/wheels /tmp" "${hooks[@]}" "$suite" "$work/rootfs.tar" "deb $mirror $suite main" >&2
 "$tool" import --change 'CMD ["/bin/bash"]' "$work/rootfs.tar" "$image" > /dev/null
 echo "$image"

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from container_helpers import PODMAN_FLAGS, SHM_SIZE
 from dockerfile_parse import DockerfileParser
 
 from zerolab.engine.install import BUILD
@@ -260,3 +261,14 @@ def test_the_build_steps_have_every_module_they_import_copied_before_they_run(do
         for source in value.split()[:-1]
     }
     assert needed <= copied, f"COPY these before the build steps: {sorted(needed - copied)}"
+
+
+def test_the_readme_and_the_build_script_use_the_container_tiers_flags():
+    """What the container tier runs the twin with (tests/container_helpers.py) is what the README
+    tells a user to type, and what docker/cpu-twin.sh builds with."""
+    run = " ".join((*PODMAN_FLAGS, SHM_SIZE))
+    assert f"podman run --rm {run} " in (REPO_ROOT / "README.md").read_text()
+    assert run in (REPO_ROOT / "docs" / "gpu.md").read_text().replace(" \\\n    ", " ")
+    script = (REPO_ROOT / "docker" / "cpu-twin.sh").read_text()
+    assert " ".join(PODMAN_FLAGS[2:]) in script and "--runtime runc" in script
+    assert '--file "$root/Dockerfile"' in script and "--build-arg ACCELERATOR=cpu" in script  # not a copy
