@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 WORKERS ?= 2
 PYTEST := $(BIN)/pytest -n $(WORKERS) --dist loadfile --no-loadscope-reorder
 
-.PHONY: help test test-fast test-engine lint dev lock docs setup demo gpu-kit gpu-check cluster-setup cluster-test
+.PHONY: help test test-fast test-engine test-container lint dev lock docs setup demo gpu-kit gpu-check cluster-setup cluster-test
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -45,6 +45,9 @@ test-fast: dev  ## the unit tier, tests/unit: every test that needs no engine (1
 
 test-engine: dev  ## the engine tier, tests/engine: the tests on the real engine (`make setup` first; they skip without it)
 	$(PYTEST) tests/engine
+
+test-container: dev  ## the container tier, tests/container/ (root; podman or docker, mmdebstrap: `.ci/run` installs them): build the image's CPU twin, then doctor, a recipe's wrapper and summarize with it (not part of `make test`)
+	$(BIN)/pytest -v -s --durations=0 tests/container
 
 cluster-setup:  ## as root on Debian or Ubuntu: the packages the two-node cluster tests start (slurm-wlm, munge, openssh-server, pdsh; the tests run their own daemons, in namespaces)
 	DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends slurm-wlm munge openssh-server pdsh

@@ -1,5 +1,6 @@
-"""The GPU image definition, checked without a Docker engine: the Dockerfile as
-dockerfile-parse reads it, .dockerignore, the entrypoint, and the pins it installs."""
+"""The image definition, checked without a container engine: the Dockerfile as dockerfile-parse
+reads it, .dockerignore, the entrypoint, and the pins it installs. tests/container/ builds its CPU
+twin and runs it."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from container_helpers import PODMAN_FLAGS, SHM_SIZE
 from dockerfile_parse import DockerfileParser
 
 from zerolab.engine.install import BUILD
@@ -66,13 +68,62 @@ def test_every_pip_install_is_pinned(dockerfile):
         for path in editable:
             assert path == "." and "--no-deps" in args, f"-e {path} must be the project, with --no-deps"
         for name in requirement_files:
-            assert name in ("requirements-engine.txt", "requirements-zerolab.txt"), name
+            assert name in (
+                "requirements-engine.txt",
+                "requirements/zerolab.txt",
+                "constraints-engine.txt",
+            ), name
         assert packages or requirement_files or editable
 
 
-def test_the_image_installs_zerolabs_lock(dockerfile):
-    """The image's zerolab dependencies are requirements/zerolab.txt (tests/unit/test_locks.py)."""
-    assert "COPY requirements/zerolab.txt /opt/zerolab-pins/requirements-zerolab.txt" in dockerfile.content
+def test_the_image_installs_the_locks(dockerfile):
+    """zerolab's dependencies at requirements/zerolab.txt's versions, and what the engine's pins need
+    at requirements/engine.txt's (the constraints `make setup`'s pip has; tests/unit/test_locks.py)."""
+    assert (
+        "COPY requirements/engine.txt requirements/zerolab.txt /opt/zerolab-pins/requirements/"
+        in dockerfile.content
+    )
+    (engine_install,) = [args for args in pip_installs(dockerfile) if "requirements-engine.txt" in args]
+    assert "requirements/zerolab.txt" in engine_install
+    assert engine_install[engine_install.index("-c") + 1] == "constraints-engine.txt"
+    runs = " ".join(value for _, value in instructions(dockerfile, "RUN"))
+    assert "python3 -m zerolab.engine.container constraints constraints-engine.txt" in runs
+
+
+def test_one_dockerfile_for_both_accelerators(dockerfile):
+    """ACCELERATOR=cuda (the default: the GPU image) or cpu (its twin); the CUDA-only steps are
+    conditional on it, and DeepSpeed's ops are chosen by it (zerolab.engine.container)."""
+    assert dockerfile.args["ACCELERATOR"] == "cuda"
+    runs = [" ".join(value.split()) for _, value in instructions(dockerfile, "RUN")]
+    for step in ("zerolab.engine.build apex", "zerolab.engine.build fused-kernels"):
+        (run,) = [value for value in runs if step in value]
+        condition = run.index('if [ "${ACCELERATOR}" = cuda ]; then')
+        end = re.compile(r";\s*fi\b").search(run, run.index(step))
+        assert end and condition < run.index(step) < end.start(), step
+    (ops,) = [value for value in runs if "with-deepspeed-ops" in value]
+    assert 'with-deepspeed-ops "${ACCELERATOR}" python3 -m pip install' in ops
+    assert 'check-deepspeed-ops "${ACCELERATOR}"' in ops
+    assert "DS_BUILD" not in dockerfile.content  # the ops are zerolab.engine.container's to name
+
+
+def test_the_engine_can_come_from_a_local_git_directory(dockerfile):
+    """ENGINE_SRC (default: the pinned upstream) is where the commit is fetched from; ENGINE_REPO
+    stays the pinned identity the build checks."""
+    assert dockerfile.args["ENGINE_SRC"] == "${ENGINE_REPO}"
+    runs = " ".join(value for _, value in instructions(dockerfile, "RUN"))
+    assert 'git fetch --quiet --depth 1 "${ENGINE_SRC}" "${ENGINE_COMMIT}"' in runs
+
+
+def test_the_data_helpers_are_checked_by_the_images_zerolab_and_fail_the_build(dockerfile):
+    """After zerolab is installed (the rank script imports it), the last RUN before USER: a failed
+    check fails the build (tests/container/ breaks the helpers to see it)."""
+    copies = instructions(dockerfile, "COPY")
+    whole_tree = max(index for index, value in copies if re.search(r"(^|\s)\.\s", value + " "))
+    (check,) = [
+        (index, value) for index, value in instructions(dockerfile, "RUN") if "check-data-helpers" in value
+    ]
+    assert check[0] > whole_tree
+    assert check[1] == f"python3 -m {BUILD_MODULE} check-data-helpers /opt/Megatron-DeepSpeed"
 
 
 def test_engine_commit_is_the_pinned_one(dockerfile):
@@ -191,9 +242,10 @@ def module_file(name: str) -> str:
     )
 
 
-def test_the_build_steps_have_every_module_they_import_copied_before_they_run(dockerfile):
+@pytest.mark.parametrize("build_module", [BUILD_MODULE, "zerolab.engine.container"])
+def test_the_build_steps_have_every_module_they_import_copied_before_they_run(dockerfile, build_module):
     imported = subprocess.run(
-        [sys.executable, "-c", f"import sys, {BUILD_MODULE}; print(*sys.modules)"],
+        [sys.executable, "-c", f"import sys, {build_module}; print(*sys.modules)"],
         env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
         capture_output=True,
         text=True,
@@ -201,7 +253,7 @@ def test_the_build_steps_have_every_module_they_import_copied_before_they_run(do
     ).stdout.split()
     assert not {"rich", "pydantic", "yaml", "numpy", "torch"} & set(imported)  # standard library only
     needed = {module_file(name) for name in imported if name.split(".")[0] == "zerolab"}
-    first_use = min(index for index, value in instructions(dockerfile, "RUN") if BUILD_MODULE in value)
+    first_use = min(index for index, value in instructions(dockerfile, "RUN") if build_module in value)
     copied = {
         source
         for index, value in instructions(dockerfile, "COPY")
@@ -209,3 +261,14 @@ def test_the_build_steps_have_every_module_they_import_copied_before_they_run(do
         for source in value.split()[:-1]
     }
     assert needed <= copied, f"COPY these before the build steps: {sorted(needed - copied)}"
+
+
+def test_the_readme_and_the_build_script_use_the_container_tiers_flags():
+    """What the container tier runs the twin with (tests/container_helpers.py) is what the README
+    tells a user to type, and what docker/cpu-twin.sh builds with."""
+    run = " ".join((*PODMAN_FLAGS, SHM_SIZE))
+    assert f"podman run --rm {run} " in (REPO_ROOT / "README.md").read_text()
+    assert run in (REPO_ROOT / "docs" / "gpu.md").read_text().replace(" \\\n    ", " ")
+    script = (REPO_ROOT / "docker" / "cpu-twin.sh").read_text()
+    assert " ".join(PODMAN_FLAGS[2:]) in script and "--runtime runc" in script
+    assert '--file "$root/Dockerfile"' in script and "--build-arg ACCELERATOR=cpu" in script  # not a copy

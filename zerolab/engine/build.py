@@ -1,9 +1,10 @@
 """The engine's compiled parts, built by the engine's own Python: the same commands for `make
-setup` (zerolab.engine.install runs them) and for the GPU image (the Dockerfile runs them).
+setup` (zerolab.engine.install runs them) and for the image (the Dockerfile runs them).
 
-    python -m zerolab.engine.build data-helpers ENGINE_DIR   compile the dataset helpers, smoke-check them
-    python -m zerolab.engine.build apex --workdir DIR         apex's modules, built from pins.toml if missing
-    python -m zerolab.engine.build fused-kernels ENGINE_DIR  compile the fused softmax kernels (CUDA)
+    python -m zerolab.engine.build data-helpers ENGINE_DIR        compile the dataset helpers
+    python -m zerolab.engine.build check-data-helpers ENGINE_DIR  smoke-check them; exit 1 where they fail
+    python -m zerolab.engine.build apex --workdir DIR             apex's modules, built if missing
+    python -m zerolab.engine.build fused-kernels ENGINE_DIR       compile the fused softmax kernels (CUDA)
 
 Standard library at module level: the image runs it before zerolab's dependencies are installed.
 """
@@ -21,16 +22,24 @@ from zerolab.errors import UserError
 
 
 def _data_helpers(args: argparse.Namespace) -> int:
-    data_dir = args.engine_dir / data_helpers.DATA_DIR
-    module = data_helpers.build(data_dir, Path(sys.executable))
-    check = data_helpers.smoke_check(data_dir, Path(sys.executable))
-    if check.ok:
-        print(f"data helpers: {module.name}: {check.detail}")
-    else:
+    module = data_helpers.build(args.engine_dir / data_helpers.DATA_DIR, Path(sys.executable))
+    print(f"data helpers: {module.name} compiled")
+    return 0
+
+
+def _check_data_helpers(args: argparse.Namespace) -> int:
+    """The smoke check a launch runs, by this zerolab (the image runs it once its own zerolab is
+    installed, for the rank script's imports); unlike `make setup`, which falls back to the engine's
+    Python sample index, a failure is the build's."""
+    check = data_helpers.smoke_check(args.engine_dir / data_helpers.DATA_DIR, Path(sys.executable))
+    if not check.ok:
         print(
-            f"data helpers: {module.name}: {check.detail}; runs build the sample index with the engine's "
-            f"Python implementation instead (workaround {data_helpers.SMOKE_WORKAROUND})"
+            f"data helpers in {args.engine_dir / data_helpers.DATA_DIR}: {check.detail} (the image would run "
+            f"every launch on the workaround {data_helpers.SMOKE_WORKAROUND}; fix the build instead)",
+            file=sys.stderr,
         )
+        return 1
+    print(f"data helpers: {check.detail}")
     return 0
 
 
@@ -53,9 +62,12 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m zerolab.engine.build", description=__doc__.split("\n\n")[0]
     )
     steps = parser.add_subparsers(dest="step", required=True)
-    step = steps.add_parser("data-helpers", help="compile Megatron's dataset helpers and smoke-check them")
+    step = steps.add_parser("data-helpers", help="compile Megatron's dataset helpers")
     step.add_argument("engine_dir", type=Path)
     step.set_defaults(run=_data_helpers)
+    step = steps.add_parser("check-data-helpers", help="smoke-check the dataset helpers; 1 where they fail")
+    step.add_argument("engine_dir", type=Path)
+    step.set_defaults(run=_check_data_helpers)
     step = steps.add_parser("apex", help="apex's modules the engine imports; built from pins.toml if missing")
     step.add_argument("--workdir", type=Path, required=True, help="where apex's source is fetched")
     step.set_defaults(run=_apex)

@@ -104,6 +104,17 @@ def engine_source(pins: Pins) -> str:
     return os.environ.get(ENGINE_SRC_VARIABLE) or pins.engine_repo
 
 
+def local_engine_source(pins: Pins) -> str:
+    """Where a copy of Megatron-DeepSpeed is fetched from (the GPU kit, the image's CPU twin):
+    `ZEROLAB_ENGINE_SRC`, else the engine checkout `make setup` made (at the pinned commit), else
+    the pinned upstream."""
+    if os.environ.get(ENGINE_SRC_VARIABLE):
+        return os.environ[ENGINE_SRC_VARIABLE]
+    if checkout_commit(engine_dir()) == pins.engine_commit:
+        return str(engine_dir())
+    return pins.engine_repo
+
+
 def installed_versions(python: Path, names: list[str]) -> dict[str, str | None]:
     """The installed version of each distribution in `names` for `python` (None: not installed)."""
     result = subprocess.run(

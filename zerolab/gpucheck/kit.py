@@ -32,10 +32,10 @@ from importlib import metadata
 from pathlib import Path
 
 from zerolab import __version__
-from zerolab.engine.checkout import checkout_commit
 from zerolab.engine.container import canonical_name, requirement_name
+from zerolab.engine.install import local_engine_source
 from zerolab.engine.locks import ENGINE_LOCK, ZEROLAB_LOCK
-from zerolab.engine.paths import engine_dir, engine_python
+from zerolab.engine.paths import engine_python
 from zerolab.engine.pins import Pins, load_pins
 from zerolab.errors import UserError
 from zerolab.locations import REPO_ROOT
@@ -214,7 +214,7 @@ def gather(
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}-partial-", dir=out.parent))
     try:
         print(f"1/4 Megatron-DeepSpeed {pins.engine_commit[:12]} -> {ENGINE_GIT}", flush=True)
-        _bare_copy(_engine_source(pins), pins.engine_commit, staging / ENGINE_GIT)
+        _bare_copy(local_engine_source(pins), pins.engine_commit, staging / ENGINE_GIT)
         if apex:
             print(f"2/4 apex {pins.apex_commit[:12]} -> {APEX_GIT}", flush=True)
             source = os.environ.get("ZEROLAB_APEX_SRC") or pins.apex_repo
@@ -288,16 +288,6 @@ def gather(
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return Kit(out, manifest)
-
-
-def _engine_source(pins: Pins) -> str:
-    """ZEROLAB_ENGINE_SRC, else the engine checkout `make setup` made, else the pinned upstream."""
-
-    if os.environ.get("ZEROLAB_ENGINE_SRC"):
-        return os.environ["ZEROLAB_ENGINE_SRC"]
-    if checkout_commit(engine_dir()) == pins.engine_commit:
-        return str(engine_dir())
-    return pins.engine_repo
 
 
 def _bare_copy(source: str, commit: str, target: Path) -> None:
