@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import shlex
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -1011,15 +1011,14 @@ MOE_OPTIONS = tuple(name for name in MoeSection.model_fields if name not in ("nu
 @only_for(Pretraining)
 @check
 def _moe_options_need_experts(recipe: Recipe) -> Problem | None:
-    moe = recipe.moe
-    given = [name for name in MOE_OPTIONS if _differs_from_default(moe, name)]
-    if moe.enabled or not given:
-        return None
-    return Problem(
-        ("moe.num_experts", *(f"moe.{name}" for name in given)),
-        f"{', '.join(given)}: options of the experts, and moe.num_experts gives every layer one (a dense "
-        "model): nothing would change",
-        "set moe.num_experts above 1, or remove them",
+    return _options_while_off(
+        recipe,
+        "moe",
+        MOE_OPTIONS,
+        on=recipe.moe.enabled,
+        switch="moe.num_experts",
+        what="options of the experts, and moe.num_experts gives every layer one (a dense model)",
+        fix="set moe.num_experts above 1, or remove them",
     )
 
 
@@ -1115,18 +1114,14 @@ def _experts_route_within_their_count(recipe: Recipe) -> Problem | None:
 @only_for(Pretraining)
 @check
 def _curriculum_options_need_it(recipe: Recipe) -> Problem | None:
-    cl = recipe.curriculum
-    given = [
-        name
-        for name in CurriculumSection.model_fields
-        if name != "enabled" and _differs_from_default(cl, name)
-    ]
-    if cl.enabled or not given:
-        return None
-    return Problem(
-        ("curriculum.enabled", *(f"curriculum.{name}" for name in given)),
-        f"{', '.join(given)}: options of the curriculum, which is off: nothing would change",
-        "set curriculum.enabled=true, or remove them",
+    return _options_while_off(
+        recipe,
+        "curriculum",
+        [name for name in CurriculumSection.model_fields if name != "enabled"],
+        on=recipe.curriculum.enabled,
+        switch="curriculum.enabled",
+        what="options of the curriculum, which is off",
+        fix="set curriculum.enabled=true, or remove them",
     )
 
 
@@ -1207,16 +1202,14 @@ TEACHER_SHAPE = ("teacher", "teacher_num_layers", "teacher_hidden_size", "teache
 @only_for(Pretraining)
 @check
 def _distillation_options_need_it(recipe: Recipe) -> Problem | None:
-    kd = recipe.distillation
-    options = [name for name in DistillationSection.model_fields if name not in ("kd", "mos")]
-    given = [name for name in options if _differs_from_default(kd, name)]
-    if kd.enabled or not given:
-        return None
-    return Problem(
-        ("distillation.kd", *(f"distillation.{name}" for name in given)),
-        f"{', '.join(given)}: options of distillation, which is off (distillation.kd and mos false): "
-        "nothing would change",
-        "set distillation.kd=true, or remove them",
+    return _options_while_off(
+        recipe,
+        "distillation",
+        [name for name in DistillationSection.model_fields if name not in ("kd", "mos")],
+        on=recipe.distillation.enabled,
+        switch="distillation.kd",
+        what="options of distillation, which is off (distillation.kd and mos false)",
+        fix="set distillation.kd=true, or remove them",
     )
 
 
@@ -1475,6 +1468,21 @@ def _finetune_reads_not(recipe: Recipe) -> Problem | None:
         "the task's split files (finetune.data), without Megatron (activation_checkpointing: full only, "
         "as transformers' gradient checkpointing)",
         "remove them, or remove the finetune section to pretrain",
+    )
+
+
+def _options_while_off(
+    recipe: Recipe, section: str, options: Iterable[str], *, on: bool, switch: str, what: str, fix: str
+) -> Problem | None:
+    """A section's options given while the section is off (`on` false): refused, naming them and the
+    key that turns it on (`switch`), since nothing would read them."""
+    given = [name for name in options if _differs_from_default(getattr(recipe, section), name)]
+    if on or not given:
+        return None
+    return Problem(
+        (switch, *(f"{section}.{name}" for name in given)),
+        f"{', '.join(given)}: {what}: nothing would change",
+        fix,
     )
 
 
