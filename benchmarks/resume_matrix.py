@@ -24,7 +24,7 @@ from zerolab.recipe import resumption
 
 OUT = REPO_ROOT / "benchmarks" / "results" / "resume-matrix-cpu.json"
 ITERS = ["train.iters=4", "train.lr_warmup_iters=1", "train.log_interval=1"]
-STOP_AT_2 = ["train.save_interval=2", "extra.megatron_args=[--exit-interval, '2']"]
+STOP_AT_2 = ["train.save_interval=2", "train.exit_interval=2"]
 SAME_VOCABULARY = ["model.make_vocab_size_divisible_by=64"]  # x tensor 2: the padded rows of tensor 1
 
 SOURCES: dict[str, list[str]] = {

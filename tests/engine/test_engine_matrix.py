@@ -181,7 +181,8 @@ def test_loggers_extra_settings_and_split_datasets_reach_the_engine(dataset, spl
         "logging.tensorboard=true",
         "logging.wandb_project=zerolab-tests",
         "logging.wandb_mode=offline",
-        "extra.megatron_args=[--eod-mask-loss, --timing-log-level, '2']",
+        "logging.timing_log_level=2",
+        "extra.megatron_args=[--eod-mask-loss]",
         "extra.ds_config={zero_optimization: {round_robin_gradients: true}}",
     )
     events = list((run.run_dir / "tensorboard").glob("events.out.tfevents.*"))

@@ -85,7 +85,7 @@ def test_extra_settings_are_judged_by_the_engine_before_anything_is_written(
     assert "Megatron: pretrain_gpt.py: error: unrecognized arguments: --no-such-flag" in captured.err
     assert "DeepSpeed: ValidationError" in captured.err and "round_robin_gradientz" in captured.err
 
-    bad_value = "extra.megatron_args=[--rotary-percent, half]"
+    bad_value = "extra.megatron_args=[--sgd-momentum, half]"
     run_dir = tmp_path / "run"
     assert main(["launch", "cpu/tiny_z1", f"data.path={dataset}", bad_value, "--run-dir", str(run_dir)]) == 2
     assert "invalid float value: 'half'" in capsys.readouterr().err
@@ -120,14 +120,15 @@ def test_a_ds_config_key_deepspeed_never_reads_is_refused_with_the_key_it_reads(
 
 UPSTREAM_BLOCKS = {
     # the blocks of examples_deepspeed's curriculum, compression and data-efficiency configs that
-    # DeepSpeed copies whole or walks (copy.copy, items(), `in block.keys()`) and reads later
+    # DeepSpeed copies whole or walks (copy.copy, items(), `in block.keys()`) and reads later (a
+    # curriculum on a schedule the curriculum section does not render: fixed_discrete)
     "curriculum_learning": {
         "enabled": True,
         "curriculum_type": "seqlen",
         "min_difficulty": 80,
         "max_difficulty": 128,
-        "schedule_type": "fixed_linear",
-        "schedule_config": {"total_curriculum_step": 100, "difficulty_step": 8},
+        "schedule_type": "fixed_discrete",
+        "schedule_config": {"difficulty": [80, 128], "max_step": [100]},
     },
     "compression_training": {
         "weight_quantization": {

@@ -26,7 +26,7 @@ from zerolab.contracts import LATEST_UNIVERSAL, UNIVERSAL_CHECKPOINT_MODULE, uni
 from zerolab.engine.paths import engine_python_env, zerolab_on_path
 
 ITERS = ["train.iters=4", "train.lr_warmup_iters=1", "train.log_interval=1"]
-STOP_AT_2 = ["train.save_interval=2", "extra.megatron_args=[--exit-interval, '2']"]
+STOP_AT_2 = ["train.save_interval=2", "train.exit_interval=2"]
 _ITERATION = re.compile(r"iteration\s+(\d+)/\s*\d+ \|.*?learning rate: ([0-9.E+-]+).*?lm loss: ([0-9.E+-]+)")
 
 

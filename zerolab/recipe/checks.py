@@ -1260,7 +1260,7 @@ def _extra_args_are_options(recipe: Recipe) -> Problem | None:
     return Problem(
         ("extra.megatron_args",),
         f"extra Megatron arguments must start with an option (--name), not {args[0]!r}",
-        "write them as a list of tokens, e.g. [--use-rotary-position-embeddings, --rotary-percent, '0.5']",
+        "write them as a list of tokens, e.g. [--eod-mask-loss, --adam-eps, '1e-6']",
     )
 
 
