@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from engine_runs import SHARED_RUNS, Trained, held_out_probe, read_trained, train
 from filelock import FileLock, Timeout
+from prep_helpers import train_sentencepiece
 
 from zerolab.assets import GPT2_MERGES, GPT2_VOCAB
 from zerolab.cli import main
@@ -118,6 +119,19 @@ def dataset(tmp_path_factory) -> str:
     out = tmp_path_factory.mktemp("data") / "dolly"
     assert main(["prep", "dolly", "--input", str(DOLLY_SAMPLE), "--out", str(out), "--quiet"]) == 0
     return f"{out}_text_document"
+
+
+@pytest.fixture(scope="session")
+def sentencepiece_dataset(tmp_path_factory) -> tuple[Path, str]:
+    """A SentencePiece model of 1,000 pieces trained on the bundled dolly sample, and the sample
+    prepared with it by `zerolab prep --tokenizer-model` (each worker its own, as `dataset`): the
+    model file and the Megatron data prefix."""
+    folder = tmp_path_factory.mktemp("sentencepiece")
+    model = train_sentencepiece(folder)
+    out = folder / "dolly"
+    argv = ["prep", "dolly", "--input", str(DOLLY_SAMPLE), "--out", str(out), "--tokenizer-model", str(model)]
+    assert main([*argv, "--quiet"]) == 0
+    return model, f"{out}_text_document"
 
 
 @pytest.fixture(scope="session")

@@ -6,6 +6,7 @@ import json
 import shutil
 from pathlib import Path
 
+import sentencepiece
 import zstandard
 
 from zerolab.cli import main
@@ -55,3 +56,17 @@ def hub_dataset_copy(folder: Path, config: str, splits: dict[str, list[dict]]) -
     for split, rows in splits.items():
         pq.write_table(pa.Table.from_pylist(rows), folder / config / f"{split}-00000-of-00001.parquet")
     return folder
+
+
+def train_sentencepiece(folder: Path, vocab_size: int = 1000) -> Path:
+    """A SentencePiece BPE model of `vocab_size` pieces trained on the dolly sample (Llama's ids:
+    unk 0, bos 1, eos 2; byte fallback, so any text encodes), written as folder/tokenizer.model."""
+    texts = [
+        " ".join(str(value) for value in json.loads(line).values())
+        for line in SAMPLE.read_text().splitlines()
+    ]
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(texts), model_prefix=str(folder / "tokenizer"), vocab_size=vocab_size,
+        model_type="bpe", byte_fallback=True, minloglevel=2,
+    )  # fmt: skip
+    return folder / "tokenizer.model"

@@ -28,6 +28,8 @@ ONE_OF_EACH = [
     "universal_checkpointing/megatron_gpt/run_bf16.sh",  # fp32 gradient accumulation, --loss-scale
     "azure/run-175b.sh",  # ZeRO-3 offload: DeepSpeed's defaults and the NVMe-only aio block left out
     "rebase/ds_pretrain_gpt_1.3B_megatron_checkpointing.sh",  # no DeepSpeed config: refused by the engine
+    "pretrain_llama_distributed.sh",  # SentencePiece tokenizer; Llama's layers through extra
+    "pretrain_llama2_distributed.sh",  # grouped-query attention, which the engine cannot run: refused
 ]
 
 
@@ -39,6 +41,10 @@ def test_upstream_launches_port_and_every_value_the_render_changes_is_named_with
         if name.endswith("megatron_checkpointing.sh"):
             assert verdict.kind == "refused by the engine", verdict
             assert "train_batch_size or train_micro_batch_size_per_gpu" in verdict.reason
+            continue
+        if name.endswith("pretrain_llama2_distributed.sh"):
+            assert verdict.kind == "refused by zerolab", verdict
+            assert "--num-key-value-heads 4 with 16 attention heads" in verdict.reason
             continue
         assert verdict.kind in ("native", "extra"), (name, verdict.reason)
         assert verdict.unexplained == [], (name, verdict.unexplained)
@@ -66,6 +72,12 @@ def test_upstream_launches_port_and_every_value_the_render_changes_is_named_with
     assert "ds_config zero_optimization.sub_group_size: DeepSpeed resolves your config the same" in " ".join(
         azure.notes
     )
+    llama = verdicts["examples_deepspeed/pretrain_llama_distributed.sh"].ported
+    assert (llama.recipe.data.tokenizer_type, llama.recipe.data.tokenizer_model) == (
+        "GPTSentencePieceTokenizer",
+        "./tmp/tokenizer.model",
+    )
+    assert {"--swiglu", "--untie-embeddings-and-output-weights"} <= set(llama.recipe.extra.megatron_args)
     rope = verdicts["examples_deepspeed/rebase/ds_pretrain_gpt_1.3B_rope.sh"].ported
     assert rope.recipe.model.rotary_percent == 0.25
     offload = verdicts["examples_deepspeed/offload_pp/ds_pretrain_gpt_350M.sh"].ported

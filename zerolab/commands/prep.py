@@ -17,6 +17,7 @@ from zerolab.data_prep.pipeline import PrepJob, enter_output_folder, run
 from zerolab.data_prep.records import TEXT_LINES, DollyFields, JsonField
 from zerolab.data_prep.sources import HubDataset, LineFiles, RecordFiles, WholeFiles, check_files
 from zerolab.data_prep.splits import SPLIT_NAMES, parse_split
+from zerolab.data_prep.tokenizer import Tokenizer
 from zerolab.data_prep.wikitext import HUB_DATASET, VERSIONS, WikiTextFile, WikiTextHub, hub_config
 from zerolab.errors import UserError
 from zerolab.finetune.glue import HUB_DATASET as GLUE_DATASET
@@ -70,6 +71,14 @@ def _common(parser: argparse.ArgumentParser, out_help: str, *, splittable: bool 
         help="input MB per resumable shard: a killed run resumes after its last finished "
         "shard (default %(default)s)",
     )
+    parser.add_argument(
+        "--tokenizer-model",
+        metavar="FILE",
+        help="a SentencePiece model (e.g. Llama's tokenizer.model): write its ids, as Megatron's "
+        "GPTSentencePieceTokenizer reads text, each document ended by its end-of-sentence id, for a recipe "
+        "with data.tokenizer_type GPTSentencePieceTokenizer and data.tokenizer_model FILE (default: "
+        "GPT-2's BPE)",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress bar or messages, only the summary")
 
 
@@ -86,8 +95,9 @@ def register(subparsers) -> None:
     prep = subparsers.add_parser(
         "prep",
         help="corpora into Megatron indexed binaries (PREFIX_text_document.bin/.idx)",
-        description="Tokenize a corpus with GPT-2's BPE (ids identical to Megatron's GPT2BPETokenizer) "
-        "into Megatron's indexed dataset, one <|endoftext|> after each document.",
+        description="Tokenize a corpus with GPT-2's BPE (ids identical to Megatron's GPT2BPETokenizer), "
+        "or with --tokenizer-model's SentencePiece model (GPTSentencePieceTokenizer's ids), into Megatron's "
+        "indexed dataset, an end-of-document id after each document.",
     )
     commands = prep.add_subparsers(dest="prep_command", metavar="CORPUS", required=True)
 
@@ -221,8 +231,23 @@ def _job(args, corpus: str, source, fmt, name: str | None = None):
     return PrepJob(
         out=out_prefix(args.out, name or corpus), corpus=corpus, source=source, fmt=fmt, workers=args.workers,
         on_error=args.on_error, split=parse_split(split) if split else None, force=args.force,
-        shard_bytes=int(args.shard_mb * 1e6), quiet=args.quiet,
+        shard_bytes=int(args.shard_mb * 1e6), quiet=args.quiet, tokenizer=_tokenizer(args),
     )  # fmt: skip
+
+
+def _tokenizer(args) -> Tokenizer:
+    """GPT-2's BPE, or the SentencePiece model of --tokenizer-model (checked: UserError naming it)."""
+    if not args.tokenizer_model:
+        return Tokenizer()
+    path = Path(args.tokenizer_model)
+    if not path.is_file():
+        raise UserError(
+            f"--tokenizer-model {path}: no such file; give the SentencePiece model (tokenizer.model) that "
+            "your recipe's data.tokenizer_model names"
+        )
+    tokenizer = Tokenizer(path)
+    tokenizer.load()
+    return tokenizer
 
 
 def _run(job) -> int:

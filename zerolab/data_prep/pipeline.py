@@ -33,7 +33,7 @@ from zerolab.data_prep.indexed import token_dtype, write_index
 from zerolab.data_prep.records import encode_batch
 from zerolab.data_prep.sources import START
 from zerolab.data_prep.splits import SPLIT_NAMES, deal_pattern
-from zerolab.data_prep.tokenizer import VOCAB_SIZE, gpt2_encoding, tokenizer_facts
+from zerolab.data_prep.tokenizer import Tokenizer
 from zerolab.errors import Interrupted, UserError
 from zerolab.files import folders_made, write_atomic, write_json_atomic
 
@@ -55,6 +55,7 @@ class PrepJob:
     force: bool = False
     shard_bytes: int = 256 << 20
     quiet: bool = False
+    tokenizer: Tokenizer = field(default_factory=Tokenizer)
 
     def outputs(self) -> dict[str, Path]:
         """Output prefix (without .bin/.idx) per split name ('all' when not split)."""
@@ -71,7 +72,7 @@ class PrepJob:
             "on_error": self.on_error,
             "split": list(self.split) if self.split else None,
             "append_eod": True,
-            "dtype": token_dtype(VOCAB_SIZE).name,
+            "dtype": token_dtype(self.tokenizer.vocab_size).name,
         }
 
     def fingerprint(self, *, as_given: bool = False) -> str:
@@ -81,7 +82,7 @@ class PrepJob:
         source = self.source.describe()
         if not as_given:
             source = {**source, "files": [_real(file) for file in source.get("files", [])]}
-        facts = {"options": self.options(), "source": source, "tokenizer": tokenizer_facts()}
+        facts = {"options": self.options(), "source": source, "tokenizer": self.tokenizer.facts()}
         return hashlib.sha256(json.dumps(facts, sort_keys=True, default=str).encode()).hexdigest()
 
 
@@ -349,13 +350,17 @@ class ShardWriter:
 
 def _results(job: PrepJob, batches, dtype: str):
     """Worker results in input order, at most a few batches in flight (bounded memory)."""
-    gpt2_encoding()  # built once here, inherited by the forked workers
+    job.tokenizer.load()  # built once here, inherited by the forked workers
     method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
     with multiprocessing.get_context(method).Pool(job.workers, initializer=_worker_start) as pool:
         pending: deque = deque()
         for batch, position, nbytes in batches:
             pending.append(
-                (pool.apply_async(encode_batch, (batch, job.fmt, job.on_error, dtype)), position, nbytes)
+                (
+                    pool.apply_async(encode_batch, (batch, job.fmt, job.on_error, dtype, job.tokenizer)),
+                    position,
+                    nbytes,
+                )
             )
             if len(pending) > 2 * job.workers:
                 result, position, nbytes = pending.popleft()
@@ -375,7 +380,7 @@ def _process(job: PrepJob, workdir: Path, done: int, counts: Counts, position: d
     for name in names:
         counts.documents.setdefault(name, 0)
         counts.tokens.setdefault(name, 0)
-    dtype = token_dtype(VOCAB_SIZE).name
+    dtype = token_dtype(job.tokenizer.vocab_size).name
     pattern = deal_pattern(tuple(w for w in job.split if w > 0)) if job.split else None
     shard = ShardWriter(workdir, done, names)
     started = time.perf_counter()
@@ -442,7 +447,9 @@ def _merge(pending: list[Pending]) -> list[dict]:
     try:
         for item in pending:
             for name, prefix in item.outputs.items():
-                made[prefix] = _merge_output(item.workdir, name, prefix, item.counts.documents[name])
+                made[prefix] = _merge_output(
+                    item.workdir, name, prefix, item.counts.documents[name], item.job
+                )
     except BaseException:
         for prefix in made:
             for ext in ("bin", "idx"):
@@ -461,7 +468,7 @@ def _merge(pending: list[Pending]) -> list[dict]:
     return facts
 
 
-def _merge_output(workdir: Path, name: str, prefix: Path, documents: int) -> dict:
+def _merge_output(workdir: Path, name: str, prefix: Path, documents: int, job: PrepJob) -> dict:
     """Write the `name` split of the shards in `workdir` as `prefix.bin.tmp` and `prefix.idx.tmp`; the
     manifest's facts of the two files."""
     shards = sorted(workdir.glob("shard-*.done.json"))
@@ -479,7 +486,7 @@ def _merge_output(workdir: Path, name: str, prefix: Path, documents: int) -> dic
             for marker in shards:
                 yield np.fromfile(workdir / marker.name.replace("done.json", f"{name}.sizes"), dtype="<i4")
 
-        write_index(idx_tmp, size_chunks, documents, token_dtype(VOCAB_SIZE))
+        write_index(idx_tmp, size_chunks, documents, token_dtype(job.tokenizer.vocab_size))
     except BaseException:
         bin_tmp.unlink(missing_ok=True)
         idx_tmp.unlink(missing_ok=True)
@@ -519,8 +526,8 @@ def _manifest(job: PrepJob, name: str, counts: Counts, files: dict, fingerprint:
             "by_reason": counts.skipped_by_reason,
             "first_examples": counts.skipped_examples,
         },
-        "dtype": token_dtype(VOCAB_SIZE).name,
-        "tokenizer": tokenizer_facts(),
+        "dtype": token_dtype(job.tokenizer.vocab_size).name,
+        "tokenizer": job.tokenizer.facts(with_path=True),
         "options": {**job.options(), "workers": job.workers},
         "files": files,
         "fingerprint": fingerprint,

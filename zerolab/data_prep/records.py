@@ -13,8 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from zerolab.assets import EOT_TOKEN_ID
-from zerolab.data_prep.tokenizer import encode
+from zerolab.data_prep.tokenizer import Tokenizer
 from zerolab.errors import json_error_text
 
 JSON_LINES = "jsonl"
@@ -116,13 +115,14 @@ def _text(kind: str, value, fmt) -> str:
     return fmt.text_of(record)
 
 
-def encode_batch(batch: Batch, fmt, on_error: str, dtype: str) -> BatchResult:
-    """Tokenize every record of `batch`; on a bad record stop (on_error='stop') or skip it."""
+def encode_batch(batch: Batch, fmt, on_error: str, dtype: str, tokenizer: Tokenizer) -> BatchResult:
+    """Tokenize every record of `batch` with `tokenizer`; on a bad record stop (on_error='stop') or
+    skip it."""
     parts: list[np.ndarray] = []
     sizes: list[int] = []
     problems = []
     records = 0
-    eod = np.array([EOT_TOKEN_ID], dtype=np.uint32)
+    eod = np.array([tokenizer.eod_id], dtype=np.uint32)
     for number, value in _records(batch):
         records += 1
         try:
@@ -130,7 +130,7 @@ def encode_batch(batch: Batch, fmt, on_error: str, dtype: str) -> BatchResult:
             if not text:
                 raise RecordProblem("empty document", "empty document")
             try:
-                ids = encode(text)
+                ids = tokenizer.encode(text)
             except UnicodeEncodeError:
                 raise RecordProblem("invalid Unicode", "a lone surrogate (\\ud800-\\udfff escape)") from None
         except RecordProblem as problem:

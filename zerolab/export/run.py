@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from zerolab.contracts import rank_script
+from zerolab.data_prep.tokenizer import GPT2_BPE
 from zerolab.engine.paths import engine_missing
 from zerolab.engine.scripts import run_engine_script
 from zerolab.errors import UserError
@@ -82,10 +83,13 @@ def export_run(run_dir: Path, out: Path, iteration: int | None = None) -> Export
         raise UserError(f"{run_dir}: not a run directory written by zerolab launch ({why})")
     step = _iteration(run_dir, iteration)
     _refuse_taken(out)
-    missing = engine_missing()
-    if missing:
-        raise UserError(f"zerolab export reads the checkpoint with the engine's torch: {missing}")
     recipe = load_recipe(recipe_file)
+    if recipe.data.tokenizer_type != GPT2_BPE:
+        raise UserError(
+            f"{run_dir}: trained with data.tokenizer_type {recipe.data.tokenizer_type} "
+            f"({recipe.data.tokenizer_model}), not GPT-2's BPE: a Hugging Face GPT-2 folder carries GPT-2's "
+            "tokenizer, which would give the model other ids than it learned; nothing is exported"
+        )
     if recipe.zero.stage == 3 and recipe.parallel.tensor > 1:
         raise UserError(
             f"{run_dir}: a ZeRO-3 checkpoint at tensor parallel {recipe.parallel.tensor} is not exported: "
@@ -93,6 +97,9 @@ def export_run(run_dir: Path, out: Path, iteration: int | None = None) -> Export
             "the weights would be wrong; train ZeRO-3 at parallel.tensor=1, or ZeRO 1 or 2 with "
             "tensor parallelism"
         )
+    missing = engine_missing()
+    if missing:
+        raise UserError(f"zerolab export reads the checkpoint with the engine's torch: {missing}")
     request = {
         "checkpoints": str(run_dir / CHECKPOINTS_DIR),
         "iteration": step,

@@ -8,11 +8,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from zerolab.contracts import FLASH_V2
+from zerolab.data_prep.tokenizer import SENTENCEPIECE
 from zerolab.errors import UserError
 from zerolab.locations import CONFIGS_DIR, RECIPES_DIR, display_path
 from zerolab.recipe.destinations import Megatron, destinations
 from zerolab.recipe.finetuning import FineTuning
-from zerolab.recipe.inputs import DATASET_KEYS, blend, blend_problem, vocabulary_size
+from zerolab.recipe.inputs import (
+    BUNDLED_TOKENIZER_FILES,
+    DATASET_KEYS,
+    TOKENIZER_FILE_FIX,
+    blend,
+    blend_problem,
+    vocabulary_size,
+)
 from zerolab.recipe.job import job_of, train_iters
 from zerolab.recipe.pretraining import Pretraining, attention_args
 from zerolab.recipe.provenance import Sources, source_of
@@ -319,23 +327,51 @@ def _global_batch_consistent(recipe: Recipe) -> Problem | None:
 @tokenizer_check
 def _vocab_size_is_the_tokenizers(recipe: Recipe) -> Problem | None:
     try:
-        entries, counted = vocabulary_size(recipe)
+        counted = vocabulary_size(recipe)
     except ValueError as error:
-        return Problem(
-            ("data.vocab_file",),
-            str(error),
-            "point data.vocab_file at the tokenizer's vocab.json, or remove it (null: the bundled GPT-2 one)",
-        )
-    if recipe.model.vocab_size == entries:
+        key = "tokenizer_model" if recipe.data.tokenizer_type == SENTENCEPIECE else "vocab_file"
+        return Problem((f"data.{key}",), str(error), f"{TOKENIZER_FILE_FIX[key]}")
+    if counted is None or recipe.model.vocab_size == counted[0]:
         return None
+    entries, what, key = counted
     return Problem(
-        ("model.vocab_size", "data.tokenizer_type", "data.vocab_file"),
+        ("model.vocab_size", "data.tokenizer_type", f"data.{key}"),
         f"model.vocab_size {recipe.model.vocab_size} is not the size of the tokenizer's vocabulary: "
-        f"{counted} has {entries} entries. Megatron takes the vocabulary from the tokenizer "
+        f"{what} has {entries} entries. Megatron takes the vocabulary from the tokenizer "
         "(model.vocab_size reaches no flag), so FLOPs, MFU and the memory estimate would count "
         "another model than the one trained",
         f"set model.vocab_size={entries}",
     )
+
+
+@check
+def _tokenizer_files_are_the_types(recipe: Recipe) -> Problem | None:
+    data = recipe.data
+    if data.tokenizer_type == SENTENCEPIECE:
+        given = [key for key in BUNDLED_TOKENIZER_FILES if getattr(data, key) is not None]
+        if data.tokenizer_model is None:
+            return Problem(
+                ("data.tokenizer_type", "data.tokenizer_model"),
+                "GPTSentencePieceTokenizer reads a SentencePiece model, and data.tokenizer_model is null",
+                "set data.tokenizer_model to the tokenizer.model the dataset was prepared with (`zerolab "
+                "prep ... --tokenizer-model FILE`)",
+            )
+        if given:
+            return Problem(
+                ("data.tokenizer_type", *(f"data.{key}" for key in given)),
+                f"{', '.join(f'data.{key}' for key in given)}: GPT-2's BPE files, which "
+                "GPTSentencePieceTokenizer does not read",
+                f"remove {', '.join(f'data.{key}' for key in given)}",
+            )
+    elif data.tokenizer_model is not None:
+        return Problem(
+            ("data.tokenizer_type", "data.tokenizer_model"),
+            f"data.tokenizer_model {data.tokenizer_model}: a SentencePiece model, which "
+            f"{data.tokenizer_type} does not read",
+            "remove data.tokenizer_model, or set data.tokenizer_type=GPTSentencePieceTokenizer (with a "
+            "dataset prepared by `zerolab prep ... --tokenizer-model FILE`)",
+        )
+    return None
 
 
 @check
@@ -882,6 +918,25 @@ def _zero_bubble_pipeline_stops_at_its_first_step(recipe: Recipe) -> Problem | N
         "deepspeed_zbh1_engine.py) calls PipelineEngine.mem_status, which the pinned DeepSpeed no longer "
         "has: the launch stops at its first backward pass (AttributeError; measured on CPU, pipeline 2)",
         "remove them: parallel.pipeline trains DeepSpeed's 1F1B schedule",
+    )
+
+
+@check
+def _grouped_query_attention_stops_at_its_first_step(recipe: Recipe) -> Problem | None:
+    args = recipe.extra.megatron_args
+    if "--num-key-value-heads" not in args[:-1]:
+        return None
+    groups = args[args.index("--num-key-value-heads") + 1]
+    if groups == str(recipe.model.num_attention_heads):
+        return None
+    return Problem(
+        ("extra.megatron_args", "model.num_attention_heads"),
+        f"--num-key-value-heads {groups} with {recipe.model.num_attention_heads} attention heads: the "
+        "engine's attention (megatron/model/transformer.py ParallelAttention.forward) cuts the fused "
+        "query-key-value output in three equal parts, or with DeepSpeed sequence parallelism asserts "
+        "that keys are as wide as queries, so grouped-query attention stops at the first forward pass "
+        "(RuntimeError: shape ... is invalid; measured on CPU)",
+        "remove --num-key-value-heads (every head its own keys and values)",
     )
 
 

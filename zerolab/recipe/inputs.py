@@ -11,9 +11,10 @@ import shlex
 from pathlib import Path
 
 from zerolab.assets import GPT2_MERGES, GPT2_VOCAB
+from zerolab.checksums import sha256_of
 from zerolab.data_prep.indexed import dataset_problems, read_index
 from zerolab.data_prep.pipeline import SUFFIX, manifest_source
-from zerolab.data_prep.tokenizer import VOCAB_SIZE
+from zerolab.data_prep.tokenizer import GPT2_BPE, SENTENCEPIECE, VOCAB_SIZE, Tokenizer, sentencepiece_problem
 from zerolab.imported import import_hint, layout_tag, read_manifest, tokenizer_digest
 from zerolab.locations import display_path
 from zerolab.recipe.schema import MODEL_SHAPE_KEYS, Recipe
@@ -21,6 +22,13 @@ from zerolab.rundir import LATEST_CHECKPOINT
 
 BUNDLED_TOKENIZER_FILES = {"vocab_file": GPT2_VOCAB, "merge_file": GPT2_MERGES}
 """What data.vocab_file and data.merge_file mean when null."""
+
+TOKENIZER_FILE_FIX = {
+    "vocab_file": "point it at the GPT-2 BPE file, or remove it (null: the file bundled with zerolab)",
+    "merge_file": "point it at the GPT-2 BPE file, or remove it (null: the file bundled with zerolab)",
+    "tokenizer_model": "point it at the SentencePiece model (tokenizer.model) the dataset was prepared with",
+}
+"""How to mend each tokenizer file key whose file is missing."""
 
 
 def tokenizer_file(recipe: Recipe, key: str) -> str:
@@ -30,19 +38,32 @@ def tokenizer_file(recipe: Recipe, key: str) -> str:
     return value if value is not None else display_path(BUNDLED_TOKENIZER_FILES[key])
 
 
-TOKENIZER_VOCABULARY = {"GPT2BPETokenizer": VOCAB_SIZE}
-"""Entries in each tokenizer type's vocabulary, for when its vocab file is not there to count."""
+def tokenizer_files(recipe: Recipe) -> dict[str, str]:
+    """The tokenizer files the engine reads, by data key: GPT-2's vocab.json and merges.txt (the
+    bundled ones where null), or GPTSentencePieceTokenizer's model (none while null: a check refuses)."""
+    data = recipe.data
+    if data.tokenizer_type == SENTENCEPIECE:
+        return {} if data.tokenizer_model is None else {"tokenizer_model": data.tokenizer_model}
+    return {key: tokenizer_file(recipe, key) for key in BUNDLED_TOKENIZER_FILES}
 
 
-def vocabulary_size(recipe: Recipe) -> tuple[int, str]:
-    """The tokenizer's vocabulary before Megatron pads it, and what was counted: the entries of
-    the configured vocab file when it exists, else of the tokenizer type's vocabulary.
-    ValueError when the vocab file is not a vocab.json."""
+def vocabulary_size(recipe: Recipe) -> tuple[int, str, str] | None:
+    """The tokenizer's vocabulary before Megatron pads it, what was counted, and the data key of its
+    file: the entries of the configured vocab file when it exists, else GPT-2's; the pieces of the
+    SentencePiece model, None where it is not there to count (the launch refuses it missing).
+    ValueError when the file is not a vocab.json or a SentencePiece model."""
+    if recipe.data.tokenizer_type == SENTENCEPIECE:
+        model = recipe.data.tokenizer_model
+        if model is None or not Path(model).is_file():
+            return None
+        if problem := sentencepiece_problem(Path(model)):
+            raise ValueError(problem)
+        return Tokenizer(Path(model)).vocab_size, model, "tokenizer_model"
     path = Path(tokenizer_file(recipe, "vocab_file"))
     if path.is_file():
         stat = path.stat()
-        return _vocab_entries(path.resolve(), stat.st_mtime_ns, stat.st_size), str(path)
-    return TOKENIZER_VOCABULARY[recipe.data.tokenizer_type], recipe.data.tokenizer_type
+        return _vocab_entries(path.resolve(), stat.st_mtime_ns, stat.st_size), str(path), "vocab_file"
+    return VOCAB_SIZE, recipe.data.tokenizer_type, "vocab_file"
 
 
 @functools.lru_cache(maxsize=8)
@@ -209,13 +230,10 @@ def pretraining_inputs_problems(recipe: Recipe) -> list[str]:
         problems += dataset_damage(recipe)
     if not problems:
         problems += size_problems(recipe)
-    for key in BUNDLED_TOKENIZER_FILES:
-        value = tokenizer_file(recipe, key)
+    for key, value in tokenizer_files(recipe).items():
         if not Path(value).is_file():
-            problems.append(
-                f"data.{key}: {value} not found; point it at the GPT-2 BPE file, or remove it "
-                "(null: the file bundled with zerolab)"
-            )
+            problems.append(f"data.{key}: {value} not found; {TOKENIZER_FILE_FIX[key]}")
+    problems += tokenizer_mismatches(recipe)
     if recipe.model.init_from is not None:
         problems += init_problems(recipe)
     teacher = recipe.distillation.teacher
@@ -229,6 +247,45 @@ def pretraining_inputs_problems(recipe: Recipe) -> list[str]:
             "would distil from a random teacher; point it at a trained run's checkpoints/ folder"
         )
     return problems
+
+
+def tokenizer_mismatches(recipe: Recipe) -> list[str]:
+    """One message per prepared dataset whose manifest names another tokenizer than the recipe's: its
+    ids would be other words (or past the vocabulary). A dataset without a readable manifest (one of
+    Megatron's own preprocess_data.py) is taken as it is."""
+    data = recipe.data
+    model = Path(data.tokenizer_model) if data.tokenizer_model else None
+    digest = sha256_of(model) if data.tokenizer_type == SENTENCEPIECE and model and model.is_file() else None
+    problems = []
+    for key, path in dataset_paths(recipe).items():
+        facts = _manifest_tokenizer(path)
+        if facts is None:
+            continue
+        made_with = facts.get("type", GPT2_BPE)
+        files = facts.get("files") if isinstance(facts.get("files"), dict) else {}
+        if made_with == data.tokenizer_type and (digest is None or digest in files.values()):
+            continue
+        named = made_with + (f" ({', '.join(files)})" if made_with == SENTENCEPIECE else "")
+        option = f" --tokenizer-model {data.tokenizer_model}" if data.tokenizer_type == SENTENCEPIECE else ""
+        problems.append(
+            f"data.{key}: {path} was tokenized with {named} (its manifest), the recipe trains with "
+            f"data.tokenizer_type {data.tokenizer_type}"
+            + (f" and data.tokenizer_model {data.tokenizer_model}" if option else "")
+            + ": its ids would be other words; prepare it with the recipe's tokenizer (`zerolab prep CORPUS "
+            f"--out {path.removesuffix(SUFFIX)}{option} --force`), or set data.tokenizer_type"
+            + (" and data.tokenizer_model" if made_with == SENTENCEPIECE else "")
+            + " to the dataset's"
+        )
+    return problems
+
+
+def _manifest_tokenizer(prefix: str) -> dict | None:
+    """The tokenizer facts of the dataset's manifest, None without a readable one."""
+    try:
+        facts = json.loads(Path(f"{prefix}.manifest.json").read_text())["tokenizer"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return facts if isinstance(facts, dict) else None
 
 
 def init_problems(recipe: Recipe) -> list[str]:
@@ -263,6 +320,13 @@ def init_problems(recipe: Recipe) -> list[str]:
             f"{layout.padded_vocab_size}; set model.make_vocab_size_divisible_by="
             f"{weights.make_vocab_size_divisible_by}"
         )
+    if recipe.data.tokenizer_type == SENTENCEPIECE:
+        problems.append(
+            f"model.init_from: the weights in {folder} learned GPT-2's BPE ids, and data.tokenizer_type "
+            "GPTSentencePieceTokenizer gives others; set data.tokenizer_type=GPT2BPETokenizer (with a "
+            "dataset prepared without --tokenizer-model), or model.init_from=null (random weights)"
+        )
+        return problems
     vocab, merges = (Path(tokenizer_file(recipe, key)) for key in BUNDLED_TOKENIZER_FILES)
     if vocab.is_file() and merges.is_file():
         try:

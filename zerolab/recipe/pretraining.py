@@ -23,11 +23,12 @@ from zerolab.engine.paths import engine_dir
 from zerolab.imported import layout_tag
 from zerolab.recipe.destinations import Megatron, destinations, one_to_one
 from zerolab.recipe.inputs import (
+    BUNDLED_TOKENIZER_FILES,
     DATASET_KEYS,
     blend,
     dataset_paths,
     pretraining_inputs_problems,
-    tokenizer_file,
+    tokenizer_files,
 )
 from zerolab.recipe.length import pretraining_iters, pretraining_split_tokens, save_interval
 from zerolab.recipe.provenance import Sources
@@ -101,7 +102,7 @@ class Pretraining:
     def input_paths(self) -> list[str]:
         """The files read that may be given as absolute paths: the datasets and tokenizer files."""
         recipe = self.recipe
-        return [*dataset_paths(recipe).values(), *(tokenizer_file(recipe, key) for key in TOKENIZER_FILES)]
+        return [*dataset_paths(recipe).values(), *tokenizer_files(recipe).values()]
 
     def run_exported_at_start(self) -> str | None:
         """None: a pretraining exports no model before it starts."""
@@ -138,14 +139,16 @@ def megatron_args(recipe: Recipe, ds_config_path: str) -> list[str]:
     """The pretrain_gpt.py arguments: each section's one-to-one fields as the schema declares them
     (zerolab.recipe.destinations), in field order, and what is derived from several fields."""
     hw = recipe.hardware
-    tokenizer_files = {
-        key: [_declared_flag(recipe, "data", key), tokenizer_file(recipe, key)] for key in TOKENIZER_FILES
+    files = tokenizer_files(recipe)  # GPT-2's, where the tokenizer reads them (the model: one-to-one)
+    tokenizer_flags = {
+        key: [_declared_flag(recipe, "data", key), files[key]] if key in files else []
+        for key in BUNDLED_TOKENIZER_FILES
     }
     args = [
         *section_args(recipe, "model"),
         *section_args(recipe, "parallel", at={"sequence": sequence_args(recipe)}),
         *section_args(recipe, "train", at={"iters": iters_args(recipe)}),
-        *section_args(recipe, "data", at=tokenizer_files | split_args(recipe) | dataset_args(recipe)),
+        *section_args(recipe, "data", at=tokenizer_flags | split_args(recipe) | dataset_args(recipe)),
         "--distributed-backend", "gloo" if hw.device == "cpu" else "nccl",
     ]  # fmt: skip
     args += fusion_args(recipe)
@@ -237,10 +240,6 @@ def split_args(recipe: Recipe) -> dict[str, list[str]]:
     if recipe.data.path is None:
         return {}
     return {"split": [_declared_flag(recipe, "data", "split"), recipe.data.split]}
-
-
-TOKENIZER_FILES = ("vocab_file", "merge_file")
-"""The data keys whose flag takes a file zerolab.recipe.inputs decides (null: the bundled one)."""
 
 
 def _declared_flag(recipe: Recipe, section: str, name: str) -> str:

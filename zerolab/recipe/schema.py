@@ -677,21 +677,34 @@ class DataSection(Section):
         pattern=r"^\d+(,\d+){0,2}$",
         to=(Megatron("--split", "with data.path"),),
     )
-    tokenizer_type: Literal["GPT2BPETokenizer"] = field(
-        "GPT2BPETokenizer", "Megatron tokenizer class", to=(Megatron("--tokenizer-type"),)
+    tokenizer_type: Literal["GPT2BPETokenizer", "GPTSentencePieceTokenizer"] = field(
+        "GPT2BPETokenizer",
+        "Megatron tokenizer class: GPT2BPETokenizer (GPT-2's BPE: data.vocab_file and data.merge_file) or "
+        "GPTSentencePieceTokenizer (a SentencePiece model such as Llama's tokenizer.model: "
+        "data.tokenizer_model; the dataset prepared with it, `zerolab prep ... --tokenizer-model FILE`, "
+        "and model.vocab_size its pieces). The dataset's manifest must name the same tokenizer",
+        to=(Megatron("--tokenizer-type"),),
+    )
+    tokenizer_model: str | None = field(
+        None,
+        "the SentencePiece model of data.tokenizer_type GPTSentencePieceTokenizer (tokenizer.model); "
+        "null with GPT2BPETokenizer",
+        "path",
+        to=(Megatron("--tokenizer-model"),),
+        names_run=False,
     )
     vocab_file: str | None = field(
         None,
         "GPT-2 BPE vocabulary (vocab.json); null: the one bundled with zerolab (zerolab/assets/gpt2)",
         "path",
-        to=(Megatron("--vocab-file", "null: the bundled file"),),
+        to=(Megatron("--vocab-file", "with GPT2BPETokenizer; null: the bundled file"),),
         names_run=False,
     )
     merge_file: str | None = field(
         None,
         "GPT-2 BPE merges (merges.txt); null: the one bundled with zerolab (zerolab/assets/gpt2)",
         "path",
-        to=(Megatron("--merge-file", "null: the bundled file"),),
+        to=(Megatron("--merge-file", "with GPT2BPETokenizer; null: the bundled file"),),
         names_run=False,
     )
     impl: Literal["mmap", "infer", "lazy", "cached"] | None = field(
