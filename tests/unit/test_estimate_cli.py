@@ -11,6 +11,8 @@ import pytest
 
 from zerolab.cli import main
 from zerolab.estimate.gpu import _visible, memory_warning
+from zerolab.estimate.support import NEUTRAL_MEGATRON_ARGS
+from zerolab.recipe.checks import declared_flags
 from zerolab.recipe.compose import load_recipe
 from zerolab.recipe.output import resolved_yaml
 from zerolab.rundir import RECIPE_FILE
@@ -83,6 +85,12 @@ def test_unmodelled_recipe_exits_3_naming_the_setting(capsys):
     assert main(["estimate", "gpt2_z1", "extra.megatron_args=[--swiglu]", "--json"]) == 3
     result = json.loads(capsys.readouterr().out)
     assert result["estimable"] is False and result["gpu_gib"] is None and "--swiglu" in result["reasons"][0]
+
+
+def test_the_flags_the_estimate_passes_as_neutral_are_ones_extra_can_carry(capsys):
+    declared = declared_flags()
+    assert [flag for flag in sorted(NEUTRAL_MEGATRON_ARGS) if flag in declared] == []
+    assert main(["estimate", "gpt2_z1", "extra.megatron_args=[--log-params-norm]", "--json"]) == 0
 
 
 def test_experts_and_a_teacher_are_named_as_what_the_estimate_does_not_model(capsys):
