@@ -75,6 +75,32 @@ def test_a_logs_launch_is_its_first_argument_dump_as_printed_and_the_config_deep
     assert old.arguments["pipeline_model_parallel_size"] == "16" and old.ds_config == {}
 
 
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("", "launch.sh holds no command (only blank lines or comments)"),
+        ("# deepspeed pretrain_gpt.py\n\n", "launch.sh holds no command"),
+        ('deepspeed pretrain_gpt.py --data-path "data/my corpus\n', "launch.sh: no closing quotation"),
+    ],
+    ids=["empty", "comments only", "an unclosed quote"],
+)
+def test_a_command_file_the_shell_could_not_run_is_refused_before_the_engine_is_asked(
+    text, expected, tmp_path, capsys, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)
+    Path("launch.sh").write_text(text)
+    assert main(["from-command", "launch.sh", "--out", "ported.yaml"]) == 2
+    said = capsys.readouterr().err
+    assert expected in said and "engine" not in said
+    assert not Path("ported.yaml").exists()
+
+
+def test_a_node_of_no_ranks_is_refused(tmp_path, capsys):
+    (tmp_path / "launch.sh").write_text("deepspeed pretrain_gpt.py --num-layers 2\n")
+    assert main(["from-command", str(tmp_path / "launch.sh"), "--gpus-per-node", "0"]) == 2
+    assert "--gpus-per-node 0: give the ranks a node runs, at least 1" in capsys.readouterr().err
+
+
 def test_a_log_without_an_argument_dump_or_with_a_cut_one_is_refused_naming_file_and_line(tmp_path, capsys):
     with pytest.raises(UserError, match=r"no_dump.log: no argument dump"):
         read_launch(

@@ -57,6 +57,8 @@ def register(subparsers: Any) -> None:
 def run(args: Any) -> int:
     if (args.command_file is None) == (args.log is None):
         raise UserError("from-command takes one launch: a COMMAND_FILE, or --log LOG")
+    if args.gpus_per_node < 1:
+        raise UserError(f"--gpus-per-node {args.gpus_per_node}: give the ranks a node runs, at least 1")
     if args.log:
         ported = _port_log(Path(args.log), args.ds_config, args.gpus_per_node)
     else:
@@ -65,7 +67,7 @@ def run(args: Any) -> int:
             text = command_file.read_text()
         except OSError as error:
             raise UserError(f"{command_file}: cannot read the command line: {error.strerror}") from None
-        launcher, words = read_command(text)
+        launcher, words = read_command(text, str(command_file))
         ds_config = _ds_config(args.ds_config, words)
         nodes, procs = launcher_layout(launcher, args.gpus_per_node) if launcher else (1, args.gpus_per_node)
         _needs_engine()

@@ -774,10 +774,22 @@ def _offloads_nothing_as_none(zero: dict[str, Any] | None) -> dict[str, Any] | N
     return zero | dict.fromkeys(idle)
 
 
-def read_command(text: str) -> tuple[list[str], list[str]]:
+def read_command(text: str, source: str = "the command line") -> tuple[list[str], list[str]]:
     """(launcher up to pretrain_gpt.py, its arguments) of a shell command line (backslash-newlines
-    and a leading `VAR=value` allowed); ([], words) when it names no pretrain_gpt.py."""
-    words = shlex.split(text.replace("\\\n", " "), comments=True)
+    and a leading `VAR=value` allowed); ([], words) when it names no pretrain_gpt.py. UserError,
+    naming `source`, for a line the shell could not read or one without a word."""
+    try:
+        words = shlex.split(text.replace("\\\n", " "), comments=True)
+    except ValueError as error:  # shlex: "No closing quotation", "No escaped character"
+        raise UserError(
+            f"{source}: {str(error).lower()}: the shell could not read it either; close the quote (or "
+            "escape it) and give the launch's command line as you run it"
+        ) from None
+    if not words:
+        raise UserError(
+            f"{source} holds no command (only blank lines or comments): give the launch's command line, "
+            "e.g. `deepspeed pretrain_gpt.py --num-layers 12 ...`, or the arguments after pretrain_gpt.py"
+        )
     script = next((i for i, word in enumerate(words) if word.endswith("pretrain_gpt.py")), None)
     if script is None:
         return [], words
