@@ -186,3 +186,17 @@ def test_a_sentencepiece_run_is_not_exported_as_gpt2(tmp_path, sentencepiece_dat
         "trained with data.tokenizer_type GPTSentencePieceTokenizer" in said and "nothing is exported" in said
     )
     assert not (tmp_path / "hf").exists()
+
+
+def test_the_hint_for_missing_data_prepares_it_with_the_recipes_model(
+    tmp_path, sentencepiece_dataset, capsys
+):
+    model, _ = sentencepiece_dataset
+    missing = tmp_path / "corpus_text_document"
+    assert (
+        main(["launch", TINY, *sentencepiece_keys(model, str(missing)), "--run-dir", str(tmp_path / "r")])
+        == 2
+    )
+    said = capsys.readouterr().err
+    assert f"`zerolab prep CORPUS --out {tmp_path / 'corpus'} --tokenizer-model {model}`" in said
+    assert not (tmp_path / "r").exists()

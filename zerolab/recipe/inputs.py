@@ -161,27 +161,36 @@ def prepare_hint(recipe: Recipe, key: str) -> str:
     split = next((name for name in ("train", "valid", "test") if path.endswith(f"_{name}{SUFFIX}")), None)
     if _own_dataset(recipe, key):
         return f"prepare the dataset with `{data.prepare_command}`"
+    option = tokenizer_option(recipe)
     if "[" in key:
         return (
-            f"prepare it with `zerolab prep CORPUS --out {path.removesuffix(SUFFIX)}` (`zerolab prep "
+            f"prepare it with `zerolab prep CORPUS --out {path.removesuffix(SUFFIX)}{option}` (`zerolab prep "
             f"--help`), or correct the blend's prefix in data.{_dataset_key(key)}"
         )
     if key != "path" and split is not None:
         prefix = path.removesuffix(f"_{split}{SUFFIX}")
         return (
-            f"prepare it with `zerolab prep CORPUS --out {prefix} --split TRAIN,VALID,TEST` (CORPUS: dolly, "
-            f"openwebtext, jsonl or text), or `zerolab prep wikitext --out {prefix}` (WikiText comes split; "
-            "`zerolab prep --help`)"
+            f"prepare it with `zerolab prep CORPUS --out {prefix} --split TRAIN,VALID,TEST{option}` "
+            f"(CORPUS: dolly, openwebtext, jsonl or text), or `zerolab prep wikitext --out {prefix}{option}` "
+            "(WikiText comes split; `zerolab prep --help`)"
         )
     if path.endswith(SUFFIX):
         return (
-            f"prepare it with `zerolab prep CORPUS --out {path.removesuffix(SUFFIX)}` (CORPUS: dolly, "
-            f"openwebtext, jsonl or text; `zerolab prep --help`), or point data.{key} at a prepared dataset"
+            f"prepare it with `zerolab prep CORPUS --out {path.removesuffix(SUFFIX)}{option}` (CORPUS: "
+            f"dolly, openwebtext, jsonl or text; `zerolab prep --help`), or point data.{key} at a prepared "
+            "dataset"
         )
     return (
         f"point data.{key} at a prepared dataset: the PREFIX of PREFIX.bin and PREFIX.idx "
-        f"(`zerolab prep CORPUS --out OUT` writes OUT{SUFFIX})"
+        f"(`zerolab prep CORPUS --out OUT{option}` writes OUT{SUFFIX})"
     )
+
+
+def tokenizer_option(recipe: Recipe) -> str:
+    """The `zerolab prep` option that writes the recipe's tokenizer's ids: ` --tokenizer-model FILE`
+    for a SentencePiece model, nothing for GPT-2's BPE."""
+    model = recipe.data.tokenizer_model
+    return f" --tokenizer-model {model}" if recipe.data.tokenizer_type == SENTENCEPIECE and model else ""
 
 
 def damaged_hint(recipe: Recipe, key: str) -> str:
@@ -266,7 +275,7 @@ def tokenizer_mismatches(recipe: Recipe) -> list[str]:
         if made_with == data.tokenizer_type and (digest is None or digest in files.values()):
             continue
         named = made_with + (f" ({', '.join(files)})" if made_with == SENTENCEPIECE else "")
-        option = f" --tokenizer-model {data.tokenizer_model}" if data.tokenizer_type == SENTENCEPIECE else ""
+        option = tokenizer_option(recipe)
         problems.append(
             f"data.{key}: {path} was tokenized with {named} (its manifest), the recipe trains with "
             f"data.tokenizer_type {data.tokenizer_type}"
