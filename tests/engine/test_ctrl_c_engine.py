@@ -17,6 +17,10 @@ import os, signal, sys
 import zerolab.rundir, zerolab.sweep.run
 from zerolab.cli import main
 
+# Ctrl-C as a terminal delivers it, whatever this test's parents ignore (a job started in the
+# background by a non-interactive shell, `make test &`, inherits SIGINT ignored)
+signal.signal(signal.SIGINT, signal.default_int_handler)
+
 def then_ctrl_c(function):
     def call(*args, **kwargs):
         result = function(*args, **kwargs)
