@@ -7,8 +7,8 @@ from pathlib import Path
 
 from zerolab.checksums import sha256_of
 from zerolab.data_prep.indexed import dataset_problems, read_document
-from zerolab.data_prep.pipeline import SUFFIX
-from zerolab.data_prep.tokenizer import Tokenizer, manifest_tokenizer
+from zerolab.data_prep.pipeline import SUFFIX, manifest_tokenizer_facts
+from zerolab.data_prep.tokenizer import manifest_tokenizer
 from zerolab.errors import UserError
 
 
@@ -51,7 +51,7 @@ def inspect(prefix_text: str, show: int, console) -> int:
     console.print(
         f"  size:      {bin_path.stat().st_size:,} bytes .bin, {idx_path.stat().st_size:,} bytes .idx"
     )
-    tokenizer = _tokenizer(prefix)
+    tokenizer = manifest_tokenizer(manifest_tokenizer_facts(prefix), prefix)
     if tokenizer is None:
         console.print(
             "  [dim]documents shown as ids: the SentencePiece model its manifest names is not here[/]"
@@ -70,16 +70,6 @@ def inspect(prefix_text: str, show: int, console) -> int:
         return 1
     console.print("[green]OK[/]: .bin and .idx agree")
     return 0
-
-
-def _tokenizer(prefix: Path) -> Tokenizer | None:
-    """The tokenizer the dataset's manifest names (GPT-2's without a readable manifest), None where
-    its SentencePiece model is not here."""
-    try:
-        manifest = json.loads(Path(f"{prefix}.manifest.json").read_text())
-    except (OSError, ValueError):
-        return Tokenizer()
-    return manifest_tokenizer(manifest, prefix) if isinstance(manifest, dict) else Tokenizer()
 
 
 def _manifest_problems(prefix: Path, bin_path: Path, idx_path: Path) -> list[str]:

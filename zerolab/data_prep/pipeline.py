@@ -64,6 +64,10 @@ class PrepJob:
         names = [n for n, w in zip(SPLIT_NAMES, self.split, strict=False) if w > 0]
         return {name: Path(f"{self.out}_{name}{SUFFIX}") for name in names}
 
+    def dtype(self) -> np.dtype:
+        """The token ids' type in the .bin and .idx: the smallest that holds the tokenizer's ids."""
+        return token_dtype(self.tokenizer.vocab_size)
+
     def options(self) -> dict:
         """The options that decide the output's bytes (recorded, and compared on rerun)."""
         return {
@@ -72,7 +76,7 @@ class PrepJob:
             "on_error": self.on_error,
             "split": list(self.split) if self.split else None,
             "append_eod": True,
-            "dtype": token_dtype(self.tokenizer.vocab_size).name,
+            "dtype": self.dtype().name,
         }
 
     def fingerprint(self, *, as_given: bool = False) -> str:
@@ -380,7 +384,7 @@ def _process(job: PrepJob, workdir: Path, done: int, counts: Counts, position: d
     for name in names:
         counts.documents.setdefault(name, 0)
         counts.tokens.setdefault(name, 0)
-    dtype = token_dtype(job.tokenizer.vocab_size).name
+    dtype = job.dtype().name
     pattern = deal_pattern(tuple(w for w in job.split if w > 0)) if job.split else None
     shard = ShardWriter(workdir, done, names)
     started = time.perf_counter()
@@ -448,7 +452,7 @@ def _merge(pending: list[Pending]) -> list[dict]:
         for item in pending:
             for name, prefix in item.outputs.items():
                 made[prefix] = _merge_output(
-                    item.workdir, name, prefix, item.counts.documents[name], item.job
+                    item.workdir, name, prefix, item.counts.documents[name], item.job.dtype()
                 )
     except BaseException:
         for prefix in made:
@@ -468,7 +472,7 @@ def _merge(pending: list[Pending]) -> list[dict]:
     return facts
 
 
-def _merge_output(workdir: Path, name: str, prefix: Path, documents: int, job: PrepJob) -> dict:
+def _merge_output(workdir: Path, name: str, prefix: Path, documents: int, dtype: np.dtype) -> dict:
     """Write the `name` split of the shards in `workdir` as `prefix.bin.tmp` and `prefix.idx.tmp`; the
     manifest's facts of the two files."""
     shards = sorted(workdir.glob("shard-*.done.json"))
@@ -486,7 +490,7 @@ def _merge_output(workdir: Path, name: str, prefix: Path, documents: int, job: P
             for marker in shards:
                 yield np.fromfile(workdir / marker.name.replace("done.json", f"{name}.sizes"), dtype="<i4")
 
-        write_index(idx_tmp, size_chunks, documents, token_dtype(job.tokenizer.vocab_size))
+        write_index(idx_tmp, size_chunks, documents, dtype)
     except BaseException:
         bin_tmp.unlink(missing_ok=True)
         idx_tmp.unlink(missing_ok=True)
@@ -509,6 +513,16 @@ def manifest_source(prefix: str | Path) -> str | None:
         return None
 
 
+def manifest_tokenizer_facts(prefix: str | Path) -> dict | None:
+    """The tokenizer facts of the dataset's manifest at `prefix` (Tokenizer.facts), None without a
+    readable one."""
+    try:
+        facts = json.loads(Path(f"{prefix}.manifest.json").read_text())["tokenizer"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return facts if isinstance(facts, dict) else None
+
+
 def _manifest(job: PrepJob, name: str, counts: Counts, files: dict, fingerprint: str) -> dict:
     return {
         "zerolab_version": __version__,
@@ -526,7 +540,7 @@ def _manifest(job: PrepJob, name: str, counts: Counts, files: dict, fingerprint:
             "by_reason": counts.skipped_by_reason,
             "first_examples": counts.skipped_examples,
         },
-        "dtype": token_dtype(job.tokenizer.vocab_size).name,
+        "dtype": job.dtype().name,
         "tokenizer": job.tokenizer.facts(with_path=True),
         "options": {**job.options(), "workers": job.workers},
         "files": files,

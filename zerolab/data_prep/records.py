@@ -123,6 +123,7 @@ def encode_batch(batch: Batch, fmt, on_error: str, dtype: str, tokenizer: Tokeni
     problems = []
     records = 0
     eod = np.array([tokenizer.eod_id], dtype=np.uint32)
+    encode = tokenizer.encoder()
     for number, value in _records(batch):
         records += 1
         try:
@@ -130,7 +131,7 @@ def encode_batch(batch: Batch, fmt, on_error: str, dtype: str, tokenizer: Tokeni
             if not text:
                 raise RecordProblem("empty document", "empty document")
             try:
-                ids = tokenizer.encode(text)
+                ids = encode(text)
             except UnicodeEncodeError:
                 raise RecordProblem("invalid Unicode", "a lone surrogate (\\ud800-\\udfff escape)") from None
         except RecordProblem as problem:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -141,16 +142,22 @@ class Tokenizer:
         """The id that ends each document."""
         return EOT_TOKEN_ID if self.model_file is None else _load(self.model_file).eos_id()
 
-    def encode(self, text: str) -> np.ndarray:
-        """Token ids of `text` (uint32), without an end-of-document id."""
+    def encoder(self) -> Callable[[str], np.ndarray]:
+        """The function from text to its token ids (uint32), without an end-of-document id; the
+        model is looked up once here, not at every document."""
         if self.model_file is None:
-            return encode(text)
-        try:
-            ids = _load(self.model_file).encode(text)
-        except RuntimeError:
-            text.encode("utf-8")  # a lone surrogate raises UnicodeEncodeError, as for GPT-2
-            raise
-        return np.asarray(ids, dtype=np.uint32)
+            return encode
+        model = _load(self.model_file)
+
+        def encode_pieces(text: str) -> np.ndarray:
+            try:
+                ids = model.encode(text)
+            except RuntimeError:
+                text.encode("utf-8")  # a lone surrogate raises UnicodeEncodeError, as for GPT-2
+                raise
+            return np.asarray(ids, dtype=np.uint32)
+
+        return encode_pieces
 
     def decode(self, ids) -> str:
         """Text of token ids."""
@@ -174,11 +181,11 @@ class Tokenizer:
         }
 
 
-def manifest_tokenizer(manifest: dict, near: Path) -> Tokenizer | None:
-    """The tokenizer a dataset's manifest names (GPT-2's where it names none), with its SentencePiece
-    model at the path recorded or beside the dataset `near`; None where that model is not here."""
-    facts = manifest.get("tokenizer")
-    if not isinstance(facts, dict) or facts.get("type", GPT2_BPE) != SENTENCEPIECE:
+def manifest_tokenizer(facts: dict | None, near: Path) -> Tokenizer | None:
+    """The tokenizer of a dataset's manifest facts (pipeline.manifest_tokenizer_facts; GPT-2's where
+    there are none), with its SentencePiece model at the path recorded or beside the dataset `near`;
+    None where that model is not here."""
+    if facts is None or facts.get("type", GPT2_BPE) != SENTENCEPIECE:
         return Tokenizer()
     files = facts.get("files")
     for name, digest in files.items() if isinstance(files, dict) else ():

@@ -330,7 +330,7 @@ def _vocab_size_is_the_tokenizers(recipe: Recipe) -> Problem | None:
         counted = vocabulary_size(recipe)
     except ValueError as error:
         key = "tokenizer_model" if recipe.data.tokenizer_type == SENTENCEPIECE else "vocab_file"
-        return Problem((f"data.{key}",), str(error), f"{TOKENIZER_FILE_FIX[key]}")
+        return Problem((f"data.{key}",), str(error), TOKENIZER_FILE_FIX[key])
     if counted is None or recipe.model.vocab_size == counted[0]:
         return None
     entries, what, key = counted

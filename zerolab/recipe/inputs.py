@@ -13,7 +13,7 @@ from pathlib import Path
 from zerolab.assets import GPT2_MERGES, GPT2_VOCAB
 from zerolab.checksums import sha256_of
 from zerolab.data_prep.indexed import dataset_problems, read_index
-from zerolab.data_prep.pipeline import SUFFIX, manifest_source
+from zerolab.data_prep.pipeline import SUFFIX, manifest_source, manifest_tokenizer_facts
 from zerolab.data_prep.tokenizer import GPT2_BPE, SENTENCEPIECE, VOCAB_SIZE, Tokenizer, sentencepiece_problem
 from zerolab.imported import import_hint, layout_tag, read_manifest, tokenizer_digest
 from zerolab.locations import display_path
@@ -265,9 +265,10 @@ def tokenizer_mismatches(recipe: Recipe) -> list[str]:
     data = recipe.data
     model = Path(data.tokenizer_model) if data.tokenizer_model else None
     digest = sha256_of(model) if data.tokenizer_type == SENTENCEPIECE and model and model.is_file() else None
+    option = tokenizer_option(recipe)
     problems = []
     for key, path in dataset_paths(recipe).items():
-        facts = _manifest_tokenizer(path)
+        facts = manifest_tokenizer_facts(path)
         if facts is None:
             continue
         made_with = facts.get("type", GPT2_BPE)
@@ -275,7 +276,6 @@ def tokenizer_mismatches(recipe: Recipe) -> list[str]:
         if made_with == data.tokenizer_type and (digest is None or digest in files.values()):
             continue
         named = made_with + (f" ({', '.join(files)})" if made_with == SENTENCEPIECE else "")
-        option = tokenizer_option(recipe)
         problems.append(
             f"data.{key}: {path} was tokenized with {named} (its manifest), the recipe trains with "
             f"data.tokenizer_type {data.tokenizer_type}"
@@ -286,15 +286,6 @@ def tokenizer_mismatches(recipe: Recipe) -> list[str]:
             + " to the dataset's"
         )
     return problems
-
-
-def _manifest_tokenizer(prefix: str) -> dict | None:
-    """The tokenizer facts of the dataset's manifest, None without a readable one."""
-    try:
-        facts = json.loads(Path(f"{prefix}.manifest.json").read_text())["tokenizer"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    return facts if isinstance(facts, dict) else None
 
 
 def init_problems(recipe: Recipe) -> list[str]:
