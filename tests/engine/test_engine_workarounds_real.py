@@ -1,7 +1,8 @@
-"""zerolab's workarounds on the real engine: it imports with them; its fused kernels, built as `make
-setup` builds them up to the compile itself (there is no nvcc here), get only the -gencode pairs nvcc
-builds, past a stale lock; and ZeRO-3 on gloo keeps what was written in its gathered parameters and
-weight-decays them like unpartitioned ones. On stand-in packages: tests/unit/test_engine_workarounds.py."""
+"""zerolab's workarounds on the real engine: it imports with them (transformers only once used); its
+fused kernels, built as `make setup` builds them up to the compile itself (there is no nvcc here), get
+only the -gencode pairs nvcc builds, past a stale lock; and ZeRO-3 on gloo keeps what was written in
+its gathered parameters and weight-decays them like unpartitioned ones. On stand-in packages:
+tests/unit/test_engine_workarounds.py."""
 
 from __future__ import annotations
 
@@ -31,13 +32,20 @@ def test_real_engine_imports_with_the_workarounds(engine):
         print(transformer.CoreAttention.forward.__name__)
         import megatron.optimizer, torch
         print(megatron.optimizer.Adam is torch.optim.AdamW, megatron.optimizer.get_param_groups.__name__)
+        import deepspeed.runtime.hybrid_engine, megatron.tokenizer.tokenizer as tokenizer
+        print("transformers" in sys.modules, repr(tokenizer.AutoTokenizer))
+        from_pretrained = tokenizer.AutoTokenizer.from_pretrained
+        import transformers
+        print(from_pretrained == transformers.AutoTokenizer.from_pretrained)
         """,
     )
-    assert out.split("\n")[:4] == [
+    assert out.split("\n")[:6] == [
         "False StubFinder",
         "True",
         "contiguous_forward",
         "True full_shape_param_groups",
+        "False <transformers.AutoTokenizer, not imported yet>",
+        "True",
     ]
 
 

@@ -22,6 +22,7 @@ def test_every_workaround_is_named_and_explained_in_one_line():
     assert names == [
         "lazy_vision_import",
         "lazy_wandb_import",
+        "lazy_transformers_import",
         "missing_compression_module",
         "contiguous_attention_inputs",
         "ulysses_batch_dimension",
@@ -69,6 +70,116 @@ def test_vision_module_loads_only_when_called(tmp_path):
         """,
     )
     assert out.split("\n")[:2] == ["imported", "called: torchvision_that_does_not_load"]
+
+
+TRANSFORMERS_STANDIN = {
+    **STANDIN_FILES,
+    # transformers shaped as its readers see it: a package whose import is slow, said when it happens
+    "transformers/__init__.py": textwrap.dedent(
+        """
+        print("transformers imported")
+        from transformers import models
+        class AutoTokenizer:
+            @classmethod
+            def from_pretrained(cls, name):
+                return f"tokenizer {name}"
+        class AutoModelForCausalLM:
+            @classmethod
+            def from_pretrained(cls, name):
+                return f"model {name}"
+        """
+    ),
+    "transformers/models/__init__.py": "from transformers.models import opt\n",
+    "transformers/models/opt/__init__.py": "from transformers.models.opt import modeling_opt\n",
+    "transformers/models/opt/modeling_opt.py": "class OPTLearnedPositionalEmbedding:\n    pass\n",
+    # the three readers, each taking from transformers at its import as the engine's files do
+    "megatron/tokenizer/__init__.py": "",
+    "megatron/tokenizer/tokenizer.py": "from transformers import AutoTokenizer\n",
+    "deepspeed/linear/__init__.py": "",
+    "deepspeed/linear/context_manager.py": textwrap.dedent(
+        """
+        try:
+            import transformers
+        except ImportError:
+            transformers = None
+        class Init:
+            def __enter__(self):
+                self.original = transformers.AutoModelForCausalLM.from_pretrained
+                transformers.AutoModelForCausalLM.from_pretrained = lambda name: f"patched {name}"
+            def __exit__(self, *exc):
+                transformers.AutoModelForCausalLM.from_pretrained = self.original
+        """
+    ),
+    "deepspeed/runtime/__init__.py": "",
+    "deepspeed/runtime/hybrid_engine.py": textwrap.dedent(
+        """
+        try:
+            import transformers
+            OPTLearnedPositionalEmbedding = transformers.models.opt.modeling_opt.OPTLearnedPositionalEmbedding
+        except (ImportError, AttributeError):
+            OPTLearnedPositionalEmbedding = None
+        class DeepSpeedHybridEngine:
+            def __init__(self):
+                self.policies = {OPTLearnedPositionalEmbedding: "OPTEmbedding"}
+        """
+    ),
+}
+
+
+def test_transformers_is_imported_once_used_not_by_the_engines_imports(tmp_path):
+    out = run_with_standins(
+        tmp_path,
+        """
+        import sys
+        import megatron.tokenizer.tokenizer as tokenizer
+        import deepspeed.linear.context_manager as context_manager
+        import deepspeed.runtime.hybrid_engine as hybrid_engine
+        print("after the imports:", "transformers" in sys.modules)
+        print(tokenizer.AutoTokenizer.from_pretrained("gpt2"))
+        engine = hybrid_engine.DeepSpeedHybridEngine()
+        from transformers.models.opt.modeling_opt import OPTLearnedPositionalEmbedding
+        print(engine.policies == {OPTLearnedPositionalEmbedding: "OPTEmbedding"})
+        with context_manager.Init():
+            import transformers
+            print(transformers.AutoModelForCausalLM.from_pretrained("gpt2"))
+        print(transformers.AutoModelForCausalLM.from_pretrained("gpt2"))
+        """,
+        TRANSFORMERS_STANDIN,
+    )
+    assert out.split("\n")[:6] == [
+        "after the imports: False",
+        "transformers imported",
+        "tokenizer gpt2",
+        "True",
+        "patched gpt2",
+        "model gpt2",
+    ]
+
+
+def test_what_transformers_lacks_is_none_to_the_hybrid_engine_as_before(tmp_path):
+    files = {**TRANSFORMERS_STANDIN, "transformers/models/opt/modeling_opt.py": ""}
+    out = run_with_standins(
+        tmp_path,
+        """
+        import deepspeed.runtime.hybrid_engine as hybrid_engine
+        print(hybrid_engine.DeepSpeedHybridEngine().policies)
+        """,
+        files,
+    )
+    assert out.split("\n")[:2] == ["transformers imported", "{None: 'OPTEmbedding'}"]
+
+
+def test_transformers_imported_first_is_what_the_readers_get(tmp_path):
+    out = run_with_standins(
+        tmp_path,
+        """
+        import transformers
+        import megatron.tokenizer.tokenizer as tokenizer
+        print(tokenizer.AutoTokenizer is transformers.AutoTokenizer)
+        """,
+        TRANSFORMERS_STANDIN,
+    )
+    assert out.split("\n")[:2] == ["transformers imported", "True"]
 
 
 def test_missing_compression_module_is_provided_and_says_why_when_used(tmp_path):

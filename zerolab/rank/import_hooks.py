@@ -5,12 +5,14 @@ this runs in every rank before the training script imports anything of the engin
 
 from __future__ import annotations
 
+import contextlib
 import importlib.abc
 import importlib.machinery
 import importlib.util
 import sys
 import types
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,11 +59,13 @@ class StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         self.build(module)
 
 
-class _PatchAfterImport(importlib.abc.MetaPathFinder):
-    """Runs each patch of module `fullname`, in order, right after its own loader executed it."""
+class _ModuleHook(importlib.abc.MetaPathFinder):
+    """Executes module `fullname` with its own loader inside each context manager of `arounds`
+    (opened in order), then runs each patch of `patches`, in order."""
 
     def __init__(self, fullname: str) -> None:
         self.fullname = fullname
+        self.arounds: list[Callable[[], AbstractContextManager[Any]]] = []
         self.patches: list[Callable[[types.ModuleType], None]] = []
 
     def find_spec(self, fullname: str, path: Sequence[str] | None, target: Any = None) -> Any:
@@ -71,15 +75,27 @@ class _PatchAfterImport(importlib.abc.MetaPathFinder):
         if spec is None or spec.loader is None:
             return None
         original_exec = spec.loader.exec_module
-        patches = self.patches
+        arounds, patches = self.arounds, self.patches
 
         def exec_module(module: types.ModuleType) -> None:
-            original_exec(module)
+            with contextlib.ExitStack() as stack:
+                for around in arounds:
+                    stack.enter_context(around())
+                original_exec(module)
             for patch in patches:
                 patch(module)
 
         spec.loader.exec_module = exec_module  # type: ignore[method-assign]
         return spec
+
+
+def _hook_of(fullname: str) -> _ModuleHook:
+    """The one hook of module `fullname` on sys.meta_path, installed first where there is none."""
+    hook = next((f for f in sys.meta_path if isinstance(f, _ModuleHook) and f.fullname == fullname), None)
+    if hook is None:
+        hook = _ModuleHook(fullname)
+        sys.meta_path.insert(0, hook)
+    return hook
 
 
 def patch_after_import(fullname: str, patch: Callable[[types.ModuleType], None]) -> None:
@@ -88,13 +104,14 @@ def patch_after_import(fullname: str, patch: Callable[[types.ModuleType], None])
     if fullname in sys.modules:
         patch(sys.modules[fullname])
         return
-    hook = next(
-        (f for f in sys.meta_path if isinstance(f, _PatchAfterImport) and f.fullname == fullname), None
-    )
-    if hook is None:
-        hook = _PatchAfterImport(fullname)
-        sys.meta_path.insert(0, hook)
-    hook.patches.append(patch)
+    _hook_of(fullname).patches.append(patch)
+
+
+def import_inside(fullname: str, around: Callable[[], AbstractContextManager[Any]]) -> None:
+    """Have module `fullname` executed inside the context manager `around()` when it is imported
+    (nothing where it is imported already)."""
+    if fullname not in sys.modules:
+        _hook_of(fullname).arounds.append(around)
 
 
 def apply_wanted(patches: Sequence[LaunchPatch]) -> list[LaunchPatch]:

@@ -32,6 +32,7 @@ from zerolab.rank.import_hooks import (
     LaunchPatch,
     StubFinder,
     apply_wanted,
+    import_inside,
     launch_patch,
     patch_after_import,
 )
@@ -100,6 +101,118 @@ def lazy_wandb_import() -> None:
     """Import wandb (0.4 s a rank) only once a run that logs to W&B uses it, not in every rank."""
     if importlib.machinery.PathFinder.find_spec(WANDB) is not None:  # else the engine's ImportError stays
         sys.meta_path.insert(0, StubFinder(WANDB, _forwarding_module))
+
+
+TRANSFORMERS = "transformers"
+TRANSFORMERS_READERS = (
+    "deepspeed.linear.context_manager",  # `import transformers`: read when its Init context is entered
+    "deepspeed.runtime.hybrid_engine",  # transformers.models.opt...: read by the hybrid engine (RLHF)
+    "megatron.tokenizer.tokenizer",  # `from transformers import AutoTokenizer`: read by HFTokenizer
+)
+HYBRID_ENGINE = "deepspeed.runtime.hybrid_engine"
+
+
+class _Deferred:
+    """An attribute of transformers that an engine module took at its import, before transformers
+    was imported: transformers is imported and the attribute read on its first call, read or write."""
+
+    def __init__(self, standing_in: _TransformersStandingIn, path: tuple[str, ...]) -> None:
+        object.__setattr__(self, "_standing_in", standing_in)
+        object.__setattr__(self, "_path", path)
+
+    def resolve(self) -> Any:
+        """The attribute itself (transformers imported, if it was not)."""
+        found: Any = self._standing_in.real()
+        for name in self._path:
+            found = getattr(found, name)
+        return found
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        if self._standing_in.depth:
+            return _Deferred(self._standing_in, (*self._path, name))
+        return getattr(self.resolve(), name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(self.resolve(), name, value)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.resolve()(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<transformers.{'.'.join(self._path)}, not imported yet>"
+
+
+class _TransformersStandingIn:
+    """A module standing in for transformers while TRANSFORMERS_READERS execute: what they take from
+    it at import is _Deferred; what is read from it later comes from transformers itself."""
+
+    def __init__(self) -> None:
+        self.depth = 0
+        self.module = types.ModuleType(TRANSFORMERS, "stands in for transformers until it is used")
+        self.module.__getattr__ = self._attribute  # type: ignore[attr-defined]
+
+    def _attribute(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        if self.depth:
+            return _Deferred(self, (name,))
+        return getattr(self.real(), name)
+
+    def real(self) -> types.ModuleType:
+        """transformers itself, imported where it was not."""
+        if sys.modules.get(TRANSFORMERS) is self.module:
+            del sys.modules[TRANSFORMERS]
+        return importlib.import_module(TRANSFORMERS)
+
+    @contextlib.contextmanager
+    def reading(self) -> Any:
+        """While a reader executes: `import transformers` gives the stand-in (unless transformers
+        itself is imported already)."""
+        if self.depth == 0 and TRANSFORMERS not in sys.modules:
+            sys.modules[TRANSFORMERS] = self.module
+        self.depth += 1
+        try:
+            yield
+        finally:
+            self.depth -= 1
+            if self.depth == 0 and sys.modules.get(TRANSFORMERS) is self.module:
+                del sys.modules[TRANSFORMERS]
+
+
+def _resolve_deferred_globals(module: types.ModuleType) -> None:
+    """Each _Deferred global of `module` becomes its attribute (None where transformers lacks it, as
+    the module's own `except (ImportError, AttributeError)` gave), once the hybrid engine is made."""
+    engine = module.DeepSpeedHybridEngine
+    init = engine.__init__
+
+    def resolving_init(self: Any, *args: Any, **kwargs: Any) -> None:
+        for name, value in list(vars(module).items()):
+            if isinstance(value, _Deferred):
+                try:
+                    setattr(module, name, value.resolve())
+                except (ImportError, AttributeError):
+                    setattr(module, name, None)
+        init(self, *args, **kwargs)
+
+    resolving_init.__wrapped__ = init  # type: ignore[attr-defined]
+    engine.__init__ = resolving_init
+
+
+# DeepSpeed's hybrid engine and OptimizedLinear, and Megatron's tokenizer module, import transformers
+# at their top, in every rank, for what a GPT pretraining run never calls (the OPT embedding of RLHF
+# generation, Hugging Face model patching, HFTokenizer): about 3 s of each rank's 10 s of imports,
+# measured on 2 cores (PYTHONPROFILEIMPORTTIME in a rank: transformers 0.8 s, the OPT model 1 s,
+# AutoTokenizer 1.3 s).
+def lazy_transformers_import() -> None:
+    """Import transformers (3 s a rank) once a run uses it, not at DeepSpeed's and Megatron's imports."""
+    if importlib.machinery.PathFinder.find_spec(TRANSFORMERS) is None:  # the engine's own ImportError stays
+        return
+    standing_in = _TransformersStandingIn()
+    for reader in TRANSFORMERS_READERS:
+        import_inside(reader, standing_in.reading)
+    patch_after_import(HYBRID_ENGINE, _resolve_deferred_globals)
 
 
 COMPRESS = "deepspeed.compression.compress"
@@ -951,6 +1064,7 @@ WORKAROUNDS: tuple[LaunchPatch, ...] = tuple(
     for function in (
         lazy_vision_import,
         lazy_wandb_import,
+        lazy_transformers_import,
         missing_compression_module,
         contiguous_attention_inputs,
         ulysses_batch_dimension,
