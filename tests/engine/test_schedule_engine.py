@@ -101,6 +101,7 @@ UPSTREAM_OPTIONS = [
     "train.lr_warmup_iters=1",
     "train.log_interval=1",
     "precision=bf16",
+    "model.seq_length=32",  # bf16 on a CPU without bf16 instructions: tests/engine/test_engine_matrix.py
     "precision.grad_accum_dtype=fp32",
     "train.exit_interval=3",
     "model.rotary=true",

@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
 from safetensors.torch import save_file
 from transformers import GPT2TokenizerFast
 
@@ -71,6 +70,10 @@ def _load(path: Path) -> dict[str, Any]:
 def _zero3_state(checkpoints: Path, tag: str) -> dict[str, torch.Tensor]:
     """The whole model's weights put back together from a ZeRO-3 checkpoint's pieces by DeepSpeed's
     zero_to_fp32; CheckpointError naming the file it could not read."""
+    # here, not at the top: importing DeepSpeed takes about 10 s on 2 cores, and no other checkpoint
+    # (nor the import of Hugging Face weights, which shares this module) needs it
+    from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint  # noqa: PLC0415
+
     try:
         return get_fp32_state_dict_from_zero_checkpoint(str(checkpoints), tag=tag)
     except Exception as error:  # name the file: torch.load's own errors do not
