@@ -130,6 +130,30 @@ def test_the_five_demo_setups_export_the_same_model(engine, trained, exported):
     assert _engine_python_json(python, AGREE, str(trained("z0").probe), *folders) <= 1e-4
 
 
+READ_ARGUMENTS = """
+import json, sys
+sys.path[:0] = [sys.argv[1], sys.argv[2]]
+import hf_gpt2
+request = {"checkpoints": sys.argv[3], "iteration": int(sys.argv[4]), "zero_stage": 0,
+           "tensor_parallel": 1, "pipeline_parallel": 1}
+weights, args = hf_gpt2.megatron_state(request)
+imported = [name in sys.modules for name in ("megatron", "deepspeed")]
+print(json.dumps([args.model_type.name, args.num_layers, *imported]))
+"""
+
+
+def test_an_export_reads_the_runs_arguments_without_importing_megatron(engine, trained):
+    """The arguments in a checkpoint hold Megatron's ModelType: it is read from megatron/core/enums.py
+    alone, since importing Megatron imports DeepSpeed (an export of 13 s took 6 without it)."""
+    engine_dir, python = engine
+    rank_dir = Path(__file__).resolve().parents[2] / "zerolab" / "rank"
+    checkpoints = trained("z0").run_dir / "checkpoints"
+    read = _engine_python_json(
+        python, READ_ARGUMENTS, str(rank_dir), str(engine_dir), str(checkpoints), str(ITERATIONS)
+    )
+    assert read == ["encoder_or_decoder", 2, False, False]
+
+
 def test_a_run_directory_fine_tunes_on_glue_exported_at_launch(trained, tmp_path):
     # pretrain -> fine-tune: a run directory given as the model is exported into the new run's model/
     records = fine_tune(trained("z0").run_dir, "dp", tmp_path / "finetune")

@@ -15,9 +15,14 @@ checkpoint this cannot read exits with status 2 and one line naming the file."""
 
 from __future__ import annotations
 
+import functools
+import importlib.machinery
+import importlib.util
 import json
+import pickle
 import re
 import sys
+import types
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
@@ -57,12 +62,49 @@ def _unreadable(path: Path, error: Exception) -> CheckpointError:
     )
 
 
+@functools.cache
+def _module_alone(fullname: str) -> types.ModuleType | None:
+    """Module `fullname` of the engine executed from its own file, its packages' `__init__` not run
+    (Megatron's imports DeepSpeed: about 10 s on 2 cores); None where it is not that self-contained."""
+    top, _, rest = fullname.partition(".")
+    package = importlib.machinery.PathFinder.find_spec(top)
+    if package is None or not package.submodule_search_locations or not rest:
+        return None
+    file = Path(package.submodule_search_locations[0], *rest.split(".")).with_suffix(".py")
+    spec = importlib.util.spec_from_file_location(fullname, file)
+    if spec is None or spec.loader is None or not file.is_file():
+        return None
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except Exception:  # it needs its package (a relative import, say): only the real import gives it
+        return None
+    return module
+
+
+class _CheckpointUnpickler(pickle.Unpickler):
+    """Unpickles a checkpoint's Megatron objects (its arguments hold `megatron.core.enums.ModelType`)
+    from their modules alone where they are self-contained, without importing Megatron and DeepSpeed."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        if module.startswith("megatron.") and module not in sys.modules:
+            alone = _module_alone(module)
+            if alone is not None and hasattr(alone, name):
+                return getattr(alone, name)
+        return super().find_class(module, name)
+
+
+CHECKPOINT_PICKLE = types.ModuleType("checkpoint_pickle", "pickle, with _CheckpointUnpickler")
+CHECKPOINT_PICKLE.Unpickler = _CheckpointUnpickler  # type: ignore[attr-defined]
+CHECKPOINT_PICKLE.load = pickle.load  # type: ignore[attr-defined]
+
+
 def _load(path: Path) -> dict[str, Any]:
     if not path.is_file():
         raise CheckpointError(f"{path}: missing (the checkpoint is incomplete); {ANOTHER_ITERATION}")
     try:
         # The run's own file; its `args` is an argparse Namespace, so not weights only.
-        return torch.load(path, map_location="cpu", weights_only=False)
+        return torch.load(path, map_location="cpu", weights_only=False, pickle_module=CHECKPOINT_PICKLE)
     except Exception as error:  # any unreadable file is reported the same way
         raise _unreadable(path, error) from None
 
