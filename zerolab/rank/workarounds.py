@@ -44,7 +44,8 @@ KNN_MONITOR = "megatron.model.vision.knn_monitor"
 
 def _real_module(stub: types.ModuleType) -> types.ModuleType:
     """The module `stub` stands in for, imported from its file the first time it is needed (then the
-    one in sys.modules); where its import fails, `stub` stays."""
+    one in sys.modules, as import gives it: transformers puts a lazy module of its own there); where
+    its import fails, `stub` stays."""
     fullname = stub.__name__
     loaded = sys.modules.get(fullname)
     if loaded is not None and loaded is not stub:
@@ -59,7 +60,7 @@ def _real_module(stub: types.ModuleType) -> types.ModuleType:
     except BaseException:
         sys.modules[fullname] = stub
         raise
-    return real
+    return sys.modules[fullname]
 
 
 def _lazy_module(module: types.ModuleType) -> None:
@@ -104,12 +105,12 @@ def lazy_wandb_import() -> None:
 
 
 TRANSFORMERS = "transformers"
+HYBRID_ENGINE = "deepspeed.runtime.hybrid_engine"
 TRANSFORMERS_READERS = (
     "deepspeed.linear.context_manager",  # `import transformers`: read when its Init context is entered
-    "deepspeed.runtime.hybrid_engine",  # transformers.models.opt...: read by the hybrid engine (RLHF)
+    HYBRID_ENGINE,  # transformers.models.opt...: read by the hybrid engine (RLHF)
     "megatron.tokenizer.tokenizer",  # `from transformers import AutoTokenizer`: read by HFTokenizer
 )
-HYBRID_ENGINE = "deepspeed.runtime.hybrid_engine"
 
 
 class _Deferred:
@@ -162,9 +163,7 @@ class _TransformersStandingIn:
 
     def real(self) -> types.ModuleType:
         """transformers itself, imported where it was not."""
-        if sys.modules.get(TRANSFORMERS) is self.module:
-            del sys.modules[TRANSFORMERS]
-        return importlib.import_module(TRANSFORMERS)
+        return _real_module(self.module)
 
     @contextlib.contextmanager
     def reading(self) -> Any:
