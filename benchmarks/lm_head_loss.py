@@ -24,7 +24,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from zerolab.engine.paths import engine_dir, engine_missing, engine_python, engine_python_env
+from zerolab.engine.paths import (
+    engine_dir,
+    engine_missing,
+    engine_python,
+    engine_python_env,
+    zerolab_on_path,
+)
 
 RESULTS = Path(__file__).resolve().parent / "results"
 SHAPES = {
@@ -169,7 +175,7 @@ def main() -> int:
     if missing:
         print(f"lm_head_loss: {missing}", file=sys.stderr)
         return 2
-    env = {**engine_python_env(), "PYTHONPATH": os.pathsep.join([str(engine_dir()), str(RESULTS.parents[1])])}
+    env = engine_python_env() | zerolab_on_path(engine_dir())
     command = [str(engine_python()), __file__, "--measure", "--device", args.device, "--reps", str(args.reps)]
     done = subprocess.run(command, env=env, capture_output=True, text=True)
     if done.returncode != 0:
