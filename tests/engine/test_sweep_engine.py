@@ -12,6 +12,7 @@ import contextlib
 import io
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -196,6 +197,10 @@ def test_checkpoints_every_given_fraction_of_an_epoch(work, resumed):
         assert save_interval(recipe) == 1
     saved = sorted(p.name for p in (run_dir / rundir.CHECKPOINTS_DIR).iterdir() if p.is_dir())
     assert saved == ["global_step1", "global_step2"]  # DeepSpeed's names
+    # the loop saved iteration 2, its last: pretrain() does not write it again (final_checkpoint_saved_once)
+    log = (run_dir / rundir.LOG_FILE).read_text()
+    assert len(re.findall(r"saving checkpoint at iteration +2 to", log)) == 1, log[-3000:]
+    assert "the checkpoint of iteration 2 is saved already; not saving it again" in log
 
 
 def test_the_plots_draw_completed_cells_only(work, resumed):

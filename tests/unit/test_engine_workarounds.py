@@ -44,6 +44,7 @@ def test_every_workaround_is_named_and_explained_in_one_line():
         "zero3_weights_only_load",
         "zero3_universal_group_settings",
         "distillation_student_wrapped_once",
+        "final_checkpoint_saved_once",
     ]
     assert [(p.name, p.kind) for p in LAUNCH_PATCHES[len(WORKAROUNDS) :]] == [
         ("apex_torch_standins", "workaround"),
@@ -225,6 +226,62 @@ def test_attention_inputs_are_made_contiguous(tmp_path):
         """,
     )
     assert out.strip() == "('attended', 'mask')"
+
+
+TRAINING_STANDIN = {
+    **STANDIN_FILES,
+    # megatron/training.py as it saves: the loop through save_checkpoint_and_time at each
+    # save_interval, then pretrain() once more after training, both through the module's name
+    "megatron/training.py": textwrap.dedent(
+        """
+        from types import SimpleNamespace
+
+        written = []
+
+        def save_checkpoint(iteration, model, optimizer, scheduler):
+            written.append(iteration)
+
+        def get_args():
+            return SimpleNamespace(rank=0)
+
+        def setup_model_and_optimizer(*args):
+            pass
+
+        def setup_teacher_model(*args):
+            pass
+
+        def save_checkpoint_and_time(iteration, model, optimizer, scheduler):
+            save_checkpoint(iteration, model, optimizer, scheduler)
+
+        def pretrain(train_iters, save_interval):
+            for iteration in range(1, train_iters + 1):
+                if iteration % save_interval == 0:
+                    save_checkpoint_and_time(iteration, None, None, None)
+            save_checkpoint(train_iters, None, None, None)
+        """
+    ),
+}
+
+
+def test_the_last_iterations_checkpoint_is_saved_once(tmp_path):
+    out = run_with_standins(
+        tmp_path,
+        """
+        from megatron import training
+        training.pretrain(train_iters=6, save_interval=3)
+        print("interval divides:", training.written)
+        training.written.clear()
+        training.pretrain(train_iters=7, save_interval=3)
+        print("interval does not divide:", training.written)
+        """,
+        TRAINING_STANDIN,
+    )
+    assert out.strip().splitlines() == [
+        "zerolab: workaround final_checkpoint_saved_once: the checkpoint of iteration 6 is saved already; "
+        "not saving it again",
+        "interval divides: [3, 6]",
+        "interval does not divide: [3, 6, 7]",
+    ]
 
 
 OPTIMIZER_STANDIN = {

@@ -1058,6 +1058,38 @@ def distillation_student_wrapped_once() -> None:
     patch_after_import(MEGATRON_TRAINING, _student_set_up_once)
 
 
+def _each_iteration_saved_once(module: types.ModuleType) -> None:
+    save = module.save_checkpoint
+    saved: list[int] = []
+
+    def save_unless_saved(iteration: int, *args: Any, **kwargs: Any) -> Any:
+        if saved and saved[-1] == iteration:
+            if module.get_args().rank == 0:
+                print(
+                    f"zerolab: workaround final_checkpoint_saved_once: the checkpoint of iteration "
+                    f"{iteration} is saved already; not saving it again",
+                    flush=True,
+                )
+            return None
+        result = save(iteration, *args, **kwargs)
+        saved.append(iteration)
+        return result
+
+    save_unless_saved.__wrapped__ = save  # type: ignore[attr-defined]
+    module.save_checkpoint = save_unless_saved  # type: ignore[attr-defined]
+
+
+# Megatron-DeepSpeed's pretrain() saves after training whenever it trained, even where the loop's
+# save_interval has just saved that iteration (training.py: `if args.save and iteration != 0`;
+# Megatron-LM skips it when iteration % save_interval == 0): a run whose save_interval divides its
+# train_iters (the demo's 60 of 60) wrote its last checkpoint twice, the whole of it, optimizer
+# states too. Both saves go through megatron.training's save_checkpoint, so a second save of the
+# iteration saved last, with no training between, is left out.
+def final_checkpoint_saved_once() -> None:
+    """Save the last iteration's checkpoint once, where save_interval divides train_iters (not twice)."""
+    patch_after_import(MEGATRON_TRAINING, _each_iteration_saved_once)
+
+
 WORKAROUNDS: tuple[LaunchPatch, ...] = tuple(
     launch_patch(function)
     for function in (
@@ -1085,6 +1117,7 @@ WORKAROUNDS: tuple[LaunchPatch, ...] = tuple(
         zero3_weights_only_load,
         zero3_universal_group_settings,
         distillation_student_wrapped_once,
+        final_checkpoint_saved_once,
     )
 )
 
