@@ -23,6 +23,7 @@ def test_every_workaround_is_named_and_explained_in_one_line():
         "lazy_vision_import",
         "lazy_wandb_import",
         "lazy_transformers_import",
+        "lazy_compiler_import",
         "missing_compression_module",
         "contiguous_attention_inputs",
         "ulysses_batch_dimension",
@@ -181,6 +182,85 @@ def test_transformers_imported_first_is_what_the_readers_get(tmp_path):
         TRANSFORMERS_STANDIN,
     )
     assert out.split("\n")[:2] == ["transformers imported", "True"]
+
+
+COMPILER_STANDIN = {
+    **STANDIN_FILES,
+    # torch's compiler as DeepSpeed meets it: compile and disable import dynamo, which says so
+    "torch/__init__.py": textwrap.dedent(
+        """
+        from torch import compiler
+
+        def compile(model=None, **options):
+            import torch._dynamo
+            return lambda *args: ("compiled", model(*args))
+        """
+    ),
+    "torch/compiler.py": textwrap.dedent(
+        """
+        def disable(fn=None, recursive=True, *, reason=None):
+            import torch._dynamo
+            return lambda *args: ("disabled", fn(*args))
+        """
+    ),
+    "torch/_dynamo/__init__.py": 'print("dynamo imported")\n',
+    "torch/_dynamo/compiled_autograd.py": "def _enable(compiler):\n    return ('enabled', compiler)\n",
+    "deepspeed/runtime/__init__.py": "",
+    "deepspeed/runtime/compiler.py": "from torch._dynamo.compiled_autograd import _enable as enable\n",
+    "deepspeed/runtime/engine.py": textwrap.dedent(
+        """
+        from deepspeed.compile.backend import register_compile_pass
+        from deepspeed.compile.passes import zero3_compile
+
+        SUPPORTED = False
+
+        def is_deepcompile_supported():
+            return SUPPORTED
+
+        class DeepSpeedEngine:
+            def __init__(self):
+                supported = is_deepcompile_supported()
+                self.passes = [register_compile_pass(zero3_compile.NAME)] if supported else []
+
+            def load_checkpoint(self, *args):
+                pass
+        """
+    ),
+    "deepspeed/compile/__init__.py": "",
+    "deepspeed/compile/backend.py": "import torch._dynamo\n\nregister_compile_pass = str\n",
+    "deepspeed/compile/passes/__init__.py": "import torch._dynamo\n",
+    "deepspeed/compile/passes/zero3_compile.py": "NAME = 'zero3'\n",
+}
+COMPILER_USED = """
+    import sys, torch
+    import deepspeed.runtime.compiler as compiler, deepspeed.runtime.engine as engine
+    square = torch.compile(lambda x: x * x)
+
+    @torch.compiler.disable
+    def plus_one(x):
+        return x + 1
+
+    print("imports", "torch._dynamo" in sys.modules)
+    print(plus_one(1), engine.DeepSpeedEngine().passes, "torch._dynamo" in sys.modules)
+    print(square(3), plus_one(1))
+    engine.SUPPORTED = True
+    print(engine.DeepSpeedEngine().passes, compiler.enable("inductor"))
+    """
+
+
+def test_torchs_compiler_is_imported_once_something_compiles(tmp_path):
+    assert run_with_standins(tmp_path, COMPILER_USED, COMPILER_STANDIN).splitlines() == [
+        "imports False",
+        "2 [] False",
+        "dynamo imported",
+        "('compiled', 9) ('disabled', 2)",
+        "['zero3'] ('enabled', 'inductor')",
+    ]
+
+
+def test_a_launch_that_compiles_imports_torchs_compiler_with_deepspeed(tmp_path):
+    out = run_with_standins(tmp_path, COMPILER_USED, COMPILER_STANDIN, ZEROLAB_SPEED="compiled_layers")
+    assert out.splitlines()[:2] == ["dynamo imported", "imports True"]
 
 
 def test_missing_compression_module_is_provided_and_says_why_when_used(tmp_path):

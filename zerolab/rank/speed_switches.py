@@ -427,6 +427,12 @@ def ladder_asked() -> bool:
     return bool(os.environ.get(LADDER_ENV))
 
 
+def compiles_nothing() -> bool:
+    """Whether this launch compiles nothing: no compiled_layers switch and no speed ladder (which
+    turns it on)."""
+    return "compiled_layers" not in launch_switches() and not ladder_asked()
+
+
 def _launch_patch(switch: Switch) -> LaunchPatch:
     def apply() -> None:
         if switch.name in launch_switches():

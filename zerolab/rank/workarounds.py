@@ -12,11 +12,13 @@ only once the engine module it patches has been imported).
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import importlib
 import importlib.abc
 import importlib.machinery
 import importlib.util
+import inspect
 import json
 import os
 import platform
@@ -24,13 +26,14 @@ import re
 import sys
 import time
 import types
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from zerolab.rank.import_hooks import (
     LaunchPatch,
     StubFinder,
+    always,
     apply_wanted,
     import_inside,
     launch_patch,
@@ -38,29 +41,10 @@ from zerolab.rank.import_hooks import (
 )
 from zerolab.rank.nvcc import nvcc_targets, nvcc_version
 from zerolab.rank.sample_index_check import smoke_check
+from zerolab.rank.speed_switches import compiles_nothing
+from zerolab.rank.standins import StandingIn, deferred_globals, real_module
 
 KNN_MONITOR = "megatron.model.vision.knn_monitor"
-
-
-def _real_module(stub: types.ModuleType) -> types.ModuleType:
-    """The module `stub` stands in for, imported from its file the first time it is needed (then the
-    one in sys.modules, as import gives it: transformers puts a lazy module of its own there); where
-    its import fails, `stub` stays."""
-    fullname = stub.__name__
-    loaded = sys.modules.get(fullname)
-    if loaded is not None and loaded is not stub:
-        return loaded
-    parent = fullname.rpartition(".")[0]
-    where = sys.modules[parent].__path__ if parent else None
-    spec = importlib.machinery.PathFinder.find_spec(fullname, where)
-    real = importlib.util.module_from_spec(spec)
-    sys.modules[fullname] = real
-    try:
-        spec.loader.exec_module(real)
-    except BaseException:
-        sys.modules[fullname] = stub
-        raise
-    return sys.modules[fullname]
 
 
 def _lazy_module(module: types.ModuleType) -> None:
@@ -71,7 +55,7 @@ def _lazy_module(module: types.ModuleType) -> None:
             raise AttributeError(attribute)
 
         def deferred(*args: Any, **kwargs: Any) -> Any:
-            return getattr(_real_module(module), attribute)(*args, **kwargs)
+            return getattr(real_module(module), attribute)(*args, **kwargs)
 
         deferred.__name__ = attribute
         return deferred
@@ -91,7 +75,7 @@ def _forwarding_module(module: types.ModuleType) -> None:
     """`module` imports the real one when first asked for an attribute, and hands each on from it."""
 
     def __getattr__(attribute: str) -> Any:
-        return getattr(_real_module(module), attribute)
+        return getattr(real_module(module), attribute)
 
     module.__getattr__ = __getattr__  # type: ignore[attr-defined]
 
@@ -113,86 +97,18 @@ TRANSFORMERS_READERS = (
 )
 
 
-class _Deferred:
-    """An attribute of transformers that an engine module took at its import, before transformers
-    was imported: transformers is imported and the attribute read on its first call, read or write."""
-
-    def __init__(self, standing_in: _TransformersStandingIn, path: tuple[str, ...]) -> None:
-        object.__setattr__(self, "_standing_in", standing_in)
-        object.__setattr__(self, "_path", path)
-
-    def resolve(self) -> Any:
-        """The attribute itself (transformers imported, if it was not)."""
-        found: Any = self._standing_in.real()
-        for name in self._path:
-            found = getattr(found, name)
-        return found
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        if self._standing_in.depth:
-            return _Deferred(self._standing_in, (*self._path, name))
-        return getattr(self.resolve(), name)
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        setattr(self.resolve(), name, value)
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self.resolve()(*args, **kwargs)
-
-    def __repr__(self) -> str:
-        return f"<transformers.{'.'.join(self._path)}, not imported yet>"
-
-
-class _TransformersStandingIn:
-    """A module standing in for transformers while TRANSFORMERS_READERS execute: what they take from
-    it at import is _Deferred; what is read from it later comes from transformers itself."""
-
-    def __init__(self) -> None:
-        self.depth = 0
-        self.module = types.ModuleType(TRANSFORMERS, "stands in for transformers until it is used")
-        self.module.__getattr__ = self._attribute  # type: ignore[attr-defined]
-
-    def _attribute(self, name: str) -> Any:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        if self.depth:
-            return _Deferred(self, (name,))
-        return getattr(self.real(), name)
-
-    def real(self) -> types.ModuleType:
-        """transformers itself, imported where it was not."""
-        return _real_module(self.module)
-
-    @contextlib.contextmanager
-    def reading(self) -> Any:
-        """While a reader executes: `import transformers` gives the stand-in (unless transformers
-        itself is imported already)."""
-        if self.depth == 0 and TRANSFORMERS not in sys.modules:
-            sys.modules[TRANSFORMERS] = self.module
-        self.depth += 1
-        try:
-            yield
-        finally:
-            self.depth -= 1
-            if self.depth == 0 and sys.modules.get(TRANSFORMERS) is self.module:
-                del sys.modules[TRANSFORMERS]
-
-
 def _resolve_deferred_globals(module: types.ModuleType) -> None:
-    """Each _Deferred global of `module` becomes its attribute (None where transformers lacks it, as
+    """Each Deferred global of `module` becomes its attribute (None where transformers lacks it, as
     the module's own `except (ImportError, AttributeError)` gave), once the hybrid engine is made."""
     engine = module.DeepSpeedHybridEngine
     init = engine.__init__
 
     def resolving_init(self: Any, *args: Any, **kwargs: Any) -> None:
-        for name, value in list(vars(module).items()):
-            if isinstance(value, _Deferred):
-                try:
-                    setattr(module, name, value.resolve())
-                except (ImportError, AttributeError):
-                    setattr(module, name, None)
+        for name, value in deferred_globals(module).items():
+            try:
+                setattr(module, name, value.resolve())
+            except (ImportError, AttributeError):
+                setattr(module, name, None)
         init(self, *args, **kwargs)
 
     resolving_init.__wrapped__ = init  # type: ignore[attr-defined]
@@ -208,10 +124,112 @@ def lazy_transformers_import() -> None:
     """Import transformers (3 s a rank) once a run uses it, not at DeepSpeed's and Megatron's imports."""
     if importlib.machinery.PathFinder.find_spec(TRANSFORMERS) is None:  # the engine's own ImportError stays
         return
-    standing_in = _TransformersStandingIn()
+    standing_in = StandingIn(TRANSFORMERS)
     for reader in TRANSFORMERS_READERS:
         import_inside(reader, standing_in.reading)
     patch_after_import(HYBRID_ENGINE, _resolve_deferred_globals)
+
+
+TORCH = "torch"
+DYNAMO = "torch._dynamo"
+COMPILED_AUTOGRAD = "torch._dynamo.compiled_autograd"
+DS_COMPILER = "deepspeed.runtime.compiler"
+DS_ENGINE = "deepspeed.runtime.engine"
+DEEPCOMPILE = (
+    "deepspeed.compile.backend",
+    "deepspeed.compile.passes",
+    "deepspeed.compile.passes.contract",
+    "deepspeed.compile.init_z1_and_2",
+    "deepspeed.compile.init_z3",
+    "deepspeed.compile.init_sp",
+    "deepspeed.compile.init_tp",
+)
+"""DeepCompile's modules DeepSpeed's engine imports at its top (they import dynamo and inductor);
+it uses them only where DeepCompile is supported (CUDA)."""
+
+
+def _compiler_once_used(torch: types.ModuleType) -> None:
+    if not (hasattr(torch, "compile") and hasattr(getattr(torch, "compiler", None), "disable")):
+        return  # a torch without a compiler: nothing imports one
+    compile_now, disable = torch.compile, torch.compiler.disable
+
+    def compile_on_first_call(model: Any = None, **options: Any) -> Any:
+        if model is None:  # @torch.compile(...)
+            return functools.partial(compile_on_first_call, **options)
+        if DYNAMO in sys.modules or not inspect.isfunction(model):
+            return compile_now(model, **options)
+        compiled: list[Any] = []
+
+        @functools.wraps(model)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if not compiled:  # torch.compile compiles on the first call too: only dynamo's import moves
+                compiled.append(compile_now(model, **options))
+            return compiled[0](*args, **kwargs)
+
+        return call
+
+    def disable_when_compiling(fn: Any = None, recursive: bool = True, *, reason: Any = None) -> Any:
+        if fn is None:  # @torch.compiler.disable(recursive=...)
+            return functools.partial(disable_when_compiling, recursive=recursive, reason=reason)
+        if DYNAMO in sys.modules or not inspect.isfunction(fn):
+            return disable(fn, recursive, reason=reason)
+        disabled: list[Any] = []
+
+        @functools.wraps(fn)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if DYNAMO not in sys.modules:  # nothing can be compiling: disabling changes nothing
+                return fn(*args, **kwargs)
+            if not disabled:
+                disabled.append(disable(fn, recursive, reason=reason))
+            return disabled[0](*args, **kwargs)
+
+        return call
+
+    compile_on_first_call.__wrapped__ = compile_now  # type: ignore[attr-defined]
+    disable_when_compiling.__wrapped__ = disable  # type: ignore[attr-defined]
+    torch.compile = compile_on_first_call  # type: ignore[attr-defined]
+    torch.compiler.disable = disable_when_compiling
+
+
+def _deepcompile_resolved_where_supported(module: types.ModuleType) -> None:
+    engine = module.DeepSpeedEngine
+    init = engine.__init__
+
+    def resolving_init(self: Any, *args: Any, **kwargs: Any) -> None:
+        if module.is_deepcompile_supported():  # the engine registers DeepCompile's passes: all of it
+            for name, value in deferred_globals(module).items():
+                setattr(module, name, value.resolve())
+        init(self, *args, **kwargs)
+
+    resolving_init.__wrapped__ = init  # type: ignore[attr-defined]
+    engine.__init__ = resolving_init
+
+
+@contextlib.contextmanager
+def _all_reading(standing_in: Sequence[StandingIn]) -> Iterator[None]:
+    with contextlib.ExitStack() as stack:
+        for each in standing_in:
+            stack.enter_context(each.reading())
+        yield
+
+
+# DeepSpeed imports torch's compiler at its import, in every rank, whether or not anything compiles:
+# DeepCompile's modules at the engine's top, compiled autograd's switch in runtime/compiler.py,
+# torch.compile of functions it may call (MoE gating helpers, Muon's step), and
+# torch.compiler.disable of its ZeRO-3 and communication functions, which imports dynamo to mark
+# them. About 4 s of a rank's 8 s
+# of imports on 2 cores (PYTHONPROFILEIMPORTTIME: dynamo 2.3 s, inductor's compile_fx 1.6 s). A
+# launch that compiles nothing (no speed.compiled_layers, no speed ladder) imports them once used:
+# a function given to torch.compile is compiled at its first call (as torch.compile does), and a
+# disabled one is called as it is while dynamo is not loaded (nothing can be compiling), then as
+# torch disabled it.
+def lazy_compiler_import() -> None:
+    """Import torch's compiler (dynamo, inductor: 4 s a rank) once a run compiles, not with DeepSpeed."""
+    patch_after_import(TORCH, _compiler_once_used)
+    import_inside(DS_COMPILER, StandingIn(COMPILED_AUTOGRAD).reading)
+    deepcompile = [StandingIn(name) for name in DEEPCOMPILE]
+    import_inside(DS_ENGINE, lambda: _all_reading(deepcompile))
+    patch_after_import(DS_ENGINE, _deepcompile_resolved_where_supported)
 
 
 COMPRESS = "deepspeed.compression.compress"
@@ -1090,12 +1108,16 @@ def final_checkpoint_saved_once() -> None:
     patch_after_import(MEGATRON_TRAINING, _each_iteration_saved_once)
 
 
+WANTED_ONLY: dict[Callable[[], None], Callable[[], bool]] = {lazy_compiler_import: compiles_nothing}
+"""The workarounds a launch applies only where it needs them (the others, every launch)."""
+
 WORKAROUNDS: tuple[LaunchPatch, ...] = tuple(
-    launch_patch(function)
+    launch_patch(function, WANTED_ONLY.get(function, always))
     for function in (
         lazy_vision_import,
         lazy_wandb_import,
         lazy_transformers_import,
+        lazy_compiler_import,
         missing_compression_module,
         contiguous_attention_inputs,
         ulysses_batch_dimension,
