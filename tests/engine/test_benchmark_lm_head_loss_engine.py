@@ -5,20 +5,14 @@ timings compare like with like."""
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from benchmark_helpers import table_rows
+
 ROW = re.compile(r"\| (.+?) \| ([\d.]+) \| - \| ([\d.e+-]+) \|")
 
 
 def test_the_chunked_loss_gives_the_engines_loss_and_gradients(engine, tmp_path):
-    out = tmp_path / "lm-head-loss.md"
-    command = [sys.executable, str(REPO / "benchmarks" / "lm_head_loss.py"), "--reps", "1", "--out", str(out)]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stderr[-3000:]
-    rows = [match for line in out.read_text().splitlines() if (match := ROW.fullmatch(line))]
+    rows = table_rows("lm_head_loss", tmp_path, ROW, "--reps", "1")
     sides = {row.group(1): (float(row.group(2)), float(row.group(3))) for row in rows}
     assert len(sides) == 4 and next(iter(sides)).startswith("engine: ")
     for side, (ms, difference) in sides.items():
