@@ -217,12 +217,11 @@ def _all_reading(standing_in: Sequence[StandingIn]) -> Iterator[None]:
 # DeepCompile's modules at the engine's top, compiled autograd's switch in runtime/compiler.py,
 # torch.compile of functions it may call (MoE gating helpers, Muon's step), and
 # torch.compiler.disable of its ZeRO-3 and communication functions, which imports dynamo to mark
-# them. About 4 s of a rank's 8 s
-# of imports on 2 cores (PYTHONPROFILEIMPORTTIME: dynamo 2.3 s, inductor's compile_fx 1.6 s). A
-# launch that compiles nothing (no speed.compiled_layers, no speed ladder) imports them once used:
-# a function given to torch.compile is compiled at its first call (as torch.compile does), and a
-# disabled one is called as it is while dynamo is not loaded (nothing can be compiling), then as
-# torch disabled it.
+# them. About 4 s of a rank's 8 s of imports on 2 cores (PYTHONPROFILEIMPORTTIME: dynamo 2.3 s,
+# inductor's compile_fx 1.6 s; benchmarks/rank_startup.py). A launch that compiles nothing (no
+# speed.compiled_layers, no speed ladder) imports them once used: a function given to torch.compile
+# is compiled at its first call (as torch.compile does), and a disabled one is called as it is while
+# dynamo is not loaded (nothing can be compiling), then as torch disabled it.
 def lazy_compiler_import() -> None:
     """Import torch's compiler (dynamo, inductor: 4 s a rank) once a run compiles, not with DeepSpeed."""
     patch_after_import(TORCH, _compiler_once_used)
