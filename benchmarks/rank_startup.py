@@ -54,7 +54,6 @@ def measure(left_out: list[str]) -> dict[str, Any]:
     """In the engine's Python: apply the launch's patches but `left_out`, import what pretrain_gpt.py
     imports; this process's CPU seconds and which WATCHED modules were imported."""
     apply_wanted([patch for patch in LAUNCH_PATCHES if patch.name not in left_out])
-    sys.path.insert(0, str(engine_dir()))
     runpy.run_path(str(engine_dir() / "pretrain_gpt.py"), run_name="rank_startup")  # its imports, not main
     imported = {name: module in sys.modules for name, module in WATCHED.items()}
     return {"cpu_s": time.process_time(), "imported": imported}

@@ -97,22 +97,34 @@ TRANSFORMERS_READERS = (
 )
 
 
-def _resolve_deferred_globals(module: types.ModuleType) -> None:
-    """Each Deferred global of `module` becomes its attribute (None where transformers lacks it, as
-    the module's own `except (ImportError, AttributeError)` gave), once the hybrid engine is made."""
-    engine = module.DeepSpeedHybridEngine
-    init = engine.__init__
+def _deferred_resolved_at_init(
+    module: types.ModuleType,
+    class_name: str,
+    wanted: Callable[[], bool] = always,
+    missing: tuple[type[Exception], ...] = (),
+) -> None:
+    """Before each `module.class_name` is made, where `wanted()`, each Deferred global of `module`
+    becomes its attribute; one whose import or read raises one of `missing` becomes None."""
+    made = getattr(module, class_name)
+    init = made.__init__
 
     def resolving_init(self: Any, *args: Any, **kwargs: Any) -> None:
-        for name, value in deferred_globals(module).items():
-            try:
-                setattr(module, name, value.resolve())
-            except (ImportError, AttributeError):
-                setattr(module, name, None)
+        if wanted():
+            for name, value in deferred_globals(module).items():
+                try:
+                    setattr(module, name, value.resolve())
+                except missing:
+                    setattr(module, name, None)
         init(self, *args, **kwargs)
 
     resolving_init.__wrapped__ = init  # type: ignore[attr-defined]
-    engine.__init__ = resolving_init
+    made.__init__ = resolving_init
+
+
+def _resolve_deferred_globals(module: types.ModuleType) -> None:
+    """Once the hybrid engine is made: None where transformers lacks an attribute, as the module's
+    own `except (ImportError, AttributeError)` gave."""
+    _deferred_resolved_at_init(module, "DeepSpeedHybridEngine", missing=(ImportError, AttributeError))
 
 
 # DeepSpeed's hybrid engine and OptimizedLinear, and Megatron's tokenizer module, import transformers
@@ -192,17 +204,8 @@ def _compiler_once_used(torch: types.ModuleType) -> None:
 
 
 def _deepcompile_resolved_where_supported(module: types.ModuleType) -> None:
-    engine = module.DeepSpeedEngine
-    init = engine.__init__
-
-    def resolving_init(self: Any, *args: Any, **kwargs: Any) -> None:
-        if module.is_deepcompile_supported():  # the engine registers DeepCompile's passes: all of it
-            for name, value in deferred_globals(module).items():
-                setattr(module, name, value.resolve())
-        init(self, *args, **kwargs)
-
-    resolving_init.__wrapped__ = init  # type: ignore[attr-defined]
-    engine.__init__ = resolving_init
+    """Where DeepCompile is supported (CUDA), the engine registers its passes at __init__: all of it."""
+    _deferred_resolved_at_init(module, "DeepSpeedEngine", lambda: module.is_deepcompile_supported())
 
 
 @contextlib.contextmanager
