@@ -1,8 +1,9 @@
 """A training rank's start-up: the seconds a fresh process of the engine's Python takes to import
-what `pretrain_gpt.py` imports (Megatron's training loop, its GPT model, DeepSpeed), with every
-workaround a launch applies, and with the lazy-import workarounds left out, alternated over
-`--reps` runs (the CPU seconds of the process, the wall seconds around it; median of each). Run by
-hand, on an otherwise idle machine:
+what `pretrain_gpt.py` imports (Megatron's training loop, its GPT model, DeepSpeed) and to make and
+step the optimizer a CPU run trains with (torch's AdamW, which imports dynamo unless deferred),
+with every workaround a launch applies, and with the lazy-import workarounds left out, alternated
+over `--reps` runs (the CPU seconds of the process, the wall seconds around it; median of each).
+Run by hand, on an otherwise idle machine:
 
     .venv/bin/python benchmarks/rank_startup.py    # benchmarks/results/rank-startup-cpu.md
 
@@ -45,6 +46,7 @@ VARIANTS: dict[str, tuple[str, ...]] = {
 WATCHED = {
     "dynamo": "torch._dynamo",
     "inductor": "torch._inductor.compile_fx",
+    "sympy": "sympy",
     "transformers": "transformers",
 }
 """The modules whose import each row reports."""
@@ -52,9 +54,15 @@ WATCHED = {
 
 def measure(left_out: list[str]) -> dict[str, Any]:
     """In the engine's Python: apply the launch's patches but `left_out`, import what pretrain_gpt.py
-    imports; this process's CPU seconds and which WATCHED modules were imported."""
+    imports, make and step an AdamW; this process's CPU seconds and which WATCHED modules were imported."""
     apply_wanted([patch for patch in LAUNCH_PATCHES if patch.name not in left_out])
     runpy.run_path(str(engine_dir() / "pretrain_gpt.py"), run_name="rank_startup")  # its imports, not main
+    import torch  # the engine's, imported by now
+
+    layer = torch.nn.Linear(8, 8)
+    optimizer = torch.optim.AdamW(layer.parameters())
+    layer(torch.ones(1, 8)).sum().backward()
+    optimizer.step()
     imported = {name: module in sys.modules for name, module in WATCHED.items()}
     return {"cpu_s": time.process_time(), "imported": imported}
 
@@ -78,7 +86,8 @@ def report(runs: dict[str, list[dict[str, Any]]], reps: int) -> str:
     lines = [
         "# A training rank's start-up, CPU",
         "",
-        "Importing what `pretrain_gpt.py` imports in a fresh process of the engine's Python, median of "
+        "Importing what `pretrain_gpt.py` imports, then making and stepping torch's AdamW, in a fresh "
+        "process of the engine's Python, median of "
         f"{reps} alternated runs (`benchmarks/rank_startup.py`); {os.cpu_count()} cores.",
         "",
         "| patches applied | CPU s | wall s | " + " | ".join(f"{name} imported" for name in WATCHED) + " |",

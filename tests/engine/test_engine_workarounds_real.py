@@ -51,24 +51,40 @@ def test_real_engine_imports_with_the_workarounds(engine):
 
 COMPILER_IMPORTS = """
     import megatron.training, deepspeed.runtime.engine as ds_engine, deepspeed.moe.sharded_moe
-    import deepspeed.runtime.zero.stage3
-    print("torch._dynamo" in sys.modules, "torch._inductor.compile_fx" in sys.modules)
+    import deepspeed.runtime.zero.stage3, torch
+    layer = torch.nn.Linear(4, 4)
+    optimizer = torch.optim.AdamW(layer.parameters())  # torch's own disabled functions, called
+    layer(torch.ones(2, 4)).sum().backward()
+    optimizer.step()
+    optimizer.zero_grad()
+    optimizer.load_state_dict(optimizer.state_dict())
+    print("torch._dynamo" in sys.modules, "torch._inductor.compile_fx" in sys.modules, "sympy" in sys.modules)
     taken = ds_engine.register_compile_pass
     print(type(taken).__name__, repr(taken) if type(taken).__name__ == "Deferred" else "")
     print(getattr(taken, "resolve", lambda: taken)().__module__, "torch._dynamo" in sys.modules)
+    registered = lambda: hasattr(torch.ops.autosp, "all_to_all")
+    print(registered(), end=" ")
+    op = sys.modules["deepspeed.compile.custom_ops"].all_to_all
+    print(getattr(op, "resolve", lambda: op)().__module__, registered())
     """
 
 
 def test_real_engine_imports_torchs_compiler_once_a_run_compiles(engine):
     """MoE's compiled gating helpers compile at their first call in training:
     tests/engine/test_moe_curriculum_engine.py; compiled layers: tests/engine/test_speed_engine.py."""
-    assert run_on_engine(engine, COMPILER_IMPORTS).split("\n")[-4:-1] == [
-        "False False",
+    assert run_on_engine(engine, COMPILER_IMPORTS).split("\n")[-5:-1] == [
+        "False False False",
         "Deferred <deepspeed.compile.backend.register_compile_pass, not imported yet>",
         "deepspeed.compile.backend True",
+        "False torch._library.custom_ops True",  # the op registered
     ]
     compiled_layers = run_on_engine(engine, COMPILER_IMPORTS, ZEROLAB_SPEED="compiled_layers")
-    assert compiled_layers.split("\n")[-4:-1] == ["True True", "function ", "deepspeed.compile.backend True"]
+    assert compiled_layers.split("\n")[-5:-1] == [
+        "True True True",
+        "function ",
+        "deepspeed.compile.backend True",
+        "True torch._library.custom_ops True",
+    ]
 
 
 def test_real_engine_imports_wandb_only_once_it_is_used(engine):

@@ -186,14 +186,69 @@ def test_transformers_imported_first_is_what_the_readers_get(tmp_path):
 
 COMPILER_STANDIN = {
     **STANDIN_FILES,
-    # torch's compiler as DeepSpeed meets it: compile and disable import dynamo, which says so
+    # torch's compiler as DeepSpeed meets it: compile and disable import dynamo, which says so; so do
+    # torch's own disabled functions (at their first call) and its optimizers' step (at each)
     "torch/__init__.py": textwrap.dedent(
         """
+        import contextlib
         from torch import compiler
+        from torch._compile import _disable_dynamo
+        from torch import optim
+
+        @contextlib.contextmanager
+        def set_grad_enabled(mode):
+            yield
 
         def compile(model=None, **options):
             import torch._dynamo
             return lambda *args: ("compiled", model(*args))
+        """
+    ),
+    "torch/_compile.py": textwrap.dedent(
+        """
+        import functools
+
+        def _disable_dynamo(fn=None, recursive=True):
+            if fn is None:
+                return functools.partial(_disable_dynamo, recursive=recursive)
+
+            @functools.wraps(fn)
+            def inner(*args, **kwargs):
+                disable_fn = getattr(fn, "__dynamo_disable", None)
+                if disable_fn is None:
+                    import torch._dynamo
+                    disable_fn = lambda *args, **kwargs: ("disabled", fn(*args, **kwargs))
+                    fn.__dynamo_disable = disable_fn
+                return disable_fn(*args, **kwargs)
+
+            return inner
+        """
+    ),
+    "torch/optim/__init__.py": "from torch.optim.optimizer import Optimizer, SGD\n",
+    "torch/optim/optimizer.py": textwrap.dedent(
+        """
+        import functools, torch
+
+        def _use_grad_for_differentiable(func):
+            def _use_grad(*args, **kwargs):
+                import torch._dynamo
+                return ("graph breaks", func(*args, **kwargs))
+            functools.update_wrapper(_use_grad, func)
+            return _use_grad
+
+        class Optimizer:
+            def __init__(self, params):
+                self.defaults = {"differentiable": False}
+                self.add_param_group(params)
+
+            @torch._disable_dynamo
+            def add_param_group(self, params):
+                self.params = params
+
+        class SGD(Optimizer):
+            @_use_grad_for_differentiable
+            def step(self):
+                return "stepped"
         """
     ),
     "torch/compiler.py": textwrap.dedent(
@@ -211,6 +266,7 @@ COMPILER_STANDIN = {
         """
         from deepspeed.compile.backend import register_compile_pass
         from deepspeed.compile.passes import zero3_compile
+        import deepspeed.compile.custom_ops
 
         SUPPORTED = False
 
@@ -230,6 +286,8 @@ COMPILER_STANDIN = {
     "deepspeed/compile/backend.py": "import torch._dynamo\n\nregister_compile_pass = str\n",
     "deepspeed/compile/passes/__init__.py": "import torch._dynamo\n",
     "deepspeed/compile/passes/zero3_compile.py": "NAME = 'zero3'\n",
+    "deepspeed/compile/custom_ops/__init__.py": "from .all_to_all import all_to_all\n",
+    "deepspeed/compile/custom_ops/all_to_all.py": 'print("custom ops registered")\nall_to_all = len\n',
 }
 COMPILER_USED = """
     import sys, torch
@@ -240,9 +298,10 @@ COMPILER_USED = """
     def plus_one(x):
         return x + 1
 
+    optimizer = torch.optim.SGD([1])
     print("imports", "torch._dynamo" in sys.modules)
-    print(plus_one(1), engine.DeepSpeedEngine().passes, "torch._dynamo" in sys.modules)
-    print(square(3), plus_one(1))
+    print(plus_one(1), optimizer.step(), engine.DeepSpeedEngine().passes, "torch._dynamo" in sys.modules)
+    print(square(3), plus_one(1), optimizer.step(), optimizer.add_param_group([2]))
     engine.SUPPORTED = True
     print(engine.DeepSpeedEngine().passes, compiler.enable("inductor"))
     """
@@ -251,16 +310,22 @@ COMPILER_USED = """
 def test_torchs_compiler_is_imported_once_something_compiles(tmp_path):
     assert run_with_standins(tmp_path, COMPILER_USED, COMPILER_STANDIN).splitlines() == [
         "imports False",
-        "2 [] False",
+        "2 stepped [] False",
         "dynamo imported",
-        "('compiled', 9) ('disabled', 2)",
+        "('compiled', 9) ('disabled', 2) ('graph breaks', 'stepped') ('disabled', None)",
+        "custom ops registered",
         "['zero3'] ('enabled', 'inductor')",
     ]
 
 
 def test_a_launch_that_compiles_imports_torchs_compiler_with_deepspeed(tmp_path):
     out = run_with_standins(tmp_path, COMPILER_USED, COMPILER_STANDIN, ZEROLAB_SPEED="compiled_layers")
-    assert out.splitlines()[:2] == ["dynamo imported", "imports True"]
+    assert out.splitlines()[:4] == [
+        "dynamo imported",
+        "custom ops registered",
+        "imports True",
+        "('disabled', 2) ('graph breaks', 'stepped') [] True",
+    ]
 
 
 def test_missing_compression_module_is_provided_and_says_why_when_used(tmp_path):

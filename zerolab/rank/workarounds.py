@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import gc
 import hashlib
 import importlib
 import importlib.abc
@@ -102,19 +103,22 @@ def _deferred_resolved_at_init(
     class_name: str,
     wanted: Callable[[], bool] = always,
     missing: tuple[type[Exception], ...] = (),
+    also: Sequence[str] = (),
 ) -> None:
     """Before each `module.class_name` is made, where `wanted()`, each Deferred global of `module`
-    becomes its attribute; one whose import or read raises one of `missing` becomes None."""
+    and of the modules named in `also` (those imported) becomes its attribute; one whose import or
+    read raises one of `missing` becomes None."""
     made = getattr(module, class_name)
     init = made.__init__
 
     def resolving_init(self: Any, *args: Any, **kwargs: Any) -> None:
         if wanted():
-            for name, value in deferred_globals(module).items():
-                try:
-                    setattr(module, name, value.resolve())
-                except missing:
-                    setattr(module, name, None)
+            for each in (module, *filter(None, map(sys.modules.get, also))):
+                for name, value in deferred_globals(each).items():
+                    try:
+                        setattr(each, name, value.resolve())
+                    except missing:
+                        setattr(each, name, None)
         init(self, *args, **kwargs)
 
     resolving_init.__wrapped__ = init  # type: ignore[attr-defined]
@@ -158,6 +162,10 @@ DEEPCOMPILE = (
 )
 """DeepCompile's modules DeepSpeed's engine imports at its top (they import dynamo and inductor);
 it uses them only where DeepCompile is supported (CUDA)."""
+DC_CUSTOM_OPS = "deepspeed.compile.custom_ops"
+DC_CUSTOM_OP_MODULES = (f"{DC_CUSTOM_OPS}.all_to_all", f"{DC_CUSTOM_OPS}.tp_collectives")
+"""The modules registering DeepCompile's custom ops (all_to_all imports sympy), imported with
+DeepSpeed's config through deepspeed.compile; only DeepCompile's passes call the ops."""
 
 
 def _compiler_once_used(torch: types.ModuleType) -> None:
@@ -201,11 +209,91 @@ def _compiler_once_used(torch: types.ModuleType) -> None:
     disable_when_compiling.__wrapped__ = disable  # type: ignore[attr-defined]
     torch.compile = compile_on_first_call  # type: ignore[attr-defined]
     torch.compiler.disable = disable_when_compiling
+    _internal_disables_once_compiling(torch)
+    _optimizer_steps_once_compiling(torch)
+
+
+TORCH_DISABLED = "__dynamo_disable"
+"""Where torch._disable_dynamo's wrapper keeps the disabled function it makes at its first call."""
+
+
+def _as_is_until_compiling(wrapper: Any) -> Any:
+    """Seed `wrapper`'s cache with a call of its function as it is while dynamo is not loaded; once
+    it is, empty the cache and let the wrapper disable the function as torch does."""
+    fn = getattr(wrapper, "__wrapped__", None)
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        if DYNAMO not in sys.modules:  # nothing can be compiling: disabling changes nothing
+            return fn(*args, **kwargs)
+        if getattr(fn, TORCH_DISABLED, None) is call:
+            delattr(fn, TORCH_DISABLED)
+        return wrapper(*args, **kwargs)
+
+    with contextlib.suppress(AttributeError, TypeError):  # a callable without attributes: as torch left it
+        if fn is not None and getattr(fn, TORCH_DISABLED, None) is None:
+            setattr(fn, TORCH_DISABLED, call)
+    return wrapper
+
+
+def _internal_disables_once_compiling(torch: types.ModuleType) -> None:
+    """torch marks its own functions with torch._disable_dynamo, whose wrapper imports dynamo at the
+    first call (the optimizers' add_param_group, zero_grad and step functions, checkpoint): those
+    made at torch's import are found by their wrapper's code, those made later at once."""
+    make = getattr(getattr(torch, "_compile", None), "_disable_dynamo", None)
+    if make is None:
+        return
+    wrapper_code = make(lambda: None).__code__
+    for each in gc.get_objects():
+        if type(each) is types.FunctionType and each.__code__ is wrapper_code:
+            _as_is_until_compiling(each)
+
+    def disable_dynamo(fn: Any = None, recursive: bool = True) -> Any:
+        if fn is None:  # @torch._disable_dynamo(recursive=...)
+            return functools.partial(disable_dynamo, recursive=recursive)
+        return _as_is_until_compiling(make(fn, recursive))
+
+    disable_dynamo.__wrapped__ = make  # type: ignore[attr-defined]
+    torch._compile._disable_dynamo = disable_dynamo
+    torch._disable_dynamo = disable_dynamo  # type: ignore[attr-defined]
+
+
+def _step_until_compiling(torch: types.ModuleType, marked: Any) -> Any:
+    """`marked` (an optimizer's step as torch wraps it) where dynamo is loaded; before, its step
+    under the grad mode the wrapper sets, without the wrapper's graph breaks (nothing compiles)."""
+    step = marked.__wrapped__
+
+    @functools.wraps(step)
+    def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if DYNAMO in sys.modules:
+            return marked(self, *args, **kwargs)
+        with torch.set_grad_enabled(self.defaults["differentiable"]):
+            return step(self, *args, **kwargs)
+
+    return call
+
+
+def _optimizer_steps_once_compiling(torch: types.ModuleType) -> None:
+    """torch's optimizers' step imports dynamo at each call to mark graph breaks around it
+    (torch.optim.optimizer._use_grad_for_differentiable): each such step of torch's optimizer
+    classes imports it only once it is loaded."""
+    marking = getattr(sys.modules.get("torch.optim.optimizer"), "_use_grad_for_differentiable", None)
+    if marking is None:
+        return
+    marked_code = marking(lambda *args, **kwargs: None).__code__
+    classes = [torch.optim.Optimizer]
+    while classes:
+        each = classes.pop()
+        classes.extend(each.__subclasses__())
+        step = each.__dict__.get("step")
+        if getattr(step, "__code__", None) is marked_code and hasattr(step, "__wrapped__"):
+            each.step = _step_until_compiling(torch, step)
 
 
 def _deepcompile_resolved_where_supported(module: types.ModuleType) -> None:
-    """Where DeepCompile is supported (CUDA), the engine registers its passes at __init__: all of it."""
-    _deferred_resolved_at_init(module, "DeepSpeedEngine", lambda: module.is_deepcompile_supported())
+    """Where DeepCompile is supported (CUDA), the engine registers its passes at __init__: all of it,
+    its custom ops registered."""
+    supported = lambda: module.is_deepcompile_supported()  # noqa: E731 (as the engine reads it at __init__)
+    _deferred_resolved_at_init(module, "DeepSpeedEngine", supported, also=(DC_CUSTOM_OPS,))
 
 
 @contextlib.contextmanager
@@ -221,16 +309,21 @@ def _all_reading(standing_in: Sequence[StandingIn]) -> Iterator[None]:
 # torch.compile of functions it may call (MoE gating helpers, Muon's step), and
 # torch.compiler.disable of its ZeRO-3 and communication functions, which imports dynamo to mark
 # them. About 4 s of a rank's 8 s of imports on 2 cores (PYTHONPROFILEIMPORTTIME: dynamo 2.3 s,
-# inductor's compile_fx 1.6 s; benchmarks/rank_startup.py). A launch that compiles nothing (no
-# speed.compiled_layers, no speed ladder) imports them once used: a function given to torch.compile
-# is compiled at its first call (as torch.compile does), and a disabled one is called as it is while
-# dynamo is not loaded (nothing can be compiling), then as torch disabled it.
+# inductor's compile_fx 1.6 s; benchmarks/rank_startup.py). torch itself imports dynamo at the
+# optimizer's construction and step (its own torch._disable_dynamo marks, and the graph breaks
+# around each step), and DeepSpeed's config imports DeepCompile's custom ops (sympy, 1 s). A launch
+# that compiles nothing (no speed.compiled_layers, no speed ladder) imports them once used: a
+# function given to torch.compile is compiled at its first call (as torch.compile does), a disabled
+# one and an optimizer's step run as they are while dynamo is not loaded (nothing can be compiling),
+# then as torch wrapped them, and the custom ops are registered where DeepCompile is supported.
 def lazy_compiler_import() -> None:
-    """Import torch's compiler (dynamo, inductor: 4 s a rank) once a run compiles, not with DeepSpeed."""
+    """Import torch's compiler (dynamo, inductor, sympy: 7 s a rank) once a run compiles, not at start-up."""
     patch_after_import(TORCH, _compiler_once_used)
     import_inside(DS_COMPILER, StandingIn(COMPILED_AUTOGRAD).reading)
     deepcompile = [StandingIn(name) for name in DEEPCOMPILE]
     import_inside(DS_ENGINE, lambda: _all_reading(deepcompile))
+    custom_ops = [StandingIn(name) for name in DC_CUSTOM_OP_MODULES]
+    import_inside(DC_CUSTOM_OPS, lambda: _all_reading(custom_ops))
     patch_after_import(DS_ENGINE, _deepcompile_resolved_where_supported)
 
 
