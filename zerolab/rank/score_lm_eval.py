@@ -74,7 +74,7 @@ def main() -> None:
     logging.getLogger("lm_eval").setLevel(logging.ERROR)  # its warning that the model came loaded
     model = HFLM(pretrained=gpt2, tokenizer=tokenizer, batch_size=8)
     logging.getLogger("lm_eval").setLevel(logging.WARNING)
-    tasks = TaskManager().load([_task(docs_file)])
+    tasks = TaskManager(include_defaults=False).load([_task(docs_file)])  # no index of its own tasks
     output = evaluate(model, tasks, log_samples=True, bootstrap_iters=0, verbosity="WARNING")
     answers = []
     for sample in sorted(output["samples"][TASK], key=lambda sample: sample["doc_id"]):
