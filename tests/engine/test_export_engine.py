@@ -134,24 +134,28 @@ READ_ARGUMENTS = """
 import json, sys
 sys.path[:0] = [sys.argv[1], sys.argv[2]]
 import hf_gpt2
-request = {"checkpoints": sys.argv[3], "iteration": int(sys.argv[4]), "zero_stage": 0,
+request = {"checkpoints": sys.argv[3], "iteration": int(sys.argv[4]), "zero_stage": int(sys.argv[5]),
            "tensor_parallel": 1, "pipeline_parallel": 1}
 weights, args = hf_gpt2.megatron_state(request)
-imported = [name in sys.modules for name in ("megatron", "deepspeed")]
-print(json.dumps([args.model_type.name, args.num_layers, *imported]))
+watched = ("megatron", "deepspeed", "torch._dynamo", "transformers.models.gpt2.modeling_gpt2")
+print(json.dumps([args.model_type.name, args.num_layers, *(name in sys.modules for name in watched)]))
 """
 
 
-def test_an_export_reads_the_runs_arguments_without_importing_megatron(engine, trained):
+@pytest.mark.parametrize(("setup", "zero_stage", "deepspeed"), [("z0", 0, False), ("z3", 3, True)])
+def test_an_export_reads_the_runs_arguments_without_importing_megatron(
+    setup, zero_stage, deepspeed, engine, trained
+):
     """The arguments in a checkpoint hold Megatron's ModelType: it is read from megatron/core/enums.py
-    alone, since importing Megatron imports DeepSpeed (an export of 13 s took 6 without it)."""
+    alone, since importing Megatron imports DeepSpeed (an export of 13 s took 6 without it). ZeRO-3's
+    pieces are put together by DeepSpeed, imported without torch's compiler or transformers' models
+    (a ZeRO-3 export of 13 s took 6.5)."""
     engine_dir, python = engine
     rank_dir = Path(__file__).resolve().parents[2] / "zerolab" / "rank"
-    checkpoints = trained("z0").run_dir / "checkpoints"
-    read = _engine_python_json(
-        python, READ_ARGUMENTS, str(rank_dir), str(engine_dir), str(checkpoints), str(ITERATIONS)
-    )
-    assert read == ["encoder_or_decoder", 2, False, False]
+    checkpoints = trained(setup).run_dir / "checkpoints"
+    paths = (str(rank_dir), str(engine_dir), str(checkpoints))
+    read = _engine_python_json(python, READ_ARGUMENTS, *paths, str(ITERATIONS), str(zero_stage))
+    assert read == ["encoder_or_decoder", 2, False, deepspeed, False, False]
 
 
 def test_a_run_directory_fine_tunes_on_glue_exported_at_launch(trained, tmp_path):

@@ -15,6 +15,7 @@ checkpoint this cannot read exits with status 2 and one line naming the file."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.machinery
 import importlib.util
@@ -24,15 +25,15 @@ import re
 import sys
 import types
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
 from safetensors.torch import save_file
-from transformers import GPT2TokenizerFast
 
 from zerolab.rank.prompt_exit import exit_now
+from zerolab.rank.workarounds import lazy_compiler_import, lazy_transformers_import
 
 CHECKPOINT_VERSION = 3.0
 """What the pinned engine writes (megatron/checkpointing.py)."""
@@ -109,15 +110,31 @@ def _load(path: Path) -> dict[str, Any]:
         raise _unreadable(path, error) from None
 
 
+@contextlib.contextmanager
+def _megatron_objects_alone() -> Iterator[None]:
+    """torch.load (DeepSpeed's zero_to_fp32 calls it) unpickles a checkpoint's Megatron objects as
+    _load does, without importing Megatron."""
+    load = torch.load
+    torch.load = functools.partial(load, pickle_module=CHECKPOINT_PICKLE)
+    try:
+        yield
+    finally:
+        torch.load = load
+
+
 def _zero3_state(checkpoints: Path, tag: str) -> dict[str, torch.Tensor]:
     """The whole model's weights put back together from a ZeRO-3 checkpoint's pieces by DeepSpeed's
     zero_to_fp32; CheckpointError naming the file it could not read."""
     # here, not at the top: importing DeepSpeed takes about 10 s on 2 cores, and no other checkpoint
-    # (nor the import of Hugging Face weights, which shares this module) needs it
+    # (nor the import of Hugging Face weights, which shares this module) needs it; without
+    # transformers' models and torch's compiler, which it imports and this never calls
+    lazy_compiler_import()
+    lazy_transformers_import()
     from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint  # noqa: PLC0415
 
     try:
-        return get_fp32_state_dict_from_zero_checkpoint(str(checkpoints), tag=tag)
+        with _megatron_objects_alone():
+            return get_fp32_state_dict_from_zero_checkpoint(str(checkpoints), tag=tag)
     except Exception as error:  # name the file: torch.load's own errors do not
         for path in sorted((checkpoints / tag).glob("*.pt")):
             try:
@@ -398,6 +415,8 @@ def export(request: dict[str, Any]) -> None:
     save_file(weights, str(out / "model.safetensors"), metadata={"format": "pt"})
     config = hf_config(args, vocab_size) | {"zerolab": request["provenance"]}
     (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    from transformers import GPT2TokenizerFast  # noqa: PLC0415 (here: after DeepSpeed's import, if any)
+
     tokenizer = GPT2TokenizerFast(vocab=request["vocab_file"], merges=request["merge_file"])
     tokenizer.model_max_length = args.max_position_embeddings
     tokenizer.save_pretrained(str(out))
