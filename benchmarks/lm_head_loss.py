@@ -18,19 +18,13 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from zerolab.engine.paths import (
-    engine_dir,
-    engine_missing,
-    engine_python,
-    engine_python_env,
-    zerolab_on_path,
-)
+from zerolab.engine.paths import engine_missing
+from zerolab.engine.scripts import engine_json
 
 RESULTS = Path(__file__).resolve().parent / "results"
 SHAPES = {
@@ -175,13 +169,12 @@ def main() -> int:
     if missing:
         print(f"lm_head_loss: {missing}", file=sys.stderr)
         return 2
-    env = engine_python_env() | zerolab_on_path(engine_dir())
-    command = [str(engine_python()), __file__, "--measure", "--device", args.device, "--reps", str(args.reps)]
-    done = subprocess.run(command, env=env, capture_output=True, text=True)
-    if done.returncode != 0:
-        print(done.stderr[-3000:], file=sys.stderr)
+    try:
+        measured = engine_json(Path(__file__), "--measure", "--device", args.device, "--reps", str(args.reps))
+    except RuntimeError as failed:
+        print(failed, file=sys.stderr)
         return 1
-    table = report(json.loads(done.stdout.strip().splitlines()[-1]))
+    table = report(measured)
     out = args.out or RESULTS / f"lm-head-loss-{args.device}.md"
     out.write_text(table)
     print(table, end="")

@@ -17,19 +17,13 @@ import json
 import os
 import runpy
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from zerolab.engine.paths import (
-    engine_dir,
-    engine_missing,
-    engine_python,
-    engine_python_env,
-    zerolab_on_path,
-)
+from zerolab.engine.paths import engine_dir, engine_missing, engine_python_env
+from zerolab.engine.scripts import engine_json
 from zerolab.rank.import_hooks import apply_wanted
 from zerolab.rank.megatron_entry import LAUNCH_PATCHES
 
@@ -69,16 +63,11 @@ def measure(left_out: list[str]) -> dict[str, Any]:
 
 def run_once(left_out: tuple[str, ...]) -> dict[str, Any]:
     """One fresh process of the engine's Python: its measure() and the wall seconds around it."""
-    env = engine_python_env() | zerolab_on_path(engine_dir()) | {"DS_ACCELERATOR": "cpu"}
+    env = engine_python_env() | {"DS_ACCELERATOR": "cpu"}
     env = {key: value for key, value in env.items() if not key.startswith("ZEROLAB_")}
     began = time.perf_counter()
-    done = subprocess.run(
-        [str(engine_python()), __file__, "--measure", *left_out], env=env, capture_output=True, text=True
-    )
-    wall = time.perf_counter() - began
-    if done.returncode != 0:
-        raise RuntimeError(done.stderr[-3000:])
-    return json.loads(done.stdout.strip().splitlines()[-1]) | {"wall_s": wall}
+    measured = engine_json(Path(__file__), "--measure", *left_out, env=env)
+    return measured | {"wall_s": time.perf_counter() - began}
 
 
 def report(runs: dict[str, list[dict[str, Any]]], reps: int) -> str:

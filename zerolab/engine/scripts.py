@@ -66,6 +66,17 @@ def run_engine_script(
         raise UserError(script_failure(said, name) or "the engine's Python exited without a word")
 
 
+def engine_json(script: Path, *args: str, env: dict[str, str] | None = None) -> Any:
+    """The last stdout line of `script ARGS` run by the engine's Python with the engine checkout and
+    this zerolab importable (`env`: the environment it starts from, default engine_python_env()),
+    read as JSON; RuntimeError with the end of its stderr where it fails."""
+    env = (engine_python_env() if env is None else env) | zerolab_on_path(engine_dir())
+    done = subprocess.run([str(engine_python()), str(script), *args], env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(done.stderr[-3000:])
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def script_failure(stderr: str, name: str) -> str | None:
     """Why a script of zerolab's in the engine's Python failed, from its `stderr`: its last
     `zerolab NAME: ...` line (without the prefix), else its last line; None when it said nothing."""

@@ -292,8 +292,9 @@ def _optimizer_steps_once_compiling(torch: types.ModuleType) -> None:
 def _deepcompile_resolved_where_supported(module: types.ModuleType) -> None:
     """Where DeepCompile is supported (CUDA), the engine registers its passes at __init__: all of it,
     its custom ops registered."""
-    supported = lambda: module.is_deepcompile_supported()  # noqa: E731 (as the engine reads it at __init__)
-    _deferred_resolved_at_init(module, "DeepSpeedEngine", supported, also=(DC_CUSTOM_OPS,))
+    _deferred_resolved_at_init(
+        module, "DeepSpeedEngine", lambda: module.is_deepcompile_supported(), also=(DC_CUSTOM_OPS,)
+    )
 
 
 @contextlib.contextmanager
