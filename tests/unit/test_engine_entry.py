@@ -69,3 +69,29 @@ def test_ranks_sharing_one_output_never_split_each_others_lines(tmp_path):
     assert len(lines) == 10_000
     split = [line for line in lines if not re.fullmatch(r"(A{40}|B{40}) \d+ end", line)]
     assert split == []
+
+
+EXITING_SCRIPT = """import os, sys
+class TornDown:
+    def __del__(self, write=os.write):
+        write(1, b"torn down")
+sys.modules["__main__"].torn_down = TornDown()  # freed by the interpreter's teardown alone
+sys.exit(sys.argv[1] if sys.argv[1].startswith("!") else int(sys.argv[1]))
+"""
+
+
+def test_a_script_that_calls_sys_exit_ends_with_its_status_without_the_interpreters_teardown(tmp_path):
+    # Megatron's exit_interval ends training by sys.exit(); the teardown that followed aborted a
+    # rank now and then ("terminate called without an active exception", SIGABRT), failing the run
+    script = tmp_path / "pretrain_gpt.py"
+    script.write_text(EXITING_SCRIPT)
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "RANK": "1"}
+    for argument, status, stderr in (("0", 0, ""), ("3", 3, ""), ("!stopped", 1, "!stopped\n")):
+        result = subprocess.run(
+            [sys.executable, "-m", "zerolab.rank.megatron_entry", str(script), argument],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert (result.returncode, result.stdout, result.stderr) == (status, "", stderr)

@@ -3,8 +3,10 @@
 Applies zerolab's workarounds (zerolab.rank.workarounds) and the opt-in patches its environment
 asks for (sdpa_attention, the speed switches and ladder, step_profile, forward_probe), prints each
 one applied (rank 0), then runs PRETRAIN_SCRIPT as `__main__` with sys.argv = [PRETRAIN_SCRIPT,
-*ARGS], exactly as `python PRETRAIN_SCRIPT ARGS...` would. Its output is written a whole line at a
-time, so that the ranks sharing one train.log never split each other's lines. The DeepSpeed
+*ARGS], exactly as `python PRETRAIN_SCRIPT ARGS...` would, and ends the process, whether the
+script returns or calls sys.exit, without the interpreter's teardown (zerolab.rank.prompt_exit).
+Its output is written a whole line at a time, so that the ranks sharing one train.log never split
+each other's lines. The DeepSpeed
 launcher puts `--local_rank=N` before PRETRAIN_SCRIPT; the script gets it first, as from `python
 PRETRAIN_SCRIPT --local_rank=N ARGS...` (Megatron's parser reads an option anywhere). Standard
 library only: it runs inside the engine's environment.
@@ -23,7 +25,7 @@ from zerolab.contracts import FLASH_V2, patch_line
 from zerolab.rank.apex_standin import APEX_TORCH_STANDINS
 from zerolab.rank.forward_probe import FORWARD_PROBE
 from zerolab.rank.import_hooks import LaunchPatch, apply_wanted
-from zerolab.rank.prompt_exit import exit_now
+from zerolab.rank.prompt_exit import exit_as, exit_now
 from zerolab.rank.sdpa_attention import SDPA_ATTENTION
 from zerolab.rank.speed_ladder import SPEED_LADDER
 from zerolab.rank.speed_switches import SPEED_SWITCHES
@@ -71,7 +73,12 @@ def main(argv: list[str]) -> None:
             print(patch_line(patch.kind, patch.name, patch.why), flush=True)
     sys.argv = [str(script), *launcher_options, *rest[1:]]
     sys.path.insert(0, str(script.parent))
-    runpy.run_path(str(script), run_name="__main__")
+    try:
+        runpy.run_path(str(script), run_name="__main__")
+    except SystemExit as stop:  # the script's own sys.exit: Megatron's exit_interval, exit_duration, signal
+        # the interpreter's teardown after it aborted a rank now and then ("terminate called without
+        # an active exception", SIGABRT: a run of exit_interval 3 failed after its checkpoint)
+        exit_as(stop)
     exit_now(0)
 
 

@@ -27,3 +27,12 @@ def exit_now(code: int = 0) -> NoReturn:
         with contextlib.suppress(Exception):
             stream.flush()
     os._exit(code)
+
+
+def exit_as(stop: SystemExit) -> NoReturn:
+    """End this process as the interpreter would end it for `stop` (sys.exit's argument: None is
+    status 0, a number that status, anything else printed to stderr and status 1), by exit_now."""
+    if stop.code is None or isinstance(stop.code, int):
+        exit_now(stop.code or 0)
+    print(stop.code, file=sys.stderr)
+    exit_now(1)
