@@ -152,6 +152,10 @@ RULES: dict[tuple[str, str], tuple[tuple[str, list[str]], tuple[str, list[str]] 
     ("hardware.device", "DS_ACCELERATOR"): (ON_CPU, ON_GPU),
     ("hardware.device", "--distributed-backend"): (ON_CPU, None),
     ("hardware.procs_per_node", "LOCAL_SIZE"): (ON_CPU, ("cpu/tiny_z1", ["hardware.launcher=deepspeed"])),
+    ("hardware.host_huge_pages", "THP_MEM_ALLOC_ENABLE"): (
+        ON_CPU,
+        ("cpu/tiny_z1", ["hardware.host_huge_pages=false"]),
+    ),
     ("logging.tensorboard", "--tensorboard-dir"): (("gpt2_z1", ["logging.tensorboard=true"]), ON_GPU),
     ("logging.wandb_project", "--wandb-project"): (("gpt2_z1", WANDB), ON_GPU),
     ("logging.wandb_name", "--wandb-exp-name"): (("gpt2_z1", WANDB), ON_GPU),

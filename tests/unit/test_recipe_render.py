@@ -145,7 +145,7 @@ DEFAULT_SWITCHES = ",".join(switch.name for switch in SWITCHES if switch.equal)
 
 def test_cpu_render_has_the_cpu_workarounds():
     launch = render(load_recipe("cpu/tiny_z2"))
-    cpu = {"DS_ACCELERATOR": "cpu", "LOCAL_SIZE": "2", "OMP_NUM_THREADS": "1"}
+    cpu = {"DS_ACCELERATOR": "cpu", "LOCAL_SIZE": "2", "OMP_NUM_THREADS": "1", "THP_MEM_ALLOC_ENABLE": "1"}
     assert launch.env == cpu | {"ZEROLAB_SPEED": DEFAULT_SWITCHES}
     assert option(launch.argv, "--distributed-backend") == "gloo"
     assert "--no-gradient-accumulation-fusion" in launch.argv

@@ -282,7 +282,7 @@ def remote_env_file(recipe: Recipe, placement: Placement, run_dir: str) -> dict[
 
 def launch_env(recipe: Recipe) -> dict[str, str]:
     """Environment for every rank: the CPU accelerator and its rank-count workaround, threads,
-    W&B's mode, the attention patch and the speed switches."""
+    torch's huge pages, W&B's mode, the attention patch and the speed switches."""
     hw = recipe.hardware
     env: dict[str, str] = {}
     if hw.device == "cpu":
@@ -291,6 +291,8 @@ def launch_env(recipe: Recipe) -> dict[str, str]:
             env["LOCAL_SIZE"] = str(hw.procs_per_node)
     if hw.omp_num_threads is not None:
         env["OMP_NUM_THREADS"] = str(hw.omp_num_threads)
+    if hw.host_huge_pages:
+        env["THP_MEM_ALLOC_ENABLE"] = "1"
     if recipe.logging.wandb_project is not None:
         env["WANDB_MODE"] = recipe.logging.wandb_mode
     return env | job_of(recipe).env()

@@ -1009,6 +1009,16 @@ class HardwareSection(Section):
         gt=0,
         to=(Env("OMP_NUM_THREADS"),),
     )
+    host_huge_pages: bool = field(
+        False,
+        "torch's host tensors of 2 MiB and more on transparent huge pages (THP_MEM_ALLOC_ENABLE=1, "
+        "PyTorch's own switch; it works where the kernel's THP mode is madvise or always): one page "
+        "fault per 2 MiB instead of 512 when a tensor is made. The CPU configs turn it on: each CPU "
+        "micro batch's LM head makes and frees its fp32 logits (51 MB for the tiny demo) several times, "
+        "faulted in afresh each time; the demo's five setups trained in 200-206 s against 224 s, peak "
+        "host memory unchanged (docs/launching.md)",
+        to=(Env("THP_MEM_ALLOC_ENABLE", "1 when true"),),
+    )
 
 
 GlueTaskName = Literal[tuple(GLUE_TASKS)]  # type: ignore[valid-type]
