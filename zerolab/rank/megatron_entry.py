@@ -6,10 +6,9 @@ one applied (rank 0), then runs PRETRAIN_SCRIPT as `__main__` with sys.argv = [P
 *ARGS], exactly as `python PRETRAIN_SCRIPT ARGS...` would, and ends the process, whether the
 script returns or calls sys.exit, without the interpreter's teardown (zerolab.rank.prompt_exit).
 Its output is written a whole line at a time, so that the ranks sharing one train.log never split
-each other's lines. The DeepSpeed
-launcher puts `--local_rank=N` before PRETRAIN_SCRIPT; the script gets it first, as from `python
-PRETRAIN_SCRIPT --local_rank=N ARGS...` (Megatron's parser reads an option anywhere). Standard
-library only: it runs inside the engine's environment.
+each other's lines. The DeepSpeed launcher puts `--local_rank=N` before PRETRAIN_SCRIPT; the script
+gets it first, as from `python PRETRAIN_SCRIPT --local_rank=N ARGS...` (Megatron's parser reads an
+option anywhere). Standard library only: it runs inside the engine's environment.
 """
 
 from __future__ import annotations
