@@ -217,10 +217,11 @@ def test_every_gpu_recipe_trains_shrunk_to_the_tiny_model_on_cpu(engine, dataset
         tmp_path / "run",
         recipe,
         "model=gpt2-tiny",
-        # the tiny model at a context of 32: these recipes train in bf16, which a CPU without bf16
-        # instructions multiplies about 26 times slower than fp32 (the LM head of 512 tokens, forward
-        # and backward: 11.7 s against 0.44 s on this 2-core machine)
-        "model.seq_length=32",
+        # the tiny model at a context of 8: these recipes train in bf16, which a CPU without bf16
+        # instructions multiplies about 10 times slower than fp32 (the LM head of one micro batch
+        # here, 32 tokens, forward and backward: 0.29 s against 0.03 s on one core of a 2-core
+        # machine; at a context of 32 each of these tests took a third longer)
+        "model.seq_length=8",
         "hardware=cpu-2ranks",
         "data.min_documents=null",  # the dolly sample, not the dolly-15k the recipe asks for
         f"hardware.procs_per_node={ranks}",

@@ -1,7 +1,7 @@
 """Megatron's parser and DeepSpeed's config classes, asked about rendered launches before anything
 starts: what the schema cannot vouch for (extra.megatron_args, extra.ds_config) is checked by the
 engine itself. One engine subprocess judges any number of launches (its imports take most of the
-time: about 6 s)."""
+time: about 2.5 s, with the launch's workarounds)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
-"""Run by the engine's Python (as a script, standard library at module level): Megatron's own
-argument parser and DeepSpeed's config classes judge rendered launches without training.
+"""Run by the engine's Python (as a script; at module level the standard library and zerolab's
+workarounds, standard library too until they patch): Megatron's own argument parser and
+DeepSpeed's config classes judge rendered launches without training, under the import hooks of
+every launch's workarounds.
 
 For each case (argv after pretrain_gpt.py, ds_config, world size, data-parallel size, the
 ds_config keys to vouch for): Megatron's parse_args, validate_args and
@@ -27,6 +29,8 @@ import io
 import json
 import os
 import sys
+
+from zerolab.rank.workarounds import apply_all
 
 
 class DataParallelGroup:
@@ -424,7 +428,10 @@ def check(case):
 
 
 def main(cases_file, results_file, store_file):
-    # deepspeed here, not at the top: only in the engine's environment
+    # the import hooks of every launch's workarounds first, as a rank has them when its parser runs
+    # (and without torch's compiler: this process imports in 3 s, not 7); deepspeed here, not at the
+    # top: only in the engine's environment
+    apply_all()
     import deepspeed
 
     sys.path.insert(0, os.getcwd())

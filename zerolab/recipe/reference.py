@@ -93,7 +93,7 @@ Where each key goes is declared on its schema field (the "goes to" column below,
 `extra.ds_config` (a mapping) merged into the DeepSpeed config. Both may only add: a flag or
 key that zerolab renders from the recipe's own keys is refused, naming the keys to set
 instead. Where the engine is set up, `render` and `launch` then have Megatron's parser and
-DeepSpeed's config classes judge the whole render (about 6 s) and refuse, before anything is
+DeepSpeed's config classes judge the whole render (about 3 s) and refuse, before anything is
 written, what they reject, and an `extra.ds_config` key that DeepSpeed never reads (it ignores
 those silently: `comms_loger`, `flops_profiler.profile_stp`), named with the key it does read;
 without the engine a dry run warns that it could not check them.
