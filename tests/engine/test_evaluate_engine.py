@@ -8,19 +8,19 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import subprocess
 
 import pytest
+from engine_patch_helpers import run_on_engine
 from evaluate_helpers import FIRST_HELLASWAG_ROW
 
 from zerolab.cli import main
 from zerolab.evaluate.tasks import hellaswag_record, megatron_split
 
 SPLIT = """
-import json, sys
+import json
 from megatron.data.dataset_utils import get_train_valid_test_split_
-cases = json.loads(sys.argv[1])
+cases = json.loads(CASES)
 print(json.dumps([get_train_valid_test_split_(split, size) for split, size in cases]))
 """
 
@@ -134,13 +134,9 @@ def test_zerolabs_hellaswag_prompts_are_lm_evaluation_harness_own(engine):
 
 
 def test_the_validation_documents_are_the_engines_own_split(engine):
-    checkout, python = engine
     cases = [["98,2,0", 151], ["969,30,1", 1000], ["1", 7], ["90,10", 3], ["50,50,0", 9], ["2,1,1", 13]]
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"PYTHONPATH": str(checkout)}
-    done = subprocess.run(
-        [str(python), "-c", SPLIT, json.dumps(cases)], capture_output=True, text=True, env=env, check=True
-    )
-    engines = json.loads(done.stdout.strip().splitlines()[-1])
+    printed = run_on_engine(engine, SPLIT.replace("CASES", repr(json.dumps(cases))))
+    engines = json.loads(printed.strip().splitlines()[-1])
     for (split, size), bounds in zip(cases, engines, strict=True):
         assert megatron_split(split, size) == list(itertools.pairwise(bounds)), (split, size)
 

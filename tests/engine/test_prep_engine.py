@@ -1,19 +1,18 @@
 """Megatron-DeepSpeed itself reads our output: its MMapIndexedDataset returns the documents,
-and its GPT2BPETokenizer gives the same ids (run in the engine's Python, in a subprocess)."""
+and its GPT2BPETokenizer gives the same ids (run in the engine's Python, in a subprocess, under
+what a rank applies before the training script)."""
 
 import json
-import subprocess
 
+from engine_patch_helpers import run_on_engine
 from prep_helpers import SAMPLE, prep
 
 from zerolab.assets import EOT_TOKEN_ID, GPT2_MERGES, GPT2_VOCAB
 from zerolab.data_prep.records import DollyFields
-from zerolab.engine.paths import engine_python_env
 
 READ_WITH_MEGATRON = """
-import json, sys
-engine_dir, prefix, texts_path, vocab, merges = sys.argv[1:]
-sys.path.insert(0, engine_dir)
+import json
+prefix, texts_path, vocab, merges = json.loads(ARGUMENTS)
 from megatron.data.indexed_dataset import MMapIndexedDataset
 from megatron.tokenizer.gpt2_tokenization import GPT2Tokenizer
 dataset = MMapIndexedDataset(prefix)
@@ -34,7 +33,6 @@ TRICKY = [
 
 
 def test_megatron_reads_our_output_and_its_tokenizer_agrees(tmp_path, engine):
-    engine_dir, engine_python = engine
     records = [json.loads(line) for line in SAMPLE.read_text().splitlines()]
     texts = [DollyFields().text_of(record) for record in records] + TRICKY
     corpus = tmp_path / "corpus.jsonl"
@@ -43,13 +41,9 @@ def test_megatron_reads_our_output_and_its_tokenizer_agrees(tmp_path, engine):
     assert prep("jsonl", str(corpus), "--out", str(out), "--workers", "2") == 0
     (tmp_path / "texts.json").write_text(json.dumps(texts))
 
-    result = subprocess.run(
-        [str(engine_python), "-c", READ_WITH_MEGATRON, str(engine_dir), f"{out}_text_document",
-         str(tmp_path / "texts.json"), str(GPT2_VOCAB), str(GPT2_MERGES)],
-        capture_output=True, text=True, timeout=300, env={**engine_python_env(), "DS_ACCELERATOR": "cpu"},
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr[-3000:]
-    read = json.loads(result.stdout.strip().splitlines()[-1])
+    arguments = [f"{out}_text_document", str(tmp_path / "texts.json"), str(GPT2_VOCAB), str(GPT2_MERGES)]
+    printed = run_on_engine(engine, READ_WITH_MEGATRON.replace("ARGUMENTS", repr(json.dumps(arguments))))
+    read = json.loads(printed.strip().splitlines()[-1])
     assert len(read["documents"]) == len(texts) == len(read["doc_idx"]) - 1
     for document, ids in zip(read["documents"], read["megatron_ids"], strict=True):
         assert document == [*ids, EOT_TOKEN_ID]

@@ -7,17 +7,14 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
 
 import numpy as np
+from engine_patch_helpers import run_on_engine
 from engine_runs import train
 
-from zerolab.engine.paths import engine_python_env
-
 READ_WITH_MEGATRON = """
-import json, sys
-engine_dir, prefix, model = sys.argv[1:]
-sys.path.insert(0, engine_dir)
+import json
+prefix, model = json.loads(ARGUMENTS)
 from megatron.data.indexed_dataset import MMapIndexedDataset
 from megatron.tokenizer.tokenizer import _GPTSentencePieceTokenizer
 tokenizer = _GPTSentencePieceTokenizer(model)
@@ -33,14 +30,10 @@ LLAMA_LAYERS = (
 
 
 def test_megatrons_tokenizer_reads_the_prepared_ids(engine, sentencepiece_dataset):
-    engine_dir, engine_python = engine
     model, prefix = sentencepiece_dataset
-    result = subprocess.run(
-        [str(engine_python), "-c", READ_WITH_MEGATRON, str(engine_dir), prefix, str(model)],
-        capture_output=True, text=True, timeout=300, env={**engine_python_env(), "DS_ACCELERATOR": "cpu"},
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr[-3000:]
-    read = json.loads(result.stdout.strip().splitlines()[-1])
+    arguments = repr(json.dumps([prefix, str(model)]))
+    printed = run_on_engine(engine, READ_WITH_MEGATRON.replace("ARGUMENTS", arguments))
+    read = json.loads(printed.strip().splitlines()[-1])
     assert (read["vocab_size"], read["eod"]) == (1000, 2)
     assert read["first"][-1] == read["eod"] and read["eod"] not in read["first"][:-1]
     assert read["text"].startswith("Why is Citizen Kane considered the Best Film?")
