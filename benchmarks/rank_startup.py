@@ -22,13 +22,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from zerolab.contracts import ATTENTION_ENV, LADDER_ENV, SPEED_ENV
 from zerolab.engine.paths import engine_dir, engine_missing, engine_python_env
 from zerolab.engine.scripts import engine_json
-from zerolab.rank.forward_probe import PROBE_ENV
 from zerolab.rank.import_hooks import apply_wanted
-from zerolab.rank.megatron_entry import LAUNCH_PATCHES
-from zerolab.rank.step_profile import PROFILE_DIR_ENV, PROFILE_STEPS_ENV
+from zerolab.rank.megatron_entry import LAUNCH_PATCHES, OPT_IN_ENV
 
 RESULTS = Path(__file__).resolve().parent / "results"
 VARIANTS: dict[str, tuple[str, ...]] = {
@@ -47,8 +44,6 @@ WATCHED = {
     "transformers": "transformers",
 }
 """The modules whose import each row reports."""
-OPT_IN = (ATTENTION_ENV, SPEED_ENV, LADDER_ENV, PROBE_ENV, PROFILE_DIR_ENV, PROFILE_STEPS_ENV)
-"""The variables that turn on a launch's opt-in patches (megatron_entry's LAUNCH_PATCHES)."""
 
 
 def measure(left_out: list[str]) -> dict[str, Any]:
@@ -68,10 +63,10 @@ def measure(left_out: list[str]) -> dict[str, Any]:
 
 def measuring_env() -> dict[str, str]:
     """The environment a measuring process starts from: the engine's, on CPU, without the variables
-    that ask for a launch's opt-in patches (OPT_IN), so that each row applies exactly its own;
-    zerolab's locations (ZEROLAB_HOME, ZEROLAB_ENGINE_DIR) are kept."""
+    that ask for a launch's opt-in patches (megatron_entry's OPT_IN_ENV), so that each row applies
+    exactly its own; zerolab's locations (ZEROLAB_HOME, ZEROLAB_ENGINE_DIR) are kept."""
     env = engine_python_env() | {"DS_ACCELERATOR": "cpu"}
-    return {key: value for key, value in env.items() if key not in OPT_IN}
+    return {key: value for key, value in env.items() if key not in OPT_IN_ENV}
 
 
 def run_once(left_out: tuple[str, ...]) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from launch_helpers import free_port
 
 from zerolab.engine.paths import engine_python_env, zerolab_on_path
 from zerolab.locations import REPO_ROOT
+from zerolab.rank.megatron_entry import OPT_IN_ENV
 
 APPLY_LAUNCH_PATCHES = (
     "from zerolab.rank.import_hooks import apply_wanted\n"
@@ -48,14 +49,7 @@ def run_with_standins(
         (tmp_path / name).write_text(text)
     prelude = f"{APPLY_LAUNCH_PATCHES}applied = apply_wanted(LAUNCH_PATCHES)\n"
     env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{REPO_ROOT}", **env_vars}
-    for name in (
-        "ZEROLAB_ATTENTION",
-        "ZEROLAB_PROFILE_DIR",
-        "ZEROLAB_PROFILE_STEPS",
-        "ZEROLAB_FORWARD_PROBE",
-        "ZEROLAB_SPEED",
-        "ZEROLAB_LADDER",
-    ):
+    for name in OPT_IN_ENV:
         if name not in env_vars:
             env.pop(name, None)
     result = subprocess.run(
@@ -65,8 +59,9 @@ def run_with_standins(
     return result.stdout
 
 
-def run_on_engine(engine: tuple[Path, Path], code: str, **env: str) -> str:
-    """stdout of `code` run by the engine's Python with what megatron_entry applies (DS_ACCELERATOR=cpu)."""
+def run_on_engine(engine: tuple[Path, Path], code: str, *args: str, **env: str) -> str:
+    """stdout of `code` run by the engine's Python with what megatron_entry applies (DS_ACCELERATOR=cpu),
+    `args` its sys.argv[1:]."""
     engine_dir, python = engine
     prelude = (
         f"import sys\n{APPLY_LAUNCH_PATCHES}apply_wanted(LAUNCH_PATCHES)\n"
@@ -74,7 +69,7 @@ def run_on_engine(engine: tuple[Path, Path], code: str, **env: str) -> str:
     )
     full_env = {**engine_python_env(), "DS_ACCELERATOR": "cpu", **zerolab_on_path(), **env}
     result = subprocess.run(
-        [str(python), "-c", prelude + textwrap.dedent(code)],
+        [str(python), "-c", prelude + textwrap.dedent(code), *args],
         env=full_env,
         capture_output=True,
         text=True,

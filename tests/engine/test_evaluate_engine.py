@@ -18,9 +18,9 @@ from zerolab.cli import main
 from zerolab.evaluate.tasks import hellaswag_record, megatron_split
 
 SPLIT = """
-import json
+import json, sys
 from megatron.data.dataset_utils import get_train_valid_test_split_
-cases = json.loads(CASES)
+cases = json.loads(sys.argv[1])
 print(json.dumps([get_train_valid_test_split_(split, size) for split, size in cases]))
 """
 
@@ -135,7 +135,7 @@ def test_zerolabs_hellaswag_prompts_are_lm_evaluation_harness_own(engine):
 
 def test_the_validation_documents_are_the_engines_own_split(engine):
     cases = [["98,2,0", 151], ["969,30,1", 1000], ["1", 7], ["90,10", 3], ["50,50,0", 9], ["2,1,1", 13]]
-    printed = run_on_engine(engine, SPLIT.replace("CASES", repr(json.dumps(cases))))
+    printed = run_on_engine(engine, SPLIT, json.dumps(cases))
     engines = json.loads(printed.strip().splitlines()[-1])
     for (split, size), bounds in zip(cases, engines, strict=True):
         assert megatron_split(split, size) == list(itertools.pairwise(bounds)), (split, size)

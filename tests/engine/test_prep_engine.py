@@ -11,8 +11,8 @@ from zerolab.assets import EOT_TOKEN_ID, GPT2_MERGES, GPT2_VOCAB
 from zerolab.data_prep.records import DollyFields
 
 READ_WITH_MEGATRON = """
-import json
-prefix, texts_path, vocab, merges = json.loads(ARGUMENTS)
+import json, sys
+prefix, texts_path, vocab, merges = sys.argv[1:]
 from megatron.data.indexed_dataset import MMapIndexedDataset
 from megatron.tokenizer.gpt2_tokenization import GPT2Tokenizer
 dataset = MMapIndexedDataset(prefix)
@@ -42,7 +42,7 @@ def test_megatron_reads_our_output_and_its_tokenizer_agrees(tmp_path, engine):
     (tmp_path / "texts.json").write_text(json.dumps(texts))
 
     arguments = [f"{out}_text_document", str(tmp_path / "texts.json"), str(GPT2_VOCAB), str(GPT2_MERGES)]
-    printed = run_on_engine(engine, READ_WITH_MEGATRON.replace("ARGUMENTS", repr(json.dumps(arguments))))
+    printed = run_on_engine(engine, READ_WITH_MEGATRON, *arguments)
     read = json.loads(printed.strip().splitlines()[-1])
     assert len(read["documents"]) == len(texts) == len(read["doc_idx"]) - 1
     for document, ids in zip(read["documents"], read["megatron_ids"], strict=True):

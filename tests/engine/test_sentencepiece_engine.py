@@ -13,8 +13,8 @@ from engine_patch_helpers import run_on_engine
 from engine_runs import train
 
 READ_WITH_MEGATRON = """
-import json
-prefix, model = json.loads(ARGUMENTS)
+import json, sys
+prefix, model = sys.argv[1:]
 from megatron.data.indexed_dataset import MMapIndexedDataset
 from megatron.tokenizer.tokenizer import _GPTSentencePieceTokenizer
 tokenizer = _GPTSentencePieceTokenizer(model)
@@ -31,8 +31,7 @@ LLAMA_LAYERS = (
 
 def test_megatrons_tokenizer_reads_the_prepared_ids(engine, sentencepiece_dataset):
     model, prefix = sentencepiece_dataset
-    arguments = repr(json.dumps([prefix, str(model)]))
-    printed = run_on_engine(engine, READ_WITH_MEGATRON.replace("ARGUMENTS", arguments))
+    printed = run_on_engine(engine, READ_WITH_MEGATRON, prefix, str(model))
     read = json.loads(printed.strip().splitlines()[-1])
     assert (read["vocab_size"], read["eod"]) == (1000, 2)
     assert read["first"][-1] == read["eod"] and read["eod"] not in read["first"][:-1]

@@ -20,15 +20,15 @@ import runpy
 import sys
 from pathlib import Path
 
-from zerolab.contracts import FLASH_V2, patch_line
+from zerolab.contracts import ATTENTION_ENV, FLASH_V2, LADDER_ENV, SPEED_ENV, patch_line
 from zerolab.rank.apex_standin import APEX_TORCH_STANDINS
-from zerolab.rank.forward_probe import FORWARD_PROBE
+from zerolab.rank.forward_probe import FORWARD_PROBE, PROBE_ENV
 from zerolab.rank.import_hooks import LaunchPatch, apply_wanted
 from zerolab.rank.prompt_exit import exit_as, exit_now
 from zerolab.rank.sdpa_attention import SDPA_ATTENTION
 from zerolab.rank.speed_ladder import SPEED_LADDER
 from zerolab.rank.speed_switches import SPEED_SWITCHES
-from zerolab.rank.step_profile import PROFILE_TRAINING_STEPS
+from zerolab.rank.step_profile import PROFILE_DIR_ENV, PROFILE_STEPS_ENV, PROFILE_TRAINING_STEPS
 from zerolab.rank.workarounds import WORKAROUNDS
 
 LAUNCH_PATCHES: tuple[LaunchPatch, ...] = (
@@ -42,6 +42,8 @@ LAUNCH_PATCHES: tuple[LaunchPatch, ...] = (
 )
 """Everything applied in every rank before the training script: the workarounds, then the opt-in
 patches this launch's environment asks for."""
+OPT_IN_ENV = (ATTENTION_ENV, SPEED_ENV, LADDER_ENV, PROFILE_DIR_ENV, PROFILE_STEPS_ENV, PROBE_ENV)
+"""The environment variables that ask for LAUNCH_PATCHES' opt-in patches."""
 
 
 def main(argv: list[str]) -> None:
