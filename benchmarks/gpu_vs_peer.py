@@ -23,7 +23,6 @@ import json
 import os
 import shlex
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -34,6 +33,7 @@ from typing import Any
 from rich.console import Console
 
 from zerolab import __version__
+from zerolab.backends.local import free_port
 from zerolab.engine.paths import engine_missing, engine_python
 from zerolab.rank.step_profile import (
     DEFAULT_PROFILE_STEPS,
@@ -139,13 +139,6 @@ class Case:
         )
         samples_per_s = self.peer["tokens_per_s"] / self.row["seq_length"]
         return 100.0 * shape.flops_per_sample() * samples_per_s / (peak * 1e12)
-
-
-def free_port() -> int:
-    """A rendezvous port no other run on this machine holds right now."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def run(command: list[str], log: Path, what: str, env: dict[str, str] | None = None) -> None:

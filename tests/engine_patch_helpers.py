@@ -10,8 +10,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from launch_helpers import free_port
-
+from zerolab.backends.local import free_port
 from zerolab.engine.paths import engine_python_env, zerolab_on_path
 from zerolab.locations import REPO_ROOT
 from zerolab.rank.megatron_entry import OPT_IN_ENV

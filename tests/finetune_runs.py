@@ -8,8 +8,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from launch_helpers import free_port, shm_buffers_left
+from launch_helpers import shm_buffers_left
 
+from zerolab.backends.local import free_port
 from zerolab.cli import main
 from zerolab.finetune.records import scan_records
 from zerolab.locations import REPO_ROOT

@@ -34,14 +34,6 @@ def still_running(pid_dir: Path) -> list[str]:
     return alive
 
 
-def free_port() -> int:
-    """A TCP port nothing listens on now: each real-engine run gets its own rendezvous port, so
-    runs of concurrent test sessions on one machine do not meet on the default 29500."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 @contextlib.contextmanager
 def default_port_in_use() -> Iterator[None]:
     """Port 29500 listened on, as a run that trains holds it (left as it is when something holds it

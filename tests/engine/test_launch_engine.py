@@ -18,8 +18,9 @@ from pathlib import Path
 import psutil
 import pytest
 from engine_runs import ITERATIONS
-from launch_helpers import free_port, shm_buffers_left
+from launch_helpers import shm_buffers_left
 
+from zerolab.backends.local import free_port
 from zerolab.cli import main
 from zerolab.locations import REPO_ROOT
 from zerolab.recipe.output import read_render_text

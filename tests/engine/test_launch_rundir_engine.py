@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 from pathlib import Path
 
 from finetune_runs import GLUE_SAMPLES
 from launch_helpers import DEFAULT_PORT, default_port_in_use
 
+from zerolab.backends.local import free_port
 from zerolab.cli import main
 from zerolab.locations import REPO_ROOT
 from zerolab.recipe.compose import load_recipe
@@ -98,9 +98,7 @@ def test_a_second_one_node_run_takes_a_free_port_and_records_it(engine, tmp_path
             # the recipe keeps the port unset: a resume of the run takes a free one again
             assert read_yaml_mapping(run_dir / "recipe.yaml")["hardware"]["master_port"] is None
         # a port the user sets is kept, and checked
-        with socket.socket() as probe:
-            probe.bind(("", 0))
-            free = probe.getsockname()[1]
+        free = free_port()
         run_dir = tmp_path / "set"
         assert (
             main(

@@ -22,10 +22,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from launch_helpers import free_port
 from rich.console import Console
 
 from zerolab import rundir
+from zerolab.backends.local import free_port
 from zerolab.cli import main
 from zerolab.commands.demo import evaluate_cells
 from zerolab.recipe.compose import load_recipe

@@ -5,16 +5,19 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import socket
 from pathlib import Path
 
 import pytest
 from finetune_runs import GLUE_SAMPLES
 
+from zerolab.backends.local import FREE_PORTS, ephemeral_ports, free_port, port_taken, with_free_port
 from zerolab.cli import main
 from zerolab.engine.cuda import query_gpus
 from zerolab.errors import UserError
 from zerolab.launch.plan import plan
 from zerolab.locations import REPO_ROOT, SAMPLES_DIR
+from zerolab.recipe.compose import load_recipe
 from zerolab.rundir import claim, new_path, read_status, write_refusal
 
 
@@ -180,6 +183,23 @@ def test_render_says_a_one_node_launch_takes_a_free_port(capsys):
     assert main(["render", "cpu/tiny_z1", "hardware.master_port=29600"]) == 0
     out = capsys.readouterr().out
     assert "--master-port 29600" in out and "takes a free port" not in out
+
+
+def test_a_one_node_launch_takes_a_port_no_outgoing_connection_is_given(monkeypatch):
+    # a port the kernel gives out (binding port 0) was taken by another run's gloo connection
+    # between the choice and torchrun's listen: the launch failed with EADDRINUSE (CI, 2026-11-28)
+    recipe = load_recipe("cpu/tiny_z1")
+    ports = {with_free_port(recipe).hardware.master_port for _ in range(20)}
+    assert len(ports) > 1 and not ports & set(ephemeral_ports())
+    assert all(port in FREE_PORTS and port_taken(port) is None for port in ports)
+    # a port something listens on is not taken
+    with socket.socket() as other_run:
+        held = free_port()
+        other_run.bind(("", held))
+        other_run.listen()
+        monkeypatch.setattr("zerolab.backends.local.FREE_PORTS", range(held, held + 1))
+        assert "in use" in port_taken(held)
+        assert free_port() != held
 
 
 def test_distillation_from_a_folder_without_a_checkpoint_is_refused_before_launch(

@@ -13,9 +13,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from launch_helpers import free_port
 from prep_helpers import hub_dataset_copy, prep
 
+from zerolab.backends.local import free_port
 from zerolab.contracts import split_file, task_splits
 from zerolab.finetune.glue import glue_task
 from zerolab.locations import REPO_ROOT

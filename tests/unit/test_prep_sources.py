@@ -5,9 +5,9 @@ import json
 
 import numpy as np
 import pytest
-from launch_helpers import free_port
 from prep_helpers import FIXTURES, SAMPLE, manifest, prep, same_bytes
 
+from zerolab.backends.local import free_port
 from zerolab.data_prep.indexed import read_document, read_index, token_dtype, write_index
 from zerolab.data_prep.tokenizer import decode
 

@@ -7,9 +7,9 @@ import re
 from pathlib import Path
 
 import pytest
-from launch_helpers import free_port
 from prep_helpers import hub_dataset_copy, prep
 
+from zerolab.backends.local import free_port
 from zerolab.data_prep import wikitext
 from zerolab.data_prep.indexed import read_document, read_index
 from zerolab.data_prep.sources import START

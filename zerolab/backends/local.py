@@ -5,6 +5,7 @@ torchrun launch runs its own command (hardware.node_rank)."""
 from __future__ import annotations
 
 import os
+import random
 import shlex
 import shutil
 import socket
@@ -171,29 +172,67 @@ def check_port_free(recipe: Recipe) -> None:
     port = recipe.hardware.master_port
     if recipe.hardware.nodes != 1 or port is None:
         return
+    why = port_taken(port)
+    if why is not None:
+        raise UserError(
+            f"cannot launch {recipe.name}: hardware.master_port {port} is in use on this machine "
+            f"({why}; another run?). Pass another port, e.g. hardware.master_port={port + 1}, "
+            "hardware.master_port=null to take a free one, or wait for the other run to end"
+        )
+
+
+def port_taken(port: int) -> str | None:
+    """Why `port` cannot be listened on here now (the system's reason), or None when it can (a port
+    in TIME_WAIT can: the launcher's store reuses it)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a port in TIME_WAIT is free
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind(("", port))
         except OSError as error:
-            raise UserError(
-                f"cannot launch {recipe.name}: hardware.master_port {port} is in use on this machine "
-                f"({error.strerror}; another run?). Pass another port, e.g. hardware.master_port={port + 1}, "
-                "hardware.master_port=null to take a free one, or wait for the other run to end"
-            ) from None
+            return error.strerror or str(error)
+    return None
+
+
+FREE_PORTS = range(10000, 20000)
+"""Where a one-node launch takes its rendezvous port: below the ports the kernel gives outgoing
+connections (Linux 32768-60999, macOS 49152-65535) and a SLURM job's 20000-31999. A port the kernel
+gives out (what binding port 0 returns) can be taken by another run's connection between the choice
+and the launcher's listen, and the launch then fails with EADDRINUSE."""
+
+EPHEMERAL_PORTS_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+
+
+def ephemeral_ports() -> range:
+    """The ports this machine's kernel gives outgoing connections (Linux's default where it does
+    not say)."""
+    try:
+        low, high = (int(word) for word in EPHEMERAL_PORTS_FILE.read_text().split())
+    except (OSError, ValueError):
+        low, high = 32768, 60999
+    return range(low, high + 1)
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on here now, taken at random from FREE_PORTS outside the kernel's
+    ephemeral range (where the kernel gives out every port, one it gives)."""
+    ephemeral = ephemeral_ports()
+    candidates = [port for port in FREE_PORTS if port not in ephemeral]
+    for port in random.sample(candidates, min(len(candidates), 100)):
+        if port_taken(port) is None:
+            return port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("", 0))
+        return probe.getsockname()[1]
 
 
 def with_free_port(recipe: Recipe) -> Recipe:
     """The recipe as it launches: where it runs on one node and sets no hardware.master_port, a copy
-    with a port free on this machine now, as torchrun --standalone takes one (several nodes need the
-    port they agreed on: the one set, else the default)."""
+    with a port free on this machine now (free_port), as torchrun --standalone takes one (several
+    nodes need the port they agreed on: the one set, else the default)."""
     if recipe.hardware.nodes != 1 or recipe.hardware.master_port is not None:
         return recipe
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("", 0))
-        port = probe.getsockname()[1]
     ported = recipe.model_copy(deep=True)
-    ported.hardware.master_port = port
+    ported.hardware.master_port = free_port()
     return ported
 
 

@@ -986,7 +986,8 @@ class HardwareSection(Section):
     master_port: int | None = field(
         None,
         "rendezvous port on node 0; null: a one-node `zerolab launch` takes a free port (as torchrun "
-        "--standalone does) and records it in command.sh and run.json, a SLURM job takes one from its job "
+        "--standalone does, but from 10000-19999, where no outgoing connection is given one) and records "
+        "it in command.sh and run.json, a SLURM job takes one from its job "
         f"id (20000-31999: two jobs on one node do not share it), and several nodes (and a render) use "
         f"{DEFAULT_MASTER_PORT}. A port given is kept, and a one-node launch refused when it is in use",
         "port",
