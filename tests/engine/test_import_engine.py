@@ -150,11 +150,12 @@ def started(imported, dataset, one_batch_dataset, tmp_path_factory) -> dict[str,
         "tp2_pp2": ("parallel.tensor=2", "parallel.pipeline=2", "hardware.procs_per_node=4"),
     }.items():
         folder = tmp_path_factory.mktemp(tag)
-        probe = held_out_probe(dataset, folder / "probe")
+        probe = held_out_probe(dataset, folder / "probe", SEQ)
         runs[tag] = train(
             dataset,
             folder / "run",
             "cpu/tiny_dp",
+            f"model.seq_length={SEQ}",
             f"model.init_from={imported}",
             "model.make_vocab_size_divisible_by=1",
             "train.iters=1",

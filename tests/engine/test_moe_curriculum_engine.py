@@ -46,7 +46,14 @@ def test_a_curriculum_trains_its_lengths(engine, dataset, tmp_path):
     # from 32 to 128 tokens over 4 iterations, multiples of 8: DeepSpeed's fixed_linear gives iteration
     # i the length 32 + i / 4 x (128 - 32), rounded down to a multiple of 8: 56, 80, 104
     curriculum = ["curriculum.enabled=true", "curriculum.min_seq_length=32", "curriculum.steps=4"]
-    run = train(dataset, tmp_path / "run", "cpu/tiny_z1", *curriculum, "train.save_interval=null")
+    run = train(
+        dataset,
+        tmp_path / "run",
+        "cpu/tiny_z1",
+        *curriculum,
+        "model.seq_length=128",
+        "train.save_interval=null",
+    )
 
     # without the pipeline engine, DeepSpeed's engine hands the model each step's length
     assert run.args["no_pipeline_parallel"] is True and run.ds["curriculum_enabled_legacy"] in (True, "True")

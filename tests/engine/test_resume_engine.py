@@ -19,13 +19,14 @@ import time
 from pathlib import Path
 
 import pytest
+from engine_runs import SEQ_LENGTH
 
 from zerolab import rundir
 from zerolab.cli import main
 from zerolab.contracts import LATEST_UNIVERSAL, UNIVERSAL_CHECKPOINT_MODULE, universal_folder
 from zerolab.engine.paths import engine_python_env, zerolab_on_path
 
-ITERS = ["train.iters=4", "train.lr_warmup_iters=1", "train.log_interval=1"]
+ITERS = ["train.iters=4", "train.lr_warmup_iters=1", "train.log_interval=1", f"model.seq_length={SEQ_LENGTH}"]
 STOP_AT_2 = ["train.save_interval=2", "train.exit_interval=2"]
 _ITERATION = re.compile(r"iteration\s+(\d+)/\s*\d+ \|.*?learning rate: ([0-9.E+-]+).*?lm loss: ([0-9.E+-]+)")
 

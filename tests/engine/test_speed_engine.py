@@ -19,7 +19,7 @@ import subprocess
 import sys
 
 import pytest
-from engine_runs import SHARED_RUNS, same_losses, train
+from engine_runs import SEQ_LENGTH, SHARED_RUNS, same_losses, train
 
 from zerolab.contracts import SWITCHES
 from zerolab.locations import REPO_ROOT
@@ -67,7 +67,13 @@ def test_compiled_layers_train_to_the_engines_losses_with_one_graph_for_every_la
     run without it: within COMPILED_TOLERANCE (docs/speed.md), torch's own log showing no graph
     break and no recompilation (one graph serves both layers). Beside it, the ZeRO-0 seed's
     coalesced_grad_reduction is refused by DeepSpeed and says so."""
-    twenty = ("model.attention=sdpa", "train.iters=20", "train.log_interval=1", "train.lr_warmup_iters=2")
+    twenty = (
+        "model.attention=sdpa",
+        f"model.seq_length={SEQ_LENGTH}",
+        "train.iters=20",
+        "train.log_interval=1",
+        "train.lr_warmup_iters=2",
+    )
     monkeypatch.setenv("TORCH_LOGS", "graph_breaks,recompiles")
     on = train(dataset, tmp_path / "on", "cpu/tiny_z2", *twenty, "speed.compiled_layers=true", short=False)
     monkeypatch.delenv("TORCH_LOGS")

@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from engine_runs import SEQ_LENGTH
 from rich.console import Console
 
 from zerolab import rundir
@@ -72,6 +73,7 @@ def words() -> list[str]:
         "train.lr_warmup_iters=1",
         "train.log_interval=1",
         "train.eval_iters=1",
+        f"model.seq_length={SEQ_LENGTH}",
         "train.save_interval=null",
         "train.save_interval_epochs=0.001",  # a checkpoint every iteration, given in epochs
         f"hardware.master_port={free_port()}",
