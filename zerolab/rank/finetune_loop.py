@@ -17,20 +17,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import deepspeed
-import torch
-import torch.distributed as dist
-import torch.nn.functional as F
-from transformers import (
-    AutoConfig,
-    AutoTokenizer,
-    GPT2ForSequenceClassification,
-    Trainer,
-    get_constant_schedule_with_warmup,
-    get_cosine_schedule_with_warmup,
-    get_linear_schedule_with_warmup,
-)
-
 from zerolab.contracts import (
     DS_CONFIG_FILE,
     EXPORTED_MODEL_DIR,
@@ -44,7 +30,25 @@ from zerolab.contracts import (
 from zerolab.rank.finetune_inputs import InputError, read_request, read_split
 from zerolab.rank.glue_metrics import glue_metrics
 from zerolab.rank.prompt_exit import exit_now
-from zerolab.rank.workarounds import DEEPSPEED_WORKAROUNDS
+from zerolab.rank.workarounds import DEEPSPEED_WORKAROUNDS, lazy_compiler_import
+
+# before DeepSpeed's import, as in a Megatron rank: torch's compiler loads once a run compiles, not
+# at DeepSpeed's import (1.2 s of each rank's start)
+lazy_compiler_import()
+
+import deepspeed  # noqa: E402
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from transformers import (  # noqa: E402
+    AutoConfig,
+    AutoTokenizer,
+    GPT2ForSequenceClassification,
+    Trainer,
+    get_constant_schedule_with_warmup,
+    get_cosine_schedule_with_warmup,
+    get_linear_schedule_with_warmup,
+)
 
 
 def encode(rows: list[dict[str, Any]], task: GlueTask, tokenizer: Any, max_seq_length: int) -> dict[str, Any]:
@@ -86,8 +90,8 @@ def parameter_groups(model: Any, weight_decay: float) -> list[dict[str, Any]]:
 
 
 def evaluate(engine: Any, task: GlueTask, data: dict[str, Any], micro: int) -> dict[str, float]:
-    """The task's metrics and mean loss on `data`, every rank scoring its share of the examples
-    (the same number of batches on each, as ZeRO-3's gathers need)."""
+    """The mean loss on `data` and, on rank 0, the task's metrics, every rank scoring its share of
+    the examples (the same number of batches on each, as ZeRO-3's gathers need)."""
     rank, world = dist.get_rank(), dist.get_world_size()
     count = len(data["labels"])
     share = math.ceil(count / world)
@@ -110,7 +114,9 @@ def evaluate(engine: Any, task: GlueTask, data: dict[str, Any], micro: int) -> d
     merged = {index: value for part in gathered for index, value in part.items()}
     ordered = [merged[index] for index in range(count)]
     labels = data["labels"].tolist()
-    metrics = glue_metrics(task, [value[0] for value in ordered], labels)
+    # the metrics on rank 0 alone, which writes and prints them: the others spare scikit-learn's
+    # import (1.4 s)
+    metrics = glue_metrics(task, [value[0] for value in ordered], labels) if rank == 0 else {}
     return {"loss": sum(value[1] for value in ordered) / count, **metrics}
 
 
