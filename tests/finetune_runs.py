@@ -45,12 +45,14 @@ def fine_tune(model: Path, setup: str, run_dir: Path, *overrides: str) -> list[d
 
 def failed_fine_tune(model: Path, run_dir: Path) -> tuple[dict[str, Any], str]:
     """status.json and train.log of `zerolab launch finetune/cpu/tiny_wnli_dp` fine-tuning `model`
-    into `run_dir`, a run that must start and fail."""
+    into `run_dir`, a run that must start and fail (on one rank: every rank reads the same files and
+    fails alike, and a second would only start up)."""
     argv = [
         "launch",
         "finetune/cpu/tiny_wnli_dp",
         f"finetune.model={model}",
         f"hardware.master_port={free_port()}",
+        "hardware.procs_per_node=1",
     ]
     assert main([*argv, "--run-dir", str(run_dir)]) != 0
     status = json.loads((run_dir / "status.json").read_text())
