@@ -213,8 +213,8 @@ def ephemeral_ports() -> range:
 
 
 def free_port() -> int:
-    """A TCP port nothing listens on here now, taken at random from FREE_PORTS outside the kernel's
-    ephemeral range (where the kernel gives out every port, one it gives)."""
+    """A TCP port nothing listens on here now: one of FREE_PORTS outside the kernel's ephemeral
+    range, at random; where that range covers them all, one the kernel gives (binding port 0)."""
     ephemeral = ephemeral_ports()
     candidates = [port for port in FREE_PORTS if port not in ephemeral]
     for port in random.sample(candidates, min(len(candidates), 100)):
