@@ -1,6 +1,7 @@
-"""Run by the engine's Python (as a script, standard library at module level) to report what
-`zerolab doctor` cannot see from outside: torch, CUDA or CPU, devices and the CUDA toolkit
-torch builds with, apex's modules, DeepSpeed, its accelerator and its C++/CUDA ops.
+"""Run by the engine's Python (as a script: standard library and zerolab's import hooks, which doctor
+puts on the path, at module level) to report what `zerolab doctor` cannot see from outside: torch,
+CUDA or CPU, devices and the CUDA toolkit torch builds with, apex's modules, DeepSpeed (imported as
+a rank imports it), its accelerator and its C++/CUDA ops.
 Arguments: the JSON file to write, apex's modules (comma-separated:
 zerolab.engine.apex.APEX_MODULES), then the packages to report."""
 
@@ -17,6 +18,8 @@ from importlib import metadata
 # (apex.py, cuda.py) would stand in for the packages being probed.
 _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:] = [entry for entry in sys.path if os.path.abspath(entry or os.curdir) != _HERE]
+
+from zerolab.rank.workarounds import deepspeed_without_its_unused_imports  # noqa: E402
 
 
 def _version(name):
@@ -65,7 +68,8 @@ def probe(packages, apex_modules):
     if not report["cuda_available"]:
         os.environ.setdefault("DS_ACCELERATOR", "cpu")
     try:
-        # deepspeed here, not at the top: only in the engine's environment
+        # deepspeed here, not at the top: only in the engine's environment; as a rank imports it
+        deepspeed_without_its_unused_imports()
         import deepspeed
         from deepspeed.accelerator import get_accelerator
         from deepspeed.git_version_info import installed_ops

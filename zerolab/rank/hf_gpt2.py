@@ -33,7 +33,7 @@ import torch
 from safetensors.torch import save_file
 
 from zerolab.rank.prompt_exit import exit_now
-from zerolab.rank.workarounds import lazy_compiler_import, lazy_transformers_import
+from zerolab.rank.workarounds import deepspeed_without_its_unused_imports
 
 CHECKPOINT_VERSION = 3.0
 """What the pinned engine writes (megatron/checkpointing.py)."""
@@ -125,11 +125,9 @@ def _megatron_objects_alone() -> Iterator[None]:
 def _zero3_state(checkpoints: Path, tag: str) -> dict[str, torch.Tensor]:
     """The whole model's weights put back together from a ZeRO-3 checkpoint's pieces by DeepSpeed's
     zero_to_fp32; CheckpointError naming the file it could not read."""
-    # here, not at the top: importing DeepSpeed takes about 10 s on 2 cores, and no other checkpoint
-    # (nor the import of Hugging Face weights, which shares this module) needs it; without
-    # transformers' models and torch's compiler, which it imports and this never calls
-    lazy_compiler_import()
-    lazy_transformers_import()
+    # here, not at the top: no other checkpoint (nor the import of Hugging Face weights, which
+    # shares this module) needs DeepSpeed
+    deepspeed_without_its_unused_imports()
     from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint  # noqa: PLC0415
 
     try:

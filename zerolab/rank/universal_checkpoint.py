@@ -21,6 +21,7 @@ from pathlib import Path
 
 from zerolab.contracts import LATEST_UNIVERSAL, error_prefix, holding, step_folder, universal_folder
 from zerolab.rank.prompt_exit import exit_now
+from zerolab.rank.workarounds import deepspeed_without_its_unused_imports
 
 PARTIAL_SUFFIX = ".partial"
 LOCK_SUFFIX = ".lock"
@@ -50,6 +51,7 @@ def _convert(source: Path, target: Path) -> None:
     if not target.is_dir():
         # deepspeed here, not at the top: the engine's environment only, after the engine's
         # directory is on sys.path (the checkpoint's pickled arguments name megatron's classes)
+        deepspeed_without_its_unused_imports()
         from deepspeed.checkpoint.ds_to_universal import main
 
         partial = target.with_name(target.name + PARTIAL_SUFFIX)

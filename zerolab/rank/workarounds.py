@@ -1245,6 +1245,15 @@ DEEPSPEED_WORKAROUNDS: tuple[Callable[[], None], ...] = (shm_buffers_unlinked, c
 too, which runs no Megatron)."""
 
 
+def deepspeed_without_its_unused_imports() -> None:
+    """Import DeepSpeed as a rank does, without torch's compiler and transformers until they are used:
+    for the engine's processes that are no rank and use neither (doctor's probe, the universal
+    checkpoint's conversion, the export of a ZeRO-3 checkpoint). `import deepspeed` took 2.7 CPU-s
+    with it against 7.3 without, on 2 cores."""
+    lazy_compiler_import()
+    lazy_transformers_import()
+
+
 def apply_all() -> list[LaunchPatch]:
     """Install the import hook of every workaround; returns them in the order applied."""
     return apply_wanted(WORKAROUNDS)
