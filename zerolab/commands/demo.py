@@ -18,7 +18,7 @@ from zerolab.commands.prep import run_prep
 from zerolab.evaluate.run import evaluate
 from zerolab.evaluate.same_weights import differences_from_first
 from zerolab.evaluate.tasks import TASKS
-from zerolab.export.run import export_run
+from zerolab.export.run import Exported, export_run
 from zerolab.locations import SAMPLES_DIR, display_path
 from zerolab.rundir import COMPLETED, SAME_WEIGHTS, last_checkpoint, read_eval, write_eval
 from zerolab.summarize.report import summarize_sweep
@@ -80,13 +80,25 @@ def evaluate_cells(directory: Path, console: Any) -> None:
     if not todo:
         return
     with tempfile.TemporaryDirectory(prefix="zerolab-demo-") as scratch:
-        exported = [export_run(run_dir, Path(scratch) / name, saved).out for name, run_dir, saved in todo]
-        differences = differences_from_first(exported) if len(exported) > 1 else [0.0]
-    first_name, first_run, _ = todo[0]
+        exported = [export_run(run_dir, Path(scratch) / name, saved) for name, run_dir, saved in todo]
+        differences = differences_from_first([e.out for e in exported]) if len(exported) > 1 else [0.0]
+        names = [name for name, _, _ in todo]
+        _score_once(list(zip(names, exported, differences, strict=True)), console)
+
+
+def _score_once(cells: list[tuple[str, Exported, float]], console: Any) -> None:
+    """Score each cell's export (name, export, largest weight difference from the first's) unless
+    its weights are the first's: those get the first's scores."""
+    first_name, first, _ = cells[0]
     first_scores = None
-    for (name, run_dir, saved), difference in zip(todo, differences, strict=True):
+    for name, exported, difference in cells:
+        run_dir = exported.run_dir
         if first_scores is not None and difference <= SAME_WEIGHTS:
-            same = {"same_weights_as": first_name, "weights_difference": difference, "iteration": saved}
+            same = {
+                "same_weights_as": first_name,
+                "weights_difference": difference,
+                "iteration": exported.iteration,
+            }
             write_eval(run_dir, {task: score.model_copy(update=same) for task, score in first_scores.items()})
             console.print(
                 f"{name}  the same weights as {first_name} (within {SAME_WEIGHTS:g}, largest difference "
@@ -96,8 +108,8 @@ def evaluate_cells(directory: Path, console: Any) -> None:
             )
             continue
         started = time.monotonic()
-        _, scores = evaluate(str(run_dir), list(TASKS), data="sample", progress=False)
-        if run_dir == first_run:
+        _, scores = evaluate(str(run_dir), list(TASKS), data="sample", progress=False, exported=exported)
+        if exported is first:
             first_scores = scores
         said = ", ".join(
             f"{task} {metric} {value:.4g}"

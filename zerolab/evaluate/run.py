@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import json
 import tempfile
+from contextlib import nullcontext
 from pathlib import Path
 
 from zerolab.contracts import rank_script
 from zerolab.engine.scripts import run_engine_script
 from zerolab.evaluate.target import Model, hf_model
 from zerolab.evaluate.tasks import Data, Task, task_inputs
+from zerolab.export.run import Exported
 from zerolab.rundir import Scorer, TaskScore, now_iso, write_eval
 
 SCRIPTS: dict[Scorer, Path] = {
@@ -30,14 +32,16 @@ def evaluate(
     stride: int | None = None,
     hellaswag_scorer: Scorer = "zerolab",
     progress: bool = True,
+    exported: Exported | None = None,
 ) -> tuple[Model, dict[str, TaskScore]]:
     """Score TARGET on `tasks` (HellaSwag by `hellaswag_scorer`, the rest by zerolab); returns the
     model scored and each task's score (also written to the run's eval.json when TARGET is a run or
-    checkpoint)."""
+    checkpoint). `exported`: TARGET's checkpoint exported already (export_run), scored as it is."""
     scorers: dict[str, Scorer] = {
         task: hellaswag_scorer if task == "hellaswag" else "zerolab" for task in tasks
     }
-    with hf_model(target, iteration) as model:
+    given = exported and nullcontext(Model(str(exported.out), exported.run_dir, exported.iteration))
+    with given or hf_model(target, iteration) as model:
         inputs = {task: task_inputs(task, data, model.run_dir, limit, stride) for task in tasks}
         output: dict = {}
         for scorer in dict.fromkeys(scorers.values()):

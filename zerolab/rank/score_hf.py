@@ -14,9 +14,11 @@ transformers and tqdm only (not zerolab), as rank/hf_gpt2.py does.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import sys
+from collections.abc import Iterator
 
 import torch
 import torch.nn.functional as F
@@ -51,23 +53,42 @@ def _strided(model, tokenizer, text: str, stride: int) -> dict:
             file=sys.stderr,
         )
         sys.exit(2)
-    total, count, scored_until, windows = 0.0, 0, 1, 0
-    starts = range(0, max(len(ids) - 1, 1), stride)
-    for begin in tqdm(starts, desc="wikitext windows", unit="window", file=sys.stderr):
-        end = min(begin + window, len(ids))
+    pieces = _strided_pieces(len(ids), window, stride)
+    total, count = 0.0, 0
+    with tqdm(total=len(pieces), desc="wikitext windows", unit="window", file=sys.stderr) as bar:
+        for batch in _alike_batches(pieces):
+            begin, end, first = batch[0]
+            rows = torch.stack([ids[b:e] for b, e, _ in batch])
+            with torch.no_grad():  # the logits of the positions scored only (the LM head is most of it)
+                logits = model(rows, logits_to_keep=end - begin - first).logits[:, :-1]
+            targets = rows[:, first + 1 :]
+            total += F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="sum").item()
+            count += targets.numel()
+            bar.update(len(batch))
+    return _loss_metrics(total, count, len(pieces))
+
+
+def _strided_pieces(length: int, window: int, stride: int) -> list[tuple[int, int, int]]:
+    """The windows (begin, end, first) over `length` tokens: position p of a window predicts token
+    begin+p+1; the positions from `first` on are scored, those of the tokens no window before scored."""
+    pieces, scored_until = [], 1
+    for begin in range(0, max(length - 1, 1), stride):
+        end = min(begin + window, length)
         if end <= scored_until:
             break
-        piece = ids[begin:end]
-        with torch.no_grad():
-            logits = model(piece[None]).logits[0]
-        # position p of piece predicts token begin+p+1; score the tokens not scored yet
-        first = scored_until - begin - 1
-        total += F.cross_entropy(logits[first:-1], piece[first + 1 :], reduction="sum").item()
-        count += end - scored_until
-        scored_until, windows = end, windows + 1
-        if end == len(ids):
+        pieces.append((begin, end, scored_until - begin - 1))
+        scored_until = end
+        if end == length:
             break
-    return _loss_metrics(total, count, windows)
+    return pieces
+
+
+def _alike_batches(pieces: list[tuple[int, int, int]]) -> Iterator[list[tuple[int, int, int]]]:
+    """Consecutive windows of the same length and first scored position, BATCH at most at a time."""
+    for _, alike in itertools.groupby(pieces, key=lambda piece: (piece[1] - piece[0], piece[2])):
+        alike = list(alike)
+        for start in range(0, len(alike), BATCH):
+            yield alike[start : start + BATCH]
 
 
 def _loss_metrics(total: float, count: int, examples: int) -> dict:
@@ -85,12 +106,15 @@ def _choices(model, tokenizer, docs: list[dict]) -> dict:
         rows = [(context + ending)[-window:] for ending in endings]
         width = max(len(row) for row in rows)
         batch = torch.tensor([row + [eos] * (width - len(row)) for row in rows])
-        with torch.no_grad():
-            logits = model(batch).logits
+        first = min(len(row) - len(ending) - 1 for row, ending in zip(rows, endings, strict=True))
+        with torch.no_grad():  # the logits from the first ending's position on only
+            logits = model(batch, logits_to_keep=width - first).logits
         scores = []
         for k, (row, ending) in enumerate(zip(rows, endings, strict=True)):
             n = len(ending)
-            predicting = F.log_softmax(logits[k, len(row) - n - 1 : len(row) - 1].float(), dim=-1)
+            predicting = F.log_softmax(
+                logits[k, len(row) - n - 1 - first : len(row) - 1 - first].float(), dim=-1
+            )
             scores.append(predicting.gather(1, torch.tensor(row[-n:])[:, None]).sum().item())
         answers.append(
             {
