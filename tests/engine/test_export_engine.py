@@ -160,7 +160,8 @@ def test_an_export_reads_the_runs_arguments_without_importing_megatron(
 
 def test_a_run_directory_fine_tunes_on_glue_exported_at_launch(trained, tmp_path):
     # pretrain -> fine-tune: a run directory given as the model is exported into the new run's model/
-    records = fine_tune(trained("z0").run_dir, "dp", tmp_path / "finetune")
+    # (by the launch, before its one rank starts)
+    records = fine_tune(trained("z0").run_dir, "dp", tmp_path / "finetune", "hardware.procs_per_node=1")
     assert (tmp_path / "finetune" / "model" / "config.json").is_file()
     losses = [record["loss"] for record in records if record["kind"] == "train"]
     [scored] = [record for record in records if record["kind"] == "eval"]
