@@ -147,6 +147,10 @@ SPEED_ENV = "ZEROLAB_SPEED"
 """The speed switches a launch turns on, comma-separated."""
 LADDER_ENV = "ZEROLAB_LADDER"
 """The speed ladder's plan (JSON), when a launch runs one."""
+HOST_HUGE_PAGES_ENV = "THP_MEM_ALLOC_ENABLE"
+"""PyTorch's own switch ("1"): its host tensors of 2 MiB and more on transparent huge pages, one
+page fault per 2 MiB instead of 512 (hardware.host_huge_pages; the CPU scripts of eval, generate,
+export and import)."""
 
 # --- the speed switches and the ladder's plan --------------------------------------------------
 

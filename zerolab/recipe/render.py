@@ -18,6 +18,7 @@ from zerolab import rundir
 from zerolab.contracts import (
     ATTENTION_ENV,
     DS_CONFIG_FILE,
+    HOST_HUGE_PAGES_ENV,
     SPEED_ENV,
     FinetuneRequest,
 )
@@ -292,7 +293,7 @@ def launch_env(recipe: Recipe) -> dict[str, str]:
     if hw.omp_num_threads is not None:
         env["OMP_NUM_THREADS"] = str(hw.omp_num_threads)
     if hw.host_huge_pages:
-        env["THP_MEM_ALLOC_ENABLE"] = "1"
+        env[HOST_HUGE_PAGES_ENV] = "1"
     if recipe.logging.wandb_project is not None:
         env["WANDB_MODE"] = recipe.logging.wandb_mode
     return env | job_of(recipe).env()

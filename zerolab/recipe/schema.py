@@ -9,7 +9,15 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, create_model, field_validator
 
-from zerolab.contracts import ATTENTION_ENV, FLASH_V2, GLUE_TASKS, SDPA, SPEED_ENV, SWITCHES
+from zerolab.contracts import (
+    ATTENTION_ENV,
+    FLASH_V2,
+    GLUE_TASKS,
+    HOST_HUGE_PAGES_ENV,
+    SDPA,
+    SPEED_ENV,
+    SWITCHES,
+)
 from zerolab.recipe.destinations import DeepSpeed, Destination, Env, Launcher, Megatron, Zerolab
 
 MAX_LAYERS, MAX_HIDDEN, MAX_HEADS = 1024, 65536, 1024
@@ -1018,7 +1026,7 @@ class HardwareSection(Section):
         "micro batch's LM head makes and frees its fp32 logits (51 MB for the tiny demo) several times, "
         "faulted in afresh each time; the demo's five setups trained in 200-206 s against 224 s, peak "
         "host memory unchanged (docs/launching.md)",
-        to=(Env("THP_MEM_ALLOC_ENABLE", "1 when true"),),
+        to=(Env(HOST_HUGE_PAGES_ENV, "1 when true"),),
     )
 
 
