@@ -24,6 +24,7 @@ def test_every_workaround_is_named_and_explained_in_one_line():
         "lazy_wandb_import",
         "lazy_transformers_import",
         "lazy_compiler_import",
+        "collector_paused_in_start_up",
         "missing_compression_module",
         "contiguous_attention_inputs",
         "ulysses_batch_dimension",
@@ -427,6 +428,38 @@ def test_the_last_iterations_checkpoint_is_saved_once(tmp_path):
         "interval divides: [3, 6]",
         "interval does not divide: [3, 6, 7]",
     ]
+
+
+COLLECTOR_STANDIN = {
+    **STANDIN_FILES,
+    # megatron/training.py's pretrain: it sets up (a data loader's worker forked), then trains; the
+    # functions the other workarounds wrap, as TRAINING_STANDIN has them
+    "megatron/training.py": TRAINING_STANDIN["megatron/training.py"]
+    + textwrap.dedent(
+        """
+        import gc, os
+
+        def train():
+            return gc.isenabled()
+
+        def pretrain():
+            print("setting up:", gc.isenabled())
+            read, write = os.pipe()
+            if os.fork() == 0:
+                os.write(write, str(gc.isenabled()).encode())
+                os._exit(0)
+            os.wait()
+            print("a forked worker:", os.read(read, 16).decode())
+            print("training:", train())
+        """
+    ),
+}
+
+
+def test_the_collector_is_paused_while_a_rank_sets_up_and_on_again_to_train_and_in_forked_workers(tmp_path):
+    code = "from megatron import training\ntraining.pretrain()\n"
+    out = run_with_standins(tmp_path, code, COLLECTOR_STANDIN)
+    assert out.strip().splitlines() == ["setting up: False", "a forked worker: True", "training: True"]
 
 
 OPTIMIZER_STANDIN = {
