@@ -22,20 +22,23 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import torch
-from hf_gpt2 import (
-    CHECKPOINT_VERSION,
-    CheckpointError,
-    layer_files,
-    megatron_from_hf,
-    nested_module,
-    request_main,
-    split_tensor_parallel,
-)
-from score_hf import UnloadableModel, gpt2_model  # eval's loader: refuses weights not covering the model
-from transformers import AutoTokenizer
+from zerolab.rank.collector import collector_paused
 
-from zerolab.rank.prompt_exit import exit_now
+with collector_paused():
+    import torch
+    from hf_gpt2 import (
+        CHECKPOINT_VERSION,
+        CheckpointError,
+        layer_files,
+        megatron_from_hf,
+        nested_module,
+        request_main,
+        split_tensor_parallel,
+    )
+    from score_hf import UnloadableModel, gpt2_model  # eval's loader: refuses weights not covering the model
+    from transformers import AutoTokenizer
+
+    from zerolab.rank.prompt_exit import exit_now
 
 
 def hf_weights(model_dir: str) -> dict[str, torch.Tensor]:

@@ -8,11 +8,14 @@ from __future__ import annotations
 import json
 import sys
 
-import torch
-from score_hf import load_gpt2  # its neighbour: the script's folder is on the path
-from transformers import set_seed
+from zerolab.rank.collector import collector_paused
 
-from zerolab.rank.prompt_exit import exit_now
+with collector_paused():
+    import torch
+    from score_hf import load_gpt2  # its neighbour: the script's folder is on the path
+    from transformers import set_seed
+
+    from zerolab.rank.prompt_exit import exit_now
 
 
 def main() -> None:

@@ -20,13 +20,16 @@ import math
 import sys
 from collections.abc import Iterator
 
-import torch
-import torch.nn.functional as F
-import transformers
-from tqdm import tqdm
-from transformers import AutoTokenizer, GPT2LMHeadModel
+from zerolab.rank.collector import collector_paused
 
-from zerolab.rank.prompt_exit import exit_now
+with collector_paused():
+    import torch
+    import torch.nn.functional as F
+    import transformers
+    from tqdm import tqdm
+    from transformers import AutoTokenizer, GPT2LMHeadModel
+
+    from zerolab.rank.prompt_exit import exit_now
 
 BATCH = 8
 
