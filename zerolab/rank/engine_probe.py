@@ -19,6 +19,7 @@ from importlib import metadata
 _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:] = [entry for entry in sys.path if os.path.abspath(entry or os.curdir) != _HERE]
 
+from zerolab.rank.collector import collector_paused  # noqa: E402
 from zerolab.rank.workarounds import deepspeed_without_its_unused_imports  # noqa: E402
 
 
@@ -104,5 +105,7 @@ def _apex(names, *, load):
 
 if __name__ == "__main__":
     out_path, apex_modules, packages = sys.argv[1], sys.argv[2].split(","), sys.argv[3:]
+    with collector_paused():  # torch's and DeepSpeed's imports, the probe's time
+        report = probe(packages, apex_modules)
     with open(out_path, "w") as out:
-        json.dump(probe(packages, apex_modules), out)
+        json.dump(report, out)

@@ -29,11 +29,14 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import torch
-from safetensors.torch import save_file
+from zerolab.rank.collector import collector_paused
 
-from zerolab.rank.prompt_exit import exit_now
-from zerolab.rank.workarounds import deepspeed_without_its_unused_imports
+with collector_paused():
+    import torch
+    from safetensors.torch import save_file
+
+    from zerolab.rank.prompt_exit import exit_now
+    from zerolab.rank.workarounds import deepspeed_without_its_unused_imports
 
 CHECKPOINT_VERSION = 3.0
 """What the pinned engine writes (megatron/checkpointing.py)."""

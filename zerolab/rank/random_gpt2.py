@@ -14,10 +14,13 @@ import shutil
 import tempfile
 from pathlib import Path
 
-import torch
-from transformers import GPT2Config, GPT2LMHeadModel, GPT2TokenizerFast
+from zerolab.rank.collector import collector_paused
 
-from zerolab.rank.prompt_exit import exit_now
+with collector_paused():
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel, GPT2TokenizerFast
+
+    from zerolab.rank.prompt_exit import exit_now
 
 
 def save_random_gpt2(

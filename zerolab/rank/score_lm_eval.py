@@ -17,23 +17,26 @@ import math
 import sys
 from pathlib import Path
 
-from score_hf import choice_metrics, load_gpt2
+from zerolab.rank.collector import collector_paused
 
-from zerolab.rank.prompt_exit import exit_now
+with collector_paused():
+    from score_hf import choice_metrics, load_gpt2
 
-try:
-    import datasets
-    import transformers
-    from lm_eval.evaluator import evaluate
-    from lm_eval.models.huggingface import HFLM
-    from lm_eval.tasks import TaskManager
-except ImportError as error:
-    print(
-        f"zerolab eval: --scorer lm-eval needs lm-evaluation-harness in the engine's Python ({error}); "
-        "`make setup` installs the version pinned in zerolab/engine/pins.toml, or use --scorer zerolab",
-        file=sys.stderr,
-    )
-    sys.exit(2)
+    from zerolab.rank.prompt_exit import exit_now
+
+    try:
+        import datasets
+        import transformers
+        from lm_eval.evaluator import evaluate
+        from lm_eval.models.huggingface import HFLM
+        from lm_eval.tasks import TaskManager
+    except ImportError as error:
+        print(
+            f"zerolab eval: --scorer lm-eval needs lm-evaluation-harness in the engine's Python ({error}); "
+            "`make setup` installs the version pinned in zerolab/engine/pins.toml, or use --scorer zerolab",
+            file=sys.stderr,
+        )
+        sys.exit(2)
 
 TASK = "zerolab_hellaswag"
 REPORTED = {"acc,none": "acc", "acc_norm,none": "acc_norm_chars"}

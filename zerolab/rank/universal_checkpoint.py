@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 from zerolab.contracts import LATEST_UNIVERSAL, error_prefix, holding, step_folder, universal_folder
+from zerolab.rank.collector import collector_paused
 from zerolab.rank.prompt_exit import exit_now
 from zerolab.rank.workarounds import deepspeed_without_its_unused_imports
 
@@ -51,8 +52,9 @@ def _convert(source: Path, target: Path) -> None:
     if not target.is_dir():
         # deepspeed here, not at the top: the engine's environment only, after the engine's
         # directory is on sys.path (the checkpoint's pickled arguments name megatron's classes)
-        deepspeed_without_its_unused_imports()
-        from deepspeed.checkpoint.ds_to_universal import main
+        with collector_paused():
+            deepspeed_without_its_unused_imports()
+            from deepspeed.checkpoint.ds_to_universal import main
 
         partial = target.with_name(target.name + PARTIAL_SUFFIX)
         shutil.rmtree(partial, ignore_errors=True)

@@ -11,10 +11,13 @@ import math
 import sys
 from pathlib import Path
 
-import torch
-from safetensors.torch import load_file
+from zerolab.rank.collector import collector_paused
 
-from zerolab.rank.prompt_exit import exit_now
+with collector_paused():
+    import torch
+    from safetensors.torch import load_file
+
+    from zerolab.rank.prompt_exit import exit_now
 
 
 def _weights(folder: str) -> dict[str, torch.Tensor]:
