@@ -40,8 +40,12 @@ def evaluate(
     scorers: dict[str, Scorer] = {
         task: hellaswag_scorer if task == "hellaswag" else "zerolab" for task in tasks
     }
-    given = exported and nullcontext(Model(str(exported.out), exported.run_dir, exported.iteration))
-    with given or hf_model(target, iteration) as model:
+    scored = (
+        nullcontext(Model(str(exported.out), exported.run_dir, exported.iteration))
+        if exported is not None
+        else hf_model(target, iteration)
+    )
+    with scored as model:
         inputs = {task: task_inputs(task, data, model.run_dir, limit, stride) for task in tasks}
         output: dict = {}
         for scorer in dict.fromkeys(scorers.values()):
