@@ -26,6 +26,8 @@ MEGATRON_ENTRY_MODULE = "zerolab.rank.megatron_entry"
 """What every pretraining rank runs (`python -m MODULE PRETRAIN_SCRIPT ARGS...`)."""
 FINETUNE_LOOP_MODULE = "zerolab.rank.finetune_loop"
 """What every fine-tuning rank runs (`python -m MODULE RUN_DIR/request.json`)."""
+FSDP2_TRAIN_MODULE = "zerolab.rank.fsdp2_train"
+"""What every rank of a recipe with `engine: fsdp2` runs (`python -m MODULE RUN_DIR/request.json`)."""
 RANDOM_GPT2_MODULE = "zerolab.rank.random_gpt2"
 """Writes a GPT-2 of a given shape with random weights (`python -m MODULE --help`)."""
 UNIVERSAL_CHECKPOINT_MODULE = "zerolab.rank.universal_checkpoint"
@@ -120,6 +122,10 @@ FINETUNE_RECORDS_FILE = "finetune.jsonl"
 EXPORTED_MODEL_DIR = "model"
 """Where in the run directory a launch exports the model of a run directory given as the model."""
 
+CHECKPOINTS_DIR = "checkpoints"
+"""The run directory's folder of checkpoints (Megatron's --save, the FSDP2 loop's)."""
+LATEST_CHECKPOINT = "latest_checkpointed_iteration.txt"
+"""Megatron's record, in the checkpoints directory, of the last complete save (the FSDP2 loop's too)."""
 STEP_PREFIX = "global_step"
 """DeepSpeed's name for the folder of one iteration's checkpoint (`global_step50`)."""
 LATEST_UNIVERSAL = "latest_universal"
@@ -393,8 +399,8 @@ class FinetuneRequest:
         return dataclasses.asdict(self)
 
 
-def finetune_request_text(request: FinetuneRequest) -> str:
-    """`request` as request.json's text."""
+def request_text(request: FinetuneRequest | Fsdp2Request) -> str:
+    """`request` (a fine-tuning's or an FSDP2 run's) as request.json's text."""
     return json.dumps(request.as_json(), indent=2) + "\n"
 
 
@@ -405,3 +411,111 @@ def parse_finetune_request(path: str | Path) -> FinetuneRequest:
         return FinetuneRequest(**data)
     except (OSError, ValueError, TypeError) as error:
         raise ValueError(f"{path}: not a fine-tuning request ({error})") from None
+
+
+# --- the second engine: PyTorch FSDP2 on the recipe's model, data and schedule ---------------
+
+ENGINE_LAYERNORM_EPSILON = 1e-5
+"""The engine's layer-norm epsilon (Megatron's --layernorm-epsilon default), GPT-2's."""
+ENGINE_GELU = "gelu_new"
+"""The engine's GeLU as transformers names it: its bias-GeLU fusion, on unless --no-bias-gelu-fusion
+(zerolab never renders that), computes the tanh approximation."""
+
+
+@dataclass(frozen=True)
+class Fsdp2Request:
+    """RUN_DIR/request.json of an FSDP2 run (zerolab.rank.fsdp2_train): the recipe's model, data,
+    batches, optimizer and schedule, in the terms Megatron's own code takes them (the loop builds the
+    engine's dataset and learning-rate scheduler from them), and how the model is sharded. As a
+    fine-tuning's, no path in it names the run directory: the loop writes there."""
+
+    engine: str
+    """The Megatron-DeepSpeed checkout whose dataset and scheduler code give the samples and rates."""
+    model: dict[str, Any]
+    """GPT2Config's keys: the recipe's shape, the padded vocabulary, dropouts, activation, epsilon."""
+    init_from: str | None
+    """An imported folder's one-layout checkpoint (`zerolab import`, tag tp1_pp1), else random weights."""
+    data_path: list[str] | None
+    """Megatron's --data-path words (a prefix, or weight prefix pairs), dealt by `split`."""
+    split: str
+    train_data_path: list[str] | None
+    valid_data_path: list[str] | None
+    test_data_path: list[str] | None
+    data_impl: str
+    seq_length: int
+    seed: int
+    micro_batch_size: int
+    global_batch_size: int
+    train_iters: int
+    lr: float
+    min_lr: float
+    lr_decay_style: str
+    lr_warmup_iters: int
+    weight_decay: float
+    adam_beta1: float
+    adam_beta2: float
+    adam_eps: float
+    clip_grad: float
+    log_interval: int
+    eval_interval: int
+    eval_iters: int
+    save_interval: int | None
+    """Iterations between checkpoints into RUN_DIR/checkpoints (and at the end), or None."""
+    load: str | None
+    """A checkpoints folder of an FSDP2 run to resume from (its latest iteration), or None."""
+    override_scheduler: bool
+    """Resuming under another schedule: the recipe's, at the samples already trained, not the saved one
+    (Megatron's --override-opt_param-scheduler)."""
+    sharding: str
+    """`ddp` (whole weights, gradients averaged), or `fsdp2` (fully_shard per layer and at the root)."""
+    reshard_after_forward: bool
+    """FSDP2: free each layer's gathered weights after its forward (ZeRO-3), or keep them (ZeRO-1/2)."""
+    cpu_offload: bool
+    """FSDP2: weights, gradients and optimizer states on the host between uses (CPUOffloadPolicy)."""
+    precision: str
+    """fp32 or bf16 (MixedPrecisionPolicy: bf16 weights and activations, fp32 reduction)."""
+    recompute: bool
+    """Every layer's activations recomputed in the backward pass (torch.utils.checkpoint)."""
+    attention: str
+    """transformers' attn_implementation: eager or sdpa."""
+
+    def as_json(self) -> dict[str, Any]:
+        """The request as request.json holds it."""
+        return dataclasses.asdict(self)
+
+
+def parse_fsdp2_request(path: str | Path) -> Fsdp2Request:
+    """The request in `path`; ValueError naming the file when it is not one."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        return Fsdp2Request(**data)
+    except (OSError, ValueError, TypeError) as error:
+        raise ValueError(f"{path}: not an FSDP2 request ({error})") from None
+
+
+def memory_line(rank: int, iteration: int, *megabytes: float) -> str:
+    """Megatron's memory report of one rank: allocated, max allocated, reserved, max reserved (MB)."""
+    names = ("allocated", "max allocated", "reserved", "max reserved")
+    figures = " | ".join(f"{name}: {value}" for name, value in zip(names, megabytes, strict=True))
+    return f"[Rank {rank}] (after {iteration} iterations) memory (MB) | {figures}"
+
+
+FSDP2_PROGRESS_FILE = "zerolab-progress.json"
+"""In each step_folder of an FSDP2 run, beside torch.distributed.checkpoint's files: the iteration,
+samples and the learning-rate scheduler's state."""
+
+_ITERATION_FORMS = {"lm loss": ".6E", "learning rate": ".3E"}
+"""Megatron's own forms of these segments (the loss to 1e-5 of a loss of about 10)."""
+
+
+def iteration_line(values: dict[str, Any]) -> str:
+    """The iteration line the FSDP2 loop prints, in Megatron's words and order (zerolab.logs reads
+    both alike): `iteration`, `train_iters` and then the segments given, e.g. `lm loss`."""
+    segments = [f" iteration {values['iteration']:8d}/{values['train_iters']:8d} "]
+    for key, value in values.items():
+        if key in ("iteration", "train_iters"):
+            continue
+        form = _ITERATION_FORMS.get(key, ".3f") if isinstance(value, float) else ""
+        text = format(value, form)
+        segments.append(f" {key}: {text} ")
+    return "|".join(segments) + "|"

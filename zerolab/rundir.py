@@ -18,7 +18,7 @@ from typing import Annotated, Any, Literal, TypeVar, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from zerolab.contracts import DS_CONFIG_FILE, STEP_PREFIX
+from zerolab.contracts import CHECKPOINTS_DIR, DS_CONFIG_FILE, LATEST_CHECKPOINT, STEP_PREFIX
 from zerolab.errors import Interrupted, UserError
 from zerolab.files import write_atomic, write_json_atomic
 
@@ -39,11 +39,8 @@ JOB_SCRIPT_FILE = "job.sbatch"
 """The script `zerolab launch --slurm` submitted (`sbatch job.sbatch` submits it again)."""
 DEEPSPEED_ENV_FILE = "deepspeed_env"
 """The launch's environment for the ranks the deepspeed launcher starts over ssh (DS_ENV_FILE)."""
-CHECKPOINTS_DIR = "checkpoints"
 MARKERS = (RUN_FILE, LOG_FILE, STATUS_FILE)
 """A directory holding any of these is a run directory."""
-LATEST_CHECKPOINT = "latest_checkpointed_iteration.txt"
-"""Megatron's record, in the checkpoints directory, of the last complete save."""
 
 STAMP_FORMAT = "%Y%m%d-%H%M%S"
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from zerolab import __version__, rundir
 from zerolab.backends.base import LaunchPlan, print_now
 from zerolab.backends.execute import Execution, finish, start
-from zerolab.contracts import EXPORTED_MODEL_DIR
+from zerolab.contracts import EXPORTED_MODEL_DIR, FinetuneRequest
 from zerolab.engine.cuda import query_gpus
 from zerolab.engine.doctor import collect
 from zerolab.engine.paths import engine_bin_dir, engine_missing
@@ -94,7 +94,7 @@ class LocalBackend:
             rundir.write_command(directory, rendered.script(Path.cwd(), note))
             rundir.write_doctor(directory, self.doctor if self.doctor is not None else collect(cached=True))
             rundir.write_facts(directory, facts)
-            if rendered.request is not None and rendered.request.exported:
+            if isinstance(rendered.request, FinetuneRequest) and rendered.request.exported:
                 export_model(Path(rendered.request.model), directory, echo)
             for step in rendered.before:
                 run_step(step, env, echo)

@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from zerolab.contracts import rank_script
+from zerolab.contracts import ENGINE_LAYERNORM_EPSILON, rank_script
 from zerolab.engine.paths import engine_missing
 from zerolab.engine.scripts import run_engine_script
 from zerolab.errors import UserError
@@ -42,8 +42,6 @@ CONVERTER = rank_script("hf_to_engine")
 TANH_GELU = ("gelu_new", "gelu_pytorch_tanh")
 """transformers' names of the tanh approximation of GELU, which GPT-2 uses and the engine's
 bias-GeLU computes."""
-ENGINE_EPSILON = 1e-5
-"""The engine's layer-norm epsilon (Megatron's --layernorm-epsilon default), GPT-2's."""
 
 
 def resolve_source(model: str) -> Path:
@@ -85,7 +83,10 @@ def _refuse_other_architecture(path: Path, config: dict[str, Any]) -> None:
         ),
         "add_cross_attention": (not config.get("add_cross_attention", False), "false"),
         "tie_word_embeddings": (config.get("tie_word_embeddings", True) is True, "true"),
-        "layer_norm_epsilon": (config.get("layer_norm_epsilon", 1e-5) == ENGINE_EPSILON, str(ENGINE_EPSILON)),
+        "layer_norm_epsilon": (
+            config.get("layer_norm_epsilon", 1e-5) == ENGINE_LAYERNORM_EPSILON,
+            str(ENGINE_LAYERNORM_EPSILON),
+        ),
     }
     wrong = [
         f"{key}={config.get(key)!r} (the engine's GPT: {wanted})"

@@ -283,6 +283,15 @@ def megatron_state(request: dict[str, Any]) -> tuple[dict[str, torch.Tensor], An
     return _merge_tensor_parallel(ranks), first["args"]
 
 
+def layout_state(folder: Path) -> dict[str, torch.Tensor]:
+    """The weights of an imported one-layout checkpoint (`zerolab import`'s tp1_pp1 folder: the files
+    the engine loads with --load-tag) by Megatron's parameter names."""
+    states = folder / "mp_rank_00_model_states.pt"
+    if not states.is_file():
+        raise CheckpointError(f"{states}: missing (not a checkpoint of one layout, tensor and pipeline 1)")
+    return _flat(_load(states)["module"])
+
+
 _LAYER = re.compile(r"^language_model\.encoder\.layers\.(\d+)\.(.+)$")
 _LAYER_NAMES = {
     "input_layernorm": "ln_1",

@@ -13,6 +13,7 @@ from zerolab.errors import UserError
 from zerolab.locations import CONFIGS_DIR, RECIPES_DIR, display_path
 from zerolab.recipe.destinations import Megatron, destinations
 from zerolab.recipe.finetuning import FineTuning
+from zerolab.recipe.fsdp2 import NOT_CARRIED_BY_FSDP2, Fsdp2Training
 from zerolab.recipe.inputs import (
     BUNDLED_TOKENIZER_FILES,
     DATASET_KEYS,
@@ -1544,3 +1545,49 @@ def _options_while_off(
 def _differs_from_default(section: Any, name: str) -> bool:
     info = type(section).model_fields[name]
     return getattr(section, name) != info.get_default(call_default_factory=True)
+
+
+@only_for(Fsdp2Training)
+@check
+def _fsdp2_carries_not(recipe: Recipe) -> Problem | None:
+    refused: dict[str, list[str]] = {}  # why -> keys
+    for section, (names, why) in NOT_CARRIED_BY_FSDP2.items():
+        values = getattr(recipe, section)
+        for name in names or type(values).model_fields:
+            if _differs_from_default(values, name):
+                refused.setdefault(why, []).append(f"{section}.{name}")
+    if recipe.activation_checkpointing.granularity == "selective":
+        refused.setdefault("Megatron's selective recomputation of its core attention", []).append(
+            "activation_checkpointing.granularity"
+        )
+    if recipe.model.attention not in ("megatron", "sdpa"):
+        refused.setdefault("Megatron's FlashAttention paths: use model.attention=sdpa", []).append(
+            "model.attention"
+        )
+    if recipe.precision.fp16:
+        refused.setdefault("fp16's loss scaling is not carried by the FSDP2 loop: use bf16", []).append(
+            "precision.fp16"
+        )
+    if recipe.hardware.launcher != "torchrun":
+        refused.setdefault("the FSDP2 loop starts under torchrun", []).append("hardware.launcher")
+    if not refused:
+        return None
+    keys = tuple(key for group in refused.values() for key in group)
+    reasons = "; ".join(f"{', '.join(group)}: {why}" for why, group in refused.items())
+    return Problem(
+        keys,
+        f"engine fsdp2 cannot carry {len(keys)} key(s) of this recipe: {reasons}",
+        "remove them (their defaults), or train with engine=megatron-deepspeed, which carries each",
+    )
+
+
+@only_for(FineTuning)
+@check
+def _finetuning_runs_on_deepspeed(recipe: Recipe) -> Problem | None:
+    if recipe.engine == "megatron-deepspeed":
+        return None
+    return Problem(
+        ("engine",),
+        "a fine-tuning recipe runs zerolab's fine-tuning loop on DeepSpeed; engine fsdp2 is for pretraining",
+        "remove engine (or the finetune section, to pretrain on FSDP2)",
+    )

@@ -277,6 +277,7 @@ class FineTuning:
     """A fine-tuning recipe's job: what differs from a pretraining (zerolab.recipe.job.Job)."""
 
     entry_module = FINETUNE_MODULE
+    reads_ds_config = True
     engine_judges_extras = False
     """No Megatron arguments to judge (the checks refuse extra.megatron_args): DeepSpeed judges
     extra.ds_config when the ranks start."""
@@ -298,7 +299,7 @@ class FineTuning:
         assert resume is None, "a fine-tuning run is not resumed (zerolab.recipe.selection refuses it)"
         return [f"{run_dir}/{REQUEST_FILE}"]
 
-    def request(self, run_dir: str) -> FinetuneRequest:
+    def request(self, *, engine: str | None, resume: Resume | None) -> FinetuneRequest:
         """The request.json the loop reads."""
         return finetune_request(self.recipe, self.finetune)
 

@@ -1,7 +1,8 @@
-"""A recipe's job kind: pretraining (zerolab.recipe.pretraining: Megatron's pretrain_gpt.py) or
+"""A recipe's job kind: pretraining (zerolab.recipe.pretraining: Megatron's pretrain_gpt.py),
+pretraining on the second engine (zerolab.recipe.fsdp2: zerolab's FSDP2 loop, `engine: fsdp2`) or
 fine-tuning (zerolab.recipe.finetuning: zerolab's loop on a GLUE task), chosen by the recipe's
-`finetune` section. Both share the common sections (zero, precision, hardware, logging, train's
-batches and rate); each kind owns what differs, and the core (render, checks, inputs, length,
+`finetune` section, then its `engine`. All share the common sections (zero, precision, hardware,
+logging, train's batches and rate); each kind owns what differs, and the core (render, checks, inputs, length,
 output, estimate) asks the kind rather than the section."""
 
 from __future__ import annotations
@@ -9,9 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Protocol
 
-from zerolab.contracts import FinetuneRequest
+from zerolab.contracts import FinetuneRequest, Fsdp2Request
 from zerolab.errors import UserError
 from zerolab.recipe.finetuning import FineTuning
+from zerolab.recipe.fsdp2 import Fsdp2Training
 from zerolab.recipe.pretraining import Pretraining
 from zerolab.recipe.provenance import Sources
 from zerolab.recipe.resumption import Resume
@@ -24,6 +26,8 @@ class Job(Protocol):
     recipe: Recipe
     entry_module: str
     """The module every rank runs (the launcher's `-m` / `--module`)."""
+    reads_ds_config: bool
+    """Whether the module reads the run directory's ds_config.json (the render writes {} otherwise)."""
     engine_judges_extras: bool
     """Whether the engine judges extra.megatron_args and extra.ds_config before launch."""
     loads_model_whole: bool
@@ -37,7 +41,7 @@ class Job(Protocol):
         """The module's arguments, for a run writing into `run_dir` (render's)."""
         ...
 
-    def request(self, run_dir: str) -> FinetuneRequest | None:
+    def request(self, *, engine: str | None, resume: Resume | None) -> FinetuneRequest | Fsdp2Request | None:
         """The request file written beside the ds_config, if the module reads one."""
         ...
 
@@ -95,10 +99,11 @@ class Job(Protocol):
 
 
 def job_of(recipe: Recipe) -> Job:
-    """The recipe's job kind: fine-tuning when it has a `finetune` section, else pretraining."""
+    """The recipe's job kind: fine-tuning when it has a `finetune` section, else pretraining on the
+    recipe's `engine`."""
     if recipe.finetune is not None:
         return FineTuning(recipe, recipe.finetune)
-    return Pretraining(recipe)
+    return Fsdp2Training(recipe) if recipe.engine == "fsdp2" else Pretraining(recipe)
 
 
 def train_iters(recipe: Recipe) -> int:

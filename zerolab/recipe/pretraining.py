@@ -42,6 +42,7 @@ class Pretraining:
     """A pretraining recipe's job: what differs from a fine-tuning (zerolab.recipe.job.Job)."""
 
     entry_module = ENTRY_MODULE
+    reads_ds_config = True
     engine_judges_extras = True
     """Megatron's parser and DeepSpeed's config classes judge extra.megatron_args and extra.ds_config
     before launch (zerolab.recipe.extras)."""
@@ -67,7 +68,7 @@ class Pretraining:
             *recipe.extra.megatron_args,
         ]
 
-    def request(self, run_dir: str) -> None:
+    def request(self, *, engine: str | None, resume: Resume | None) -> None:
         """None: pretraining reads its settings from its arguments."""
         return None
 

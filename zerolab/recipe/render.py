@@ -21,6 +21,7 @@ from zerolab.contracts import (
     HOST_HUGE_PAGES_ENV,
     SPEED_ENV,
     FinetuneRequest,
+    Fsdp2Request,
 )
 from zerolab.engine.cuda import toolkit_home
 from zerolab.engine.paths import cuda_link_dir, engine_bin_dir, engine_caches, engine_python
@@ -96,8 +97,9 @@ class Launch:
     world_size: int
     nodes: int
     procs_per_node: int
-    request: FinetuneRequest | None = None
-    """A fine-tuning's request.json (zerolab.contracts.FinetuneRequest), written beside the ds_config."""
+    request: FinetuneRequest | Fsdp2Request | None = None
+    """The request.json a fine-tuning's loop or an FSDP2 run's reads (zerolab.contracts), written beside
+    the ds_config."""
     before: tuple[tuple[str, ...], ...] = ()
     """Commands run once, in the engine's environment, before the launcher (a resume's conversion of
     its checkpoint to the universal format)."""
@@ -239,12 +241,12 @@ def render(
     return Launch(
         argv=argv,
         env=launch_env(recipe) | remote_env_file(recipe, placement, run_dir),
-        ds_config=ds_config(recipe),
+        ds_config=ds_config(recipe) if job.reads_ds_config else {},
         run_dir=run_dir,
         world_size=recipe.world_size,
         nodes=hw.nodes,
         procs_per_node=hw.procs_per_node,
-        request=job.request(run_dir),
+        request=job.request(engine=engine, resume=resume),
         before=job.steps_before(engine=engine, resume=resume),
     )
 

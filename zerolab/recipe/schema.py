@@ -1335,6 +1335,14 @@ class Recipe(Section):
         to=(Zerolab("composition"),),
     )
     description: str = field("", "one line on what this recipe is for", to=(Zerolab("render's header"),))
+    engine: Literal["megatron-deepspeed", "fsdp2"] = field(
+        "megatron-deepspeed",
+        "what trains the recipe: Megatron-DeepSpeed's pretrain_gpt.py (ZeRO by DeepSpeed), or zerolab's "
+        "FSDP2 loop (PyTorch's fully_shard on the same GPT-2, data, samples and schedule; the zero section "
+        "mapped as docs/engines.md tables it: z0 DDP, z1 and z2 weights kept whole between forward and "
+        "backward, z3 resharded after forward, offload CPUOffloadPolicy)",
+        to=(Zerolab("the job kind: the program every rank runs"),),
+    )
     model: ModelSection = field(ModelSection, "model shape")
     parallel: ParallelSection = field(ParallelSection, "tensor and pipeline parallelism")
     zero: ZeroSection = field(ZeroSection, "ZeRO setup")
