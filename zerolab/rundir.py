@@ -75,6 +75,11 @@ class RunFacts(BaseModel):
     zero_stage: Annotated[int, Field(ge=0, le=3)] | None = None
     offload_optimizer: bool | None = None
     offload_param: bool | None = None
+    engine: str | None = None
+    """What trained the run: `megatron-deepspeed` (pretrain_gpt.py), `fsdp2` (zerolab's FSDP2 loop) or
+    `deepspeed` (the fine-tuning loop)."""
+    fsdp2_setup: str | None = None
+    """An FSDP2 run's zero section as FSDP2 trained it (`fully_shard, weights resharded after forward`)."""
     recompute_granularity: str | None = None
     attention: str | None = None
     micro_batch_size: Count | None = None

@@ -38,7 +38,7 @@ def test_a_sweep_over_zero_shows_its_setups_once(tmp_path: Path, capsys, monkeyp
     assert main(["summarize", str(directory), "--no-plots"]) == 0
     printed = capsys.readouterr().out
     header = (directory / "summary.md").read_text().splitlines()[0].split(" | ")
-    assert header[:3] == ["| run", "zero", "model"] and "setup" not in header
+    assert header[:4] == ["| run", "zero", "engine", "model"] and "setup" not in header
     assert "z3_offload" in (directory / "summary.md").read_text()
     table_header = next(line for line in printed.splitlines() if "┃ run" in line)
     assert "zero" in table_header and "setup" not in table_header

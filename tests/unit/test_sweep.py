@@ -306,7 +306,7 @@ def test_slurm_writes_one_array_job_of_the_cells_that_pass_the_checks(tmp_path, 
     header = (directory / "summary.md").read_text().splitlines()[0]
     assert header.startswith("| run | zero | train.micro_batch_size | setup |")
     csv_header = (directory / "summary.csv").read_text().splitlines()[0].split(",")
-    assert csv_header[3:5] == ["sweep.zero", "sweep.train.micro_batch_size"]
+    assert csv_header[4:6] == ["sweep.zero", "sweep.train.micro_batch_size"]
 
 
 def test_slurm_refuses_cells_that_need_different_allocations(tmp_path, monkeypatch, capsys):

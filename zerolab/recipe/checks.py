@@ -13,7 +13,7 @@ from zerolab.errors import UserError
 from zerolab.locations import CONFIGS_DIR, RECIPES_DIR, display_path
 from zerolab.recipe.destinations import Megatron, destinations
 from zerolab.recipe.finetuning import FineTuning
-from zerolab.recipe.fsdp2 import NOT_CARRIED_BY_FSDP2, Fsdp2Training
+from zerolab.recipe.fsdp2 import AS_FSDP2_DOES, NOT_CARRIED_BY_FSDP2, Fsdp2Training
 from zerolab.recipe.inputs import (
     BUNDLED_TOKENIZER_FILES,
     DATASET_KEYS,
@@ -1554,7 +1554,8 @@ def _fsdp2_carries_not(recipe: Recipe) -> Problem | None:
     for section, (names, why) in NOT_CARRIED_BY_FSDP2.items():
         values = getattr(recipe, section)
         for name in names or type(values).model_fields:
-            if _differs_from_default(values, name):
+            carried = getattr(values, name) == AS_FSDP2_DOES.get(section, {}).get(name, ...)
+            if _differs_from_default(values, name) and not carried:
                 refused.setdefault(why, []).append(f"{section}.{name}")
     if recipe.activation_checkpointing.granularity == "selective":
         refused.setdefault("Megatron's selective recomputation of its core attention", []).append(

@@ -363,5 +363,5 @@ class FineTuning:
         return "full (transformers' gradient checkpointing)"
 
     def run_facts(self) -> dict[str, Any]:
-        """run.json's facts of this kind only: the task and the model as given."""
-        return {"task": self.finetune.task, "model_source": self.finetune.model}
+        """run.json's facts of this kind only: the engine, the task and the model as given."""
+        return {"engine": "deepspeed", "task": self.finetune.task, "model_source": self.finetune.model}

@@ -162,7 +162,11 @@ NOT_CARRIED_BY_FSDP2: dict[str, tuple[tuple[str, ...], str]] = {
     "distillation": ((), _MEGATRON_ONLY),
 }
 """What an FSDP2 recipe cannot carry, by section: the keys (none listed: all of the section's) and why.
-A value other than the schema's default is refused before launch, naming the key (fsdp2_refusals)."""
+A value other than the schema's default is refused before launch, naming the key (zerolab.recipe.checks),
+unless it is AS_FSDP2_DOES."""
+AS_FSDP2_DOES: dict[str, dict[str, Any]] = {"activation_checkpointing": {"method": "uniform", "num_layers": 1}}
+"""Values of NOT_CARRIED_BY_FSDP2's keys that say what the loop does anyway: every block recomputed on
+its own is Megatron's uniform recomputation of one layer a chunk (activation_checkpointing/full)."""
 
 
 class Fsdp2Training(Pretraining):
@@ -207,7 +211,7 @@ class Fsdp2Training(Pretraining):
 
     def run_facts(self) -> dict[str, Any]:
         """The engine and the FSDP2 setup the zero section became."""
-        return {"fsdp2_setup": fsdp2_setup(self.recipe).describe()}
+        return {"engine": "fsdp2", "fsdp2_setup": fsdp2_setup(self.recipe).describe()}
 
 
 def fsdp2_request(recipe: Recipe, *, engine: str | None = None, resume: Resume | None = None) -> Fsdp2Request:

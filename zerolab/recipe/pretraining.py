@@ -132,8 +132,8 @@ class Pretraining:
         return f"full {ckpt.method or 'uniform'} x{ckpt.num_layers or 1}{implementation}"
 
     def run_facts(self) -> dict[str, Any]:
-        """run.json's facts of this kind only: none."""
-        return {}
+        """run.json's facts of this kind only: the engine."""
+        return {"engine": "megatron-deepspeed"}
 
 
 def megatron_args(recipe: Recipe, ds_config_path: str) -> list[str]:

@@ -206,6 +206,14 @@ COLUMNS: tuple[Column, ...] = (
         show=lambda value: value or "",
         terminal=9,
     ),
+    Column(
+        "engine",
+        "what trained the run (run.json): `megatron-deepspeed` (pretrain_gpt.py), `fsdp2` (zerolab's FSDP2 "
+        "loop on the same recipe, docs/engines.md) or `deepspeed` (the fine-tuning loop); empty: a log "
+        "without run.json",
+        label="engine",
+        show=lambda value: value or "",
+    ),
     Column("path", "the run directory or log file"),
     Column(
         "sweep",

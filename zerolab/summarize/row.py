@@ -17,6 +17,7 @@ class SummaryRow:
 
     name: str
     setup: str | None
+    engine: str | None
     path: str
     sweep: dict[str, Any] | None
     model: str | None

@@ -417,6 +417,7 @@ def summarize_run(run: Run, log: ParsedLog, facts: RunDirFacts | None, options: 
     row = SummaryRow(
         name=_run_name(run, facts),
         setup=setup_label(setup),
+        engine=run_facts.engine if run_facts else None,
         path=str(run.path),
         sweep=None,  # a sweep's cell: zerolab.summarize.sweeps
         model=setup.model,
