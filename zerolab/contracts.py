@@ -502,7 +502,7 @@ def memory_line(rank: int, iteration: int, *megabytes: float) -> str:
 
 FSDP2_PROGRESS_FILE = "zerolab-progress.json"
 """In each step_folder of an FSDP2 run, beside torch.distributed.checkpoint's files: the iteration,
-samples and the learning-rate scheduler's state."""
+samples, the learning-rate scheduler's state and the model's GPT2Config keys (its request's `model`)."""
 
 _ITERATION_FORMS = {"lm loss": ".6E", "learning rate": ".3E"}
 """Megatron's own forms of these segments (the loss to 1e-5 of a loss of about 10)."""

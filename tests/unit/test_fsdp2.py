@@ -13,6 +13,7 @@ import pytest
 from zerolab.cli import main
 from zerolab.contracts import FSDP2_TRAIN_MODULE
 from zerolab.recipe.compose import load_recipe
+from zerolab.recipe.facts import run_facts
 from zerolab.recipe.fsdp2 import ZERO_TO_FSDP2
 from zerolab.recipe.render import render
 
@@ -112,3 +113,9 @@ def test_docs_engines_tables_the_mapping_the_loop_is_given():
     text = (Path(__file__).resolve().parents[2] / "docs" / "engines.md").read_text()
     rows = [line for line in text.splitlines() if line.startswith("| ") and not line.startswith("| recipe")]
     assert rows == [f"| {key} | {what} |" for key, what in ZERO_TO_FSDP2]
+
+
+def test_run_json_names_the_engine_and_the_fsdp2_setup():
+    fsdp2 = run_facts(load_recipe("cpu/tiny_fsdp2_z3"))
+    assert fsdp2.engine == "fsdp2" and fsdp2.fsdp2_setup == "fully_shard, weights resharded after forward"
+    assert run_facts(load_recipe("cpu/tiny_z3")).engine == "megatron-deepspeed"

@@ -106,6 +106,7 @@ def export_run(run_dir: Path, out: Path, iteration: int | None = None) -> Export
         "tensor_parallel": recipe.parallel.tensor,
         "pipeline_parallel": recipe.parallel.pipeline,
         "zero_stage": recipe.zero.stage,
+        "engine": recipe.engine,
         "vocab_size": recipe.model.vocab_size,
         "vocab_file": tokenizer_file(recipe, "vocab_file"),
         "merge_file": tokenizer_file(recipe, "merge_file"),

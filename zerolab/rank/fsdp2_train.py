@@ -224,15 +224,23 @@ def _device() -> Any:
     )
 
 
-def save(model: Any, optimizer: Any, scheduler: Any, run_dir: Path, iteration: int, consumed: int) -> None:
+def save(
+    request: Fsdp2Request, model: Any, optimizer: Any, scheduler: Any, run_dir: Path, iteration: int
+) -> None:
     """A sharded checkpoint of weights, optimizer states and the scheduler into
-    RUN_DIR/checkpoints/global_stepN, then the `latest` file that names it (rank 0)."""
+    RUN_DIR/checkpoints/global_stepN (with the model's GPT2Config keys, for its export), then the
+    `latest` file that names it (rank 0)."""
     checkpoints = run_dir / CHECKPOINTS_DIR
     model_state, optimizer_state = get_state_dict(model, optimizer)
     folder = checkpoints / step_folder(iteration)
     dcp.save({"model": model_state, "optimizer": optimizer_state}, checkpoint_id=str(folder))
     if dist.get_rank() == 0:
-        progress = {"iteration": iteration, "consumed_samples": consumed, "scheduler": scheduler.state_dict()}
+        progress = {
+            "iteration": iteration,
+            "consumed_samples": iteration * request.global_batch_size,
+            "scheduler": scheduler.state_dict(),
+            "model": request.model,
+        }
         (folder / FSDP2_PROGRESS_FILE).write_text(json.dumps(progress))
         (checkpoints / LATEST_CHECKPOINT).write_text(f"{iteration}\n")
     dist.barrier()
@@ -362,7 +370,7 @@ def train(request: Fsdp2Request, run_dir: Path) -> None:
                     flush=True,
                 )
         if request.save_interval and (number % request.save_interval == 0 or number == request.train_iters):
-            save(model, optimizer, scheduler, run_dir, number, number * gbs)
+            save(request, model, optimizer, scheduler, run_dir, number)
     dist.barrier()
     if rank == 0:
         print("[after training is done]", flush=True)

@@ -35,6 +35,7 @@ with collector_paused():
     import torch
     from safetensors.torch import save_file
 
+    from zerolab.contracts import FSDP2_PROGRESS_FILE, step_folder
     from zerolab.rank.prompt_exit import exit_now
     from zerolab.rank.workarounds import deepspeed_without_its_unused_imports
 
@@ -406,13 +407,58 @@ def hf_config(args: Any, vocab_size: int) -> dict[str, Any]:
     }
 
 
+def fsdp2_state(request: dict[str, Any], vocab_size: int) -> tuple[dict[str, torch.Tensor], Any]:
+    """An FSDP2 run's weights as GPT2LMHeadModel's (the padded rows and the tied head left out) from
+    its sharded checkpoint, put together by torch.distributed.checkpoint without a process group, and
+    the run's arguments as Megatron's names hold them (for hf_config), from the model it saved."""
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save  # noqa: PLC0415
+
+    step_dir = Path(request["checkpoints"]) / step_folder(request["iteration"])
+    try:
+        model = json.loads((step_dir / FSDP2_PROGRESS_FILE).read_text())["model"]
+    except (OSError, ValueError, KeyError) as error:
+        raise _unreadable(step_dir / FSDP2_PROGRESS_FILE, error) from None
+    whole = Path(request["out"]) / "whole.pt"
+    try:
+        dcp_to_torch_save(str(step_dir), str(whole))
+        state = torch.load(whole, weights_only=True)["model"]
+    except (OSError, RuntimeError, ValueError, KeyError) as error:
+        raise _unreadable(step_dir, error) from None
+    finally:
+        whole.unlink(missing_ok=True)
+    weights = {
+        name: tensor.detach().to(torch.float32).contiguous()
+        for name, tensor in state.items()
+        if name != "lm_head.weight"
+    }
+    weights["transformer.wte.weight"] = weights["transformer.wte.weight"][:vocab_size].contiguous()
+    args = types.SimpleNamespace(
+        num_layers=model["n_layer"],
+        hidden_size=model["n_embd"],
+        num_attention_heads=model["n_head"],
+        max_position_embeddings=model["n_positions"],
+        ffn_hidden_size=None,
+        bias_gelu_fusion=model["activation_function"] == "gelu_new",
+        layernorm_epsilon=model["layer_norm_epsilon"],
+        hidden_dropout=model["resid_pdrop"],
+        attention_dropout=model["attn_pdrop"],
+        init_method_std=model["initializer_range"],
+    )
+    return weights, args
+
+
 def export(request: dict[str, Any]) -> None:
     """Write the request's checkpoint into its `out` folder as a Hugging Face GPT-2 directory."""
-    megatron, args = megatron_state(request)
-    if getattr(args, "num_experts", [1]) not in (None, [1], 1) or getattr(args, "swiglu", False):
-        raise CheckpointError("the run is not a GPT-2 (mixture of experts or SwiGLU): nothing to export to")
     vocab_size = request["vocab_size"]
-    weights = hf_state(megatron, vocab_size)
+    if request.get("engine") == "fsdp2":
+        weights, args = fsdp2_state(request, vocab_size)
+    else:
+        megatron, args = megatron_state(request)
+        if getattr(args, "num_experts", [1]) not in (None, [1], 1) or getattr(args, "swiglu", False):
+            raise CheckpointError(
+                "the run is not a GPT-2 (mixture of experts or SwiGLU): nothing to export to"
+            )
+        weights = hf_state(megatron, vocab_size)
     missing = sorted(set(gpt2_names(args.num_layers)) - set(weights), key=_layer_order)
     if missing:
         shown = ", ".join(missing[:4]) + (f", and {len(missing) - 4} more" if len(missing) > 4 else "")

@@ -164,7 +164,9 @@ NOT_CARRIED_BY_FSDP2: dict[str, tuple[tuple[str, ...], str]] = {
 """What an FSDP2 recipe cannot carry, by section: the keys (none listed: all of the section's) and why.
 A value other than the schema's default is refused before launch, naming the key (zerolab.recipe.checks),
 unless it is AS_FSDP2_DOES."""
-AS_FSDP2_DOES: dict[str, dict[str, Any]] = {"activation_checkpointing": {"method": "uniform", "num_layers": 1}}
+AS_FSDP2_DOES: dict[str, dict[str, Any]] = {
+    "activation_checkpointing": {"method": "uniform", "num_layers": 1}
+}
 """Values of NOT_CARRIED_BY_FSDP2's keys that say what the loop does anyway: every block recomputed on
 its own is Megatron's uniform recomputation of one layer a chunk (activation_checkpointing/full)."""
 
