@@ -1511,8 +1511,7 @@ def _finetune_reads_not(recipe: Recipe) -> Problem | None:
         f"{section}.{name}"
         for section, names in NOT_READ_BY_FINETUNING.items()
         for name in names
-        if _differs_from_default(getattr(recipe, section), name)
-        and getattr(getattr(recipe, section), name) != READ_AS_FINETUNING_DOES.get(section, {}).get(name, ...)
+        if _set_beyond(recipe, section, name, READ_AS_FINETUNING_DOES)
     ]
     if recipe.activation_checkpointing.granularity == "selective":
         unread.append("activation_checkpointing.granularity")
@@ -1542,6 +1541,15 @@ def _options_while_off(
     )
 
 
+def _set_beyond(recipe: Recipe, section: str, name: str, done_anyway: dict[str, dict[str, Any]]) -> bool:
+    """Whether `section`.`name` is set to a value other than its default and other than the one
+    `done_anyway` says the program does anyway (a loop that reads not the key: fine-tuning's, FSDP2's)."""
+    values = getattr(recipe, section)
+    return _differs_from_default(values, name) and getattr(values, name) != done_anyway.get(section, {}).get(
+        name, ...
+    )
+
+
 def _differs_from_default(section: Any, name: str) -> bool:
     info = type(section).model_fields[name]
     return getattr(section, name) != info.get_default(call_default_factory=True)
@@ -1552,10 +1560,8 @@ def _differs_from_default(section: Any, name: str) -> bool:
 def _fsdp2_carries_not(recipe: Recipe) -> Problem | None:
     refused: dict[str, list[str]] = {}  # why -> keys
     for section, (names, why) in NOT_CARRIED_BY_FSDP2.items():
-        values = getattr(recipe, section)
-        for name in names or type(values).model_fields:
-            carried = getattr(values, name) == AS_FSDP2_DOES.get(section, {}).get(name, ...)
-            if _differs_from_default(values, name) and not carried:
+        for name in names or type(getattr(recipe, section)).model_fields:
+            if _set_beyond(recipe, section, name, AS_FSDP2_DOES):
                 refused.setdefault(why, []).append(f"{section}.{name}")
     if recipe.activation_checkpointing.granularity == "selective":
         refused.setdefault("Megatron's selective recomputation of its core attention", []).append(
