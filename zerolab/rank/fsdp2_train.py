@@ -93,7 +93,6 @@ def engine_args(request: Fsdp2Request) -> argparse.Namespace:
         lr_decay_tokens=None,
         lr_warmup_tokens=None,
         consumed_train_tokens=0,
-        data_efficiency_curriculum_learning=False,
     )
 
 
