@@ -22,12 +22,14 @@ from zerolab.logs.lines import read_lines
 from zerolab.logs.megatron import parse_memory_reports
 from zerolab.logs.parse import parse_log
 from zerolab.recipe.compose import load_recipe
+from zerolab.recipe.fsdp2 import fsdp2_setup
 from zerolab.recipe.output import zero_label
 from zerolab.recipe.schema import Recipe
 from zerolab.summarize.discover import Run
 from zerolab.summarize.summary import Options, summarize_run
 
 MEASURED_FILE = REPO_ROOT / "tests" / "fixtures" / "estimate" / "measured.csv"
+FSDP2_FILE = REPO_ROOT / "tests" / "fixtures" / "estimate" / "fsdp2_cpu.csv"
 CPU_LOGS = REPO_ROOT / "tests" / "fixtures" / "logs" / "cpu-engine"
 REAL_LOGS = REPO_ROOT / "tests" / "fixtures" / "logs" / "real"
 DOC_FILE = REPO_ROOT / "docs" / "estimate.md"
@@ -76,6 +78,67 @@ def measured_cases() -> list[Case]:
             host = float(row["measured_host_GiB"]) if row["measured_host_GiB"] else None
             cases.append(Case(row["case"], recipe, measured, host, row["provenance"]))
     return cases
+
+
+@dataclass(frozen=True)
+class HostCase:
+    """An FSDP2 run on CPU (benchmarks/fsdp2_memory_cpu.py): its recipe and its node's peak RSS, with
+    the mmap threshold fixed (what the estimate predicts) and with glibc's default malloc."""
+
+    name: str
+    recipe: Recipe
+    measured_host_gib: float
+    default_malloc_gib: float
+
+    @property
+    def tiny(self) -> bool:
+        """Whether the run is of the tiny GPT-2, whose few MB of model measure the process alone."""
+        return self.name.endswith("_tiny")
+
+
+def fsdp2_cases() -> list[HostCase]:
+    """Every row of fsdp2_cpu.csv."""
+    with open(FSDP2_FILE, newline="", encoding="utf-8") as handle:
+        return [
+            HostCase(
+                row["case"],
+                load_recipe(REPO_ROOT / row["recipe"], row["overrides"].split()),
+                float(row["measured_host_GiB"]),
+                float(row["measured_host_default_malloc_GiB"]),
+            )
+            for row in csv.DictReader(handle)
+        ]
+
+
+def implied_fsdp2_process_gib() -> float:
+    """The FSDP2 rank process the tiny runs imply: their node's RSS per rank less the estimate's model."""
+    implied = []
+    for case in fsdp2_cases():
+        if case.tiny:
+            est = estimate(case.recipe)
+            implied.append(case.measured_host_gib / case.recipe.hardware.procs_per_node - est.cpu_model_gib())
+    return statistics.mean(implied)
+
+
+def fsdp2_table() -> str:
+    """The FSDP2 runs on CPU: the estimate's node peak against the measured process tree."""
+    lines = [
+        "| case | setup | measured host GiB (fixed mmap threshold) | predicted GiB | error "
+        "| default malloc GiB | host peak phase |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for case in fsdp2_cases():
+        est, setup = estimate(case.recipe), f"{case.recipe.model.name}, {fsdp2_setup(case.recipe).describe()}"
+        lines.append(
+            f"| {case.name} | {setup} | {case.measured_host_gib:.2f} "
+            f"| {est.host_peak_gib():.2f} | {_error(est.host_peak_gib(), case.measured_host_gib)} "
+            f"| {case.default_malloc_gib:.2f} | {est.host_peak_phase} |"
+        )
+    lines.append(
+        f"\nThe tiny rows set the process constant (buffers.FSDP2_CPU_PROCESS_GIB; they imply "
+        f"{implied_fsdp2_process_gib():.3f} GiB a rank), so only the 124M rows check the model terms."
+    )
+    return "\n".join(lines)
 
 
 def _error(predicted: float, measured: float) -> str:
@@ -188,6 +251,8 @@ def generated() -> str:
             START,
             "### Predicted against measured",
             measured_table(),
+            "### FSDP2 on CPU, predicted against measured",
+            fsdp2_table(),
             "### CPU-engine logs (not comparable; see above)",
             cpu_table(),
             "### Allocator reserve in the real logs",

@@ -219,3 +219,28 @@ def test_torchrun_meets_at_node1s_rendezvous(cluster, dataset, trained, tmp_path
     logged = next(tmp_path / node for node in starts if losses(tmp_path / node))
     assert_losses_of(logged, trained("z1"))
     assert_two_nodes_in_summary(logged, tmp_path)
+
+
+def test_an_fsdp2_recipe_trains_on_both_nodes_through_slurm_as_on_one(cluster, dataset, tmp_path):
+    """The second engine through the same backend: its torchrun on each node meets node1's, and the
+    two-node run trains the losses of the same recipe on one node's two ranks."""
+    words = ["cpu/tiny_fsdp2_z3", f"data.path={dataset}", *SHORT]
+    one_node = tmp_path / "one-node"
+    done = subprocess.run(
+        zerolab("launch", *words, "--run-dir", str(one_node)),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    job = launch_slurm(cluster, [*words, *TWO_NODES], tmp_path)
+    output, _ = job.communicate(timeout=TIMEOUT_S)
+    assert job.returncode == 0, output[-3000:]
+    run_dir = slurm_run_dir(tmp_path)
+    got, want = losses(run_dir), losses(one_node)
+    assert len(got) == len(want) == 3 and all(abs(a - b) <= 1e-5 for a, b in zip(got, want, strict=True)), (
+        got,
+        want,
+    )
+    assert_two_nodes_in_summary(run_dir, tmp_path)
+    assert json.loads((run_dir / rundir.RUN_FILE).read_text())["engine"] == "fsdp2"

@@ -43,6 +43,13 @@ CPU_PROCESS_GIB = 0.42
 """The same on the CPU engine (no CUDA libraries): DeepSpeed's "Before Building Model" line in
 tests/fixtures/logs/cpu-engine reports 0.42 GB resident per rank."""
 
+FSDP2_CPU_PROCESS_GIB = 0.42
+"""The same for the FSDP2 loop on CPU (zerolab.rank.fsdp2_train: no Megatron model code, the engine's
+datasets, transformers' GPT-2), with the launcher's share: the mean over the tiny GPT-2 runs of
+tests/fixtures/estimate/fsdp2_cpu.csv (benchmarks/fsdp2_memory_cpu.py) of their process tree per rank
+less the estimate's few MB of model (a test keeps the two equal); a rank's own RSS before it builds
+its model was 0.446 GiB."""
+
 DEEPSPEED_DEFAULTS = {
     "prefetch_bucket_size": 50_000_000,
     "param_persistence_threshold": 100_000,

@@ -7,14 +7,21 @@ batch of a step: stage 2 reduce-scatters after each backward pass, stage 3 gathe
 Bytes are what each rank sends on a ring: (N-1)/N of the collective's size for reduce-scatter and
 all-gather, twice that for all-reduce. Tensor-parallel all-reduces (Megatron: two per layer in
 the forward pass, two in the backward, two more when full recompute reruns the forward),
-pipeline sends, and host transfers under offload are counted the same way."""
+pipeline sends, and host transfers under offload are counted the same way. The FSDP2 loop's
+collectives: DDP all-reduces fp32 gradients after every micro batch's backward; fully_shard
+all-gathers weights in the compute dtype for every micro batch (once with reshard_after_forward
+False, again for the backward with True, but for the root, which stays gathered) and reduce-scatters
+fp32 gradients after each; CPUOffloadPolicy copies the fp32 shard to the GPU for each gather and the
+gradient shard back."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from zerolab.estimate.fsdp2_states import FP32, compute_bytes
 from zerolab.estimate.model_states import optimizer_kind, weight_bytes
 from zerolab.estimate.shape import Shape, Stage
+from zerolab.recipe.fsdp2 import fsdp2_setup
 from zerolab.recipe.schema import Recipe
 
 NVLINK_GBPS = 3600.0
@@ -58,6 +65,8 @@ def ring(size: float, ranks: int) -> float:
 
 def step_traffic(recipe: Recipe, shape: Shape, stage: Stage) -> Traffic:
     """Per-step traffic of one rank of `stage`."""
+    if recipe.engine == "fsdp2":
+        return fsdp2_step_traffic(recipe, shape, stage)
     zero, w = recipe.zero, weight_bytes(recipe)
     n, micro_batches = shape.zero_ranks, shape.accumulation
     weights = w * stage.params
@@ -98,6 +107,27 @@ def step_traffic(recipe: Recipe, shape: Shape, stage: Stage) -> Traffic:
         to_host += micro_batches * checkpoints
         from_host += micro_batches * checkpoints
     return Traffic(all_reduce, reduce_scatter, all_gather, tensor_parallel, pipeline, to_host, from_host)
+
+
+def fsdp2_step_traffic(recipe: Recipe, shape: Shape, stage: Stage) -> Traffic:
+    """Per-step traffic of one rank of the FSDP2 loop (data parallel only)."""
+    setup, n, micro_batches = fsdp2_setup(recipe), shape.zero_ranks, shape.accumulation
+    gradients = FP32 * stage.params
+    if setup.sharding == "ddp":
+        return Traffic(all_reduce=micro_batches * 2 * ring(gradients, n))
+    gathered = float(stage.params)
+    if setup.reshard_after_forward:
+        gathered += stage.layers * shape.layer_params()
+    all_gather = micro_batches * ring(compute_bytes(recipe) * gathered, n)
+    reduce_scatter = micro_batches * ring(gradients, n)
+    if not setup.cpu_offload:
+        return Traffic(reduce_scatter=reduce_scatter, all_gather=all_gather)
+    return Traffic(
+        reduce_scatter=reduce_scatter,
+        all_gather=all_gather,
+        to_host=micro_batches * gradients / n,
+        from_host=micro_batches * FP32 * gathered / n,
+    )
 
 
 def with_data_parallel(recipe: Recipe, shape: Shape, data: int) -> Shape | None:

@@ -10,11 +10,13 @@ from dataclasses import dataclass
 from zerolab.estimate.activations import StageActivations, stage_activations
 from zerolab.estimate.buffers import (
     CPU_PROCESS_GIB,
+    FSDP2_CPU_PROCESS_GIB,
     HOST_PROCESS_GIB,
     allreduce_parts,
     bucket_parts,
     gathered_weight_parts,
 )
+from zerolab.estimate.fsdp2_states import fsdp2_state_parts
 from zerolab.estimate.model_states import model_state_parts, step_temporary_parts, weight_bytes
 from zerolab.estimate.parts import ALWAYS, BACKWARD, FORWARD, GIB, PHASES, Part, during
 from zerolab.estimate.shape import Shape, Stage
@@ -54,6 +56,10 @@ class StageMemory:
         parts = [part for part in self.parts if not part.host and phase in part.phases and part.bytes > 0]
         return sorted(parts, key=lambda part: -part.bytes)
 
+    def host_bytes(self, phase: str) -> float:
+        """Host bytes one rank holds in `phase`."""
+        return sum(part.bytes for part in self.parts if part.host and phase in part.phases)
+
     def host_parts(self) -> list[Part]:
         """The parts one rank keeps in host memory."""
         return [part for part in self.parts if part.host and part.bytes > 0]
@@ -84,13 +90,30 @@ class MemoryEstimate:
 
     def process_gib(self) -> float:
         """Host memory of one rank's process before the model is built."""
-        return CPU_PROCESS_GIB if self.on_cpu else HOST_PROCESS_GIB
+        if not self.on_cpu:
+            return HOST_PROCESS_GIB
+        return FSDP2_CPU_PROCESS_GIB if self.recipe.engine == "fsdp2" else CPU_PROCESS_GIB
+
+    @property
+    def host_peak_phase(self) -> str:
+        """The phase with the most host memory: what the peak stage offloads and, on CPU, its model."""
+        stage = self.peak_stage
+        return max(PHASES, key=lambda phase: stage.host_bytes(phase) + self.on_cpu * stage.gpu_bytes(phase))
+
+    def host_parts_at_peak(self) -> list[Part]:
+        """The host parts one rank holds at the host's peak phase."""
+        phase = self.host_peak_phase
+        return [part for part in self.peak_stage.host_parts() if phase in part.phases]
+
+    def cpu_model_gib(self) -> float:
+        """On CPU, the model states and activations one rank holds at the host's peak phase (else 0)."""
+        return self.peak_stage.gpu_bytes(self.host_peak_phase) / GIB if self.on_cpu else 0.0
 
     def host_rank_gib(self) -> float:
-        """Host memory of one rank: its process, what it offloads and, on CPU, its model."""
-        stage = self.peak_stage
-        host = sum(part.bytes for part in stage.host_parts()) / GIB + self.process_gib()
-        return host + (stage.peak_bytes / GIB if self.on_cpu else 0.0)
+        """Host memory of one rank at the host's peak phase: its process, what it offloads and, on
+        CPU, its model."""
+        offloaded = self.peak_stage.host_bytes(self.host_peak_phase) / GIB
+        return offloaded + self.cpu_model_gib() + self.process_gib()
 
     def host_peak_gib(self) -> float:
         """Host memory of one node: every rank on it."""
@@ -153,6 +176,25 @@ def finetune_load_parts(recipe: Recipe, shape: Shape) -> list[Part]:
     return [Part("load", "model loaded whole (host, fp32)", shape.total_params() * 4, how, host=True)]
 
 
+def stage_parts(
+    recipe: Recipe, shape: Shape, stage: Stage, activations: StageActivations, p: int
+) -> list[Part]:
+    """Every part of one rank of `stage`: the engine's model states and buffers, and activations (the
+    FSDP2 loop's transformers attention keeps no score buffer between layers)."""
+    if recipe.engine == "fsdp2":
+        kept = [part for part in activation_parts(activations, p, shape) if part.key != "framework"]
+        return fsdp2_state_parts(recipe, shape, stage) + kept
+    return (
+        model_state_parts(recipe, shape, stage)
+        + bucket_parts(recipe, shape)
+        + gathered_weight_parts(recipe, shape, stage)
+        + allreduce_parts(recipe, shape, stage)
+        + step_temporary_parts(recipe, shape, stage)
+        + activation_parts(activations, p, shape)
+        + finetune_load_parts(recipe, shape)
+    )
+
+
 def estimate_memory(recipe: Recipe) -> MemoryEstimate:
     """The memory estimate of a loaded recipe (zerolab.recipe.load_recipe)."""
     shape = Shape.of(recipe)
@@ -160,14 +202,6 @@ def estimate_memory(recipe: Recipe) -> MemoryEstimate:
     stages = []
     for stage in shape.stages():
         activations = stage_activations(shape, stage, p, recipe.activation_checkpointing)
-        parts = (
-            model_state_parts(recipe, shape, stage)
-            + bucket_parts(recipe, shape)
-            + gathered_weight_parts(recipe, shape, stage)
-            + allreduce_parts(recipe, shape, stage)
-            + step_temporary_parts(recipe, shape, stage)
-            + activation_parts(activations, p, shape)
-            + finetune_load_parts(recipe, shape)
-        )
+        parts = stage_parts(recipe, shape, stage, activations, p)
         stages.append(StageMemory(stage, tuple(parts), activations))
     return MemoryEstimate(recipe, shape, tuple(stages))

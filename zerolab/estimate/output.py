@@ -73,9 +73,9 @@ def as_json(
         "ranks": ranks,
         "process": _gib(est.process_gib() * ranks),
     }
-    host |= {part.key: _gib(part.gib * ranks) for part in stage.host_parts()}
+    host |= {part.key: _gib(part.gib * ranks) for part in est.host_parts_at_peak()}
     if est.on_cpu:
-        host["model_and_activations"] = _gib(est.gpu_peak_gib * ranks)
+        host["model_and_activations"] = _gib(est.cpu_model_gib() * ranks)
     activations = stage.activations
     traffic = {}
     for size, moved in traffic_rows(est):
@@ -123,6 +123,7 @@ def as_json(
         "cuda_context_gib": CUDA_CONTEXT_GIB,
         "allocator_headroom": ALLOCATOR_HEADROOM,
         "host_gib": host,
+        "host_peak_phase": est.host_peak_phase,
         "traffic_per_step": {
             "data_parallel": traffic,
             "link_gbps": dict(_links(link_gbps)),
@@ -227,11 +228,14 @@ def host_table(est: MemoryEstimate) -> Any:
     table.add_column("part")
     table.add_column("GiB", justify="right")
     table.add_column("counted as")
-    for part in est.peak_stage.host_parts():
+    phase = est.host_peak_phase
+    for part in est.host_parts_at_peak():
         table.add_row(escape(part.name), f"{part.gib * ranks:.3f}", escape(f"{ranks} x ({part.how})"))
     if est.on_cpu:
         table.add_row(
-            "model states and activations", f"{est.gpu_peak_gib * ranks:.3f}", f"{ranks} x the peak above"
+            "model states and activations",
+            f"{est.cpu_model_gib() * ranks:.3f}",
+            f"{ranks} x the table above, phase: {phase}",
         )
     table.add_row(
         "rank processes",
@@ -239,7 +243,7 @@ def host_table(est: MemoryEstimate) -> Any:
         f"{ranks} x {est.process_gib()} GiB (calibration constant)",
     )
     table.add_section()
-    table.add_row("[bold]peak[/]", f"[bold]{est.host_peak_gib():.2f}[/]", "")
+    table.add_row("[bold]peak[/]", f"[bold]{est.host_peak_gib():.2f}[/]", f"phase: {phase}")
     return table
 
 

@@ -1,7 +1,6 @@
-"""What the estimator models. The recipe schema's keys are all modelled but five (mixture of
+"""What the estimator models. The recipe schema's keys are all modelled but four (mixture of
 experts, moe.num_experts above 1; distillation's teacher; FPDT's chunked sequence parallelism,
-parallel.sequence_fpdt; a partial optimizer offload, zero.offload_ratio below 1; and the second
-engine, engine fsdp2), which it names;
+parallel.sequence_fpdt; a partial optimizer offload, zero.offload_ratio below 1), which it names;
 the escape hatch (`extra.megatron_args`, `extra.ds_config`) is modelled only where a setting is known
 not to change memory. Anything else makes the estimate refuse, naming the setting, rather than guess."""
 
@@ -47,11 +46,6 @@ NEUTRAL_DS_CONFIG_KEYS = frozenset(
 def unmodelled_settings(recipe: Recipe) -> list[str]:
     """The recipe's settings the estimate cannot account for, each with why (empty: all modelled)."""
     reasons = []
-    if recipe.engine == "fsdp2":
-        reasons.append(
-            "engine fsdp2: the estimate models DeepSpeed's ZeRO partitions and buffers, not FSDP2's (one "
-            "layer's weights gathered at a time, CPUOffloadPolicy's weights and gradients on the host too)"
-        )
     if recipe.moe.enabled:
         reasons.append(
             f"moe.num_experts {recipe.moe.experts}: the estimate does not model mixture of experts (the "
