@@ -6,12 +6,15 @@
 For GPT-2 1.5B (micro batch 4) and 124M (micro 16), global batch 32 x 1024, bf16, one GPU: the
 peer (benchmarks/peer_gpt2.py: SDPA, torch.compile, fused AdamW), then zerolab's seed recipes at
 the ZeRO stages `--cases` names (gpt2_dp, gpt2_z1, gpt2_z2) with `hardware.procs_per_node=1` and
-the `--set` overrides (speed switches), launched by `zerolab launch` and measured by `zerolab
-summarize` (steady-state median tokens/s of its summary.json); dropout 0 on zerolab's side, as the
-peer has none. Writes benchmarks/gpu.md: one line per case ending `ratio: N.NN` (zerolab's tokens/s
-over the peer's), each MFU (both by zerolab's FLOP count over the GPU's peak), the targets met or
-missed and, for each case that misses one, the top kernels of a few profiled training steps
-(torch.profiler, through the engine patch profile_training_steps). The report is written after
+the `--set` overrides (speed switches), and, for a case word `fsdp2/SIZE:STAGES`, the second engine's
+twins of the seed recipes (gpt2_fsdp2_dp, gpt2_fsdp2_z2, gpt2_fsdp2_z3: PyTorch FSDP2, docs/engines.md;
+the speed switches are the engine's, so `--set` is not applied to them), launched by `zerolab launch`
+and measured by `zerolab summarize` (steady-state median tokens/s of its summary.json); dropout 0
+on zerolab's side, as the peer has none. Writes benchmarks/gpu.md: one line per case ending
+`ratio: N.NN` (zerolab's tokens/s over the peer's), each MFU (both by zerolab's FLOP count over the
+GPU's peak), the targets met or missed (the FSDP2 cases have none) and, for each engine case that
+misses one, the top kernels of a few profiled training steps (torch.profiler, through the engine
+patch profile_training_steps). The report is written after
 every case; stopped by SIGTERM (a time limit), the case that was training is summarized from what
 its log holds and marked cut.
 """
@@ -47,8 +50,14 @@ REPO = Path(__file__).resolve().parents[1]
 PEER = REPO / "benchmarks" / "peer_gpt2.py"
 SAMPLE = REPO / "data_prep" / "samples" / "dolly151.jsonl"
 GPU_REPORT = REPO / "benchmarks" / "gpu.md"
-RECIPES = {0: "gpt2_dp", 1: "gpt2_z1", 2: "gpt2_z2"}
-"""ZeRO stage -> the seed recipe that runs it (they differ only in their zero block)"""
+ENGINE, FSDP2 = "megatron-deepspeed", "fsdp2"
+RECIPES = {
+    ENGINE: {0: "gpt2_dp", 1: "gpt2_z1", 2: "gpt2_z2"},
+    FSDP2: {0: "gpt2_fsdp2_dp", 2: "gpt2_fsdp2_z2", 3: "gpt2_fsdp2_z3"},
+}
+"""engine -> ZeRO stage -> the seed recipe that runs it (they differ only in their zero block)"""
+FSDP2_NAMES = {0: "DDP", 2: "z2 (weights kept)", 3: "z3 (resharded)"}
+"""The FSDP2 setups as the report names them (zerolab.recipe.fsdp2's mapping of the zero stage)."""
 RATIO_TARGETS = {"gpt2-1.5b": 1.0, "gpt2-124m": 0.8}
 """zerolab's tokens/s at ZeRO-0 over the peer's, at least (issue 47)."""
 MFU_TARGET_PCT = 40.0
@@ -82,23 +91,27 @@ def stop(signum: int, frame: Any) -> None:
     raise Stopped
 
 
-def parse_cases(words: list[str], sizes: tuple[Size, ...]) -> list[tuple[Size, list[int]]]:
-    """`SIZE:STAGES` words (`1.5b:0,2`) as (size, ZeRO stages), in the order given; SystemExit naming
-    the word that is not one."""
+def parse_cases(words: list[str], sizes: tuple[Size, ...]) -> list[tuple[Size, str, list[int]]]:
+    """`[fsdp2/]SIZE:STAGES` words (`1.5b:0,2`, `fsdp2/124m:0,3`) as (size, engine, ZeRO stages), in
+    the order given; SystemExit naming the word that is not one."""
     by_name = {size.peer: size for size in sizes}
     cases = []
     for word in words:
-        name, _, stages = word.partition(":")
+        engine, _, case = word.rpartition("/")
+        engine = engine or ENGINE
+        name, _, stages = case.partition(":")
         try:
             zeros = [int(stage) for stage in stages.split(",")]
         except ValueError:
             zeros = []
-        if name not in by_name or not zeros or not set(zeros) <= set(RECIPES):
+        known = RECIPES.get(engine, RECIPES[ENGINE])
+        if engine not in RECIPES or name not in by_name or not zeros or not set(zeros) <= set(known):
             sys.exit(
-                f"--cases {word!r}: give SIZE:STAGES, SIZE one of {', '.join(by_name)} and STAGES "
-                f"among {','.join(map(str, RECIPES))} (e.g. {sizes[0].peer}:0,2)"
+                f"--cases {word!r}: give [fsdp2/]SIZE:STAGES, SIZE one of {', '.join(by_name)} and STAGES "
+                f"among {','.join(map(str, RECIPES[ENGINE]))} (fsdp2/: among "
+                f"{','.join(map(str, RECIPES[FSDP2]))}) (e.g. {sizes[0].peer}:0,2)"
             )
-        cases.append((by_name[name], zeros))
+        cases.append((by_name[name], engine, zeros))
     return cases
 
 
@@ -110,6 +123,7 @@ class Case:
     zero: int
     peer: dict[str, Any]
     row: dict[str, Any]
+    engine: str = ENGINE
     missed: list[str] = field(default_factory=list)
     profile: str | None = None
     cut: bool = False
@@ -118,7 +132,18 @@ class Case:
     @property
     def name(self) -> str:
         cut = f" (cut at iteration {self.row.get('iterations_done')})" if self.cut else ""
-        return f"{self.size.model} micro {self.size.micro}, ZeRO-{self.zero}{cut}"
+        setup = f"FSDP2 {FSDP2_NAMES[self.zero]}" if self.engine == FSDP2 else f"ZeRO-{self.zero}"
+        return f"{self.size.model} micro {self.size.micro}, {setup}{cut}"
+
+    @property
+    def recipe(self) -> str:
+        """The seed recipe (or its FSDP2 twin) that runs the case."""
+        return RECIPES[self.engine][self.zero]
+
+    @property
+    def label(self) -> str:
+        """The case's run-directory name."""
+        return f"{self.size.model}-{'fsdp2-' if self.engine == FSDP2 else ''}z{self.zero}"
 
     @property
     def ratio(self) -> float:
@@ -173,15 +198,17 @@ def measure_peer(size: Size, options: argparse.Namespace, global_batch: int) -> 
     return json.loads(log.read_text().strip().splitlines()[-1])
 
 
-def overrides(size: Size, options: argparse.Namespace, global_batch: int, iters: int) -> list[str]:
+def overrides(
+    size: Size, options: argparse.Namespace, global_batch: int, iters: int, engine: str = ENGINE
+) -> list[str]:
     """zerolab's side of a case: the recipe at this size on one device, the peer's batch, no dropout,
-    and the --set overrides."""
+    and, on the engine, the --set overrides."""
     device = ["hardware=cpu-2ranks", "precision=fp32"] if options.device == "cpu" else []
     return [*device, f"model={size.model}", "hardware.procs_per_node=1",
             f"train.micro_batch_size={size.micro}", f"train.global_batch_size={global_batch}",
             "model.attention_dropout=0", "model.hidden_dropout=0", *data_overrides(options),
             f"train.iters={iters}", "train.lr_warmup_iters=1", "train.log_interval=1",
-            "train.eval_iters=1", *options.set]  # fmt: skip
+            "train.eval_iters=1", *(options.set if engine == ENGINE else [])]  # fmt: skip
 
 
 def data_overrides(options: argparse.Namespace) -> list[str]:
@@ -217,10 +244,10 @@ def summary_row(run_dir: Path, cut: bool = False) -> dict[str, Any] | None:
 def profile(case: Case, options: argparse.Namespace, global_batch: int) -> str:
     """The top kernels of a few training steps of the case's zerolab run (a separate, short run)."""
     first, last = DEFAULT_PROFILE_STEPS
-    directory = options.work / "profile" / f"{case.size.model}-z{case.zero}"
+    directory = options.work / "profile" / case.label
     profiling = {PROFILE_DIR_ENV: str(directory), PROFILE_STEPS_ENV: f"{first},{last}"}
     settings = overrides(case.size, options, global_batch, last + 1)
-    launch(RECIPES[case.zero], settings, directory / "run", f"profile zerolab {case.name}", **profiling)
+    launch(case.recipe, settings, directory / "run", f"profile zerolab {case.name}", **profiling)
     return Path(profile_file(str(directory), 0)).read_text()
 
 
@@ -231,8 +258,11 @@ def judge(cases: list[Case], on_gpu: bool) -> list[str]:
     if not on_gpu:
         return ["none judged: the targets are for one GPU; this run is on CPU"]
     lines = []
-    by_key = {(case.size.model, case.zero): case for case in cases}
+    by_key = {(case.size.model, case.zero): case for case in cases if case.engine == ENGINE}
     for case in cases:
+        if case.engine != ENGINE:
+            lines.append(f"not judged: {case.name} (the second engine, beside the engine; no target)")
+            continue
         base = by_key.get((case.size.model, 0))
         checks = []
         target = RATIO_TARGETS.get(case.size.model)
@@ -274,6 +304,7 @@ def report(cases: list[Case], targets: list[str], options: argparse.Namespace, g
     """benchmarks/gpu.md's text."""
     peer = cases[0].peer
     seq = cases[0].row["seq_length"]
+    fsdp2 = any(case.engine == FSDP2 for case in cases)
     precision = "bf16" if options.device == "cuda" else "fp32"
     command = shlex.join(["python3", "benchmarks/gpu_vs_peer.py", *sys.argv[1:]])
     lines = [
@@ -284,10 +315,12 @@ def report(cases: list[Case], targets: list[str], options: argparse.Namespace, g
         "",
         f"Global batch {global_batch} x {seq} tokens, {precision}, one device. The peer: "
         f"`benchmarks/peer_gpt2.py` ({peer['peer']}), {options.peer_steps} steps after "
-        f"{options.peer_warmup_steps} of warm-up. zerolab: the seed recipes ({', '.join(RECIPES.values())}) "
+        f"{options.peer_warmup_steps} of warm-up. zerolab: the seed recipes "
+        f"({', '.join(sorted({case.recipe for case in cases}))}) "
         f"as shipped, with `hardware.procs_per_node=1`, the size and micro batch below, dropout 0 (the "
         f"peer has none), {options.iters} iterations"
         + (f", and {' '.join(f'`{word}`' for word in options.set)}" if options.set else "")
+        + (" (not on the FSDP2 cases: the switches are the engine's)" if options.set and fsdp2 else "")
         + "; tokens/s is `zerolab summarize`'s steady-state median. MFU: both sides by zerolab's FLOP "
         "count (Megatron-DeepSpeed's formula) over the GPU's peak; memory: largest allocated.",
         "",
@@ -316,7 +349,8 @@ def parse_options(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--cases",
         nargs="+",
-        help="SIZE:STAGES, in order (default: 1.5b:0,2 124m:0,2; with --tiny: tiny:0)",
+        help="[fsdp2/]SIZE:STAGES, in order (default: 1.5b:0,2 124m:0,2; with --tiny: tiny:0); fsdp2/ runs "
+        "the FSDP2 twins of the seed recipes (stages 0, 2, 3)",
     )
     parser.add_argument(
         "--set",
@@ -360,27 +394,26 @@ def main(argv: list[str]) -> int:
     cases: list[Case] = []
     options.out.parent.mkdir(parents=True, exist_ok=True)
     signal.signal(signal.SIGTERM, stop)
+    peers: dict[str, dict[str, Any]] = {}
     try:
-        for size, zeros in planned:
-            peer = measure_peer(size, options, global_batch)
+        for size, engine, zeros in planned:
+            if size.peer not in peers:  # measured once per size, whichever engine's cases follow
+                peers[size.peer] = measure_peer(size, options, global_batch)
+            peer = peers[size.peer]
             for zero in zeros:
-                run_dir = options.work / "runs" / f"{size.model}-z{zero}"
-                settings = overrides(size, options, global_batch, options.iters)
+                planned_case = Case(size, zero, peer, {}, engine=engine)
+                run_dir = options.work / "runs" / planned_case.label
+                settings = overrides(size, options, global_batch, options.iters, engine)
                 try:
-                    launch(
-                        RECIPES[zero],
-                        settings,
-                        run_dir,
-                        f"zerolab {size.model} micro {size.micro}, ZeRO-{zero}",
-                    )
+                    launch(planned_case.recipe, settings, run_dir, f"zerolab {planned_case.name}")
                 except Stopped:
                     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second one ends this process
                     row = summary_row(run_dir, cut=True)
-                    cases += [Case(size, zero, peer, row, cut=True)] if row else []
+                    cases += [Case(size, zero, peer, row, engine=engine, cut=True)] if row else []
                     raise
                 row = summary_row(run_dir)
                 assert row is not None  # a completed run has a throughput, or summary_row exits
-                cases.append(Case(size, zero, peer, row))
+                cases.append(Case(size, zero, peer, row, engine=engine))
                 # written after every case: a run stopped by a time limit keeps the cases it measured
                 options.out.write_text(
                     report(cases, judge(cases, options.device == "cuda"), options, global_batch)
@@ -394,7 +427,8 @@ def main(argv: list[str]) -> int:
         return 124
     targets = judge(cases, options.device == "cuda")
     for case in cases:
-        if options.profile == "all" or (options.profile == "missed" and case.missed):
+        wanted = options.profile == "all" or (options.profile == "missed" and case.missed)
+        if wanted and case.engine == ENGINE:  # the step profiler is an engine patch (rank.step_profile)
             case.profile = profile(case, options, global_batch)
     text = report(cases, targets, options, global_batch)
     options.out.write_text(text)

@@ -20,13 +20,13 @@ LINE = re.compile(
 
 def test_both_sides_run_on_cpu_into_the_report(engine, dataset, tmp_path):
     out, work = tmp_path / "gpu.md", tmp_path / "work"
-    command = [sys.executable, str(SCRIPT), "--device", "cpu", "--tiny", "--cases", "tiny:0", "--iters", "3",
-               "--peer-steps", "1", "--peer-warmup-steps", "1", "--profile", "all", "--data", dataset,
-               "--work", str(work), "--out", str(out)]  # fmt: skip
+    command = [sys.executable, str(SCRIPT), "--device", "cpu", "--tiny", "--cases", "tiny:0", "fsdp2/tiny:3",
+               "--iters", "3", "--peer-steps", "1", "--peer-warmup-steps", "1", "--profile", "all",
+               "--data", dataset, "--work", str(work), "--out", str(out)]  # fmt: skip
     result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     report = out.read_text()
-    (line,) = [line for line in report.splitlines() if line.startswith("- gpt2-tiny")]
+    line, fsdp2 = [line for line in report.splitlines() if line.startswith("- gpt2-tiny")]
     match = LINE.fullmatch(line)
     assert match, line
     zerolab_rate, peer_rate, ratio = (float(group.replace(",", "")) for group in match.groups())
@@ -42,3 +42,12 @@ def test_both_sides_run_on_cpu_into_the_report(engine, dataset, tmp_path):
     measured = (work / "runs" / "gpt2-tiny-z0" / "train.log").read_text()
     assert "zerolab: patch sdpa_attention" in measured  # the recipe's attention
     assert "zerolab: patch profile_training_steps" not in measured  # only the profile run
+    # the second engine's twin of the seed recipe, beside the engine's, against the same peer
+    assert (
+        fsdp2.startswith("- gpt2-tiny micro 4, FSDP2 z3 (resharded): zerolab ")
+        and f"peer {match[2]}" in fsdp2
+    )
+    (twin,) = json.loads((work / "runs" / "gpt2-tiny-fsdp2-z3-summary" / "summary.json").read_text())["runs"]
+    assert twin["engine"] == "fsdp2" and twin["world_size"] == 1 and twin["status"] == "completed"
+    assert "gpt2_fsdp2_z3" in report and "### gpt2-tiny micro 4, FSDP2" not in report  # not profiled
+    assert len(list((work / "peer").glob("*.log"))) == 1  # one peer per size

@@ -109,10 +109,12 @@ def test_the_named_steps_run_what_they_name(gathered, tmp_path, monkeypatch, cap
     kit, pins = gathered
     monkeypatch.setattr(kits, "load_pins", lambda: pins)
     monkeypatch.setenv("ZEROLAB_HOME", str(tmp_path / "home"))
-    only = "seeds_1_5b,finetune"
+    only = "seeds_1_5b,fsdp2,finetune"
     assert main(["--kit", str(kit.root), "--dry-run", "--only", only, "--cuda-builds"]) == 0
     out = capsys.readouterr().out
     assert "sweep gpt2_dp zero=z0,z1,z2,z3,z3_offload hardware.procs_per_node=1" in out
+    # FSDP2's twins of the seed recipes beside the engine's ZeRO-0 and the peer, 124M first
+    assert "gpu_vs_peer.py --cases 124m:0 fsdp2/124m:0,2,3 1.5b:0 fsdp2/1.5b:0,2,3" in out
     # the fine-tuning recipes on a random-weight GPT-2 XL (the machine has no network for OpenAI's)
     assert f"zerolab.gpucheck.finetune_model {FINETUNE_MODEL}" in out
     assert f"sweep {FINETUNE_RECIPE} zero=z0,z1,z2,z3,z3_offload hardware.procs_per_node=1" in out

@@ -43,8 +43,26 @@ def test_targets_are_judged_as_the_issue_states_them():
 
 def test_the_cases_run_in_the_order_given_and_a_bad_one_is_refused_with_the_form():
     module = benchmark_module()
-    cases = module.parse_cases(["1.5b:0,2", "124m:0"], module.GPU_SIZES)
-    assert [(size.model, zeros) for size, zeros in cases] == [("gpt2-1.5b", [0, 2]), ("gpt2-124m", [0])]
-    for bad in ("1.5b", "2b:0", "124m:3", "124m:x"):
-        with pytest.raises(SystemExit, match=r"--cases .*give SIZE:STAGES.*e\.g\. 1\.5b:0,2"):
+    cases = module.parse_cases(["1.5b:0,2", "124m:0", "fsdp2/124m:0,2,3"], module.GPU_SIZES)
+    assert [(size.model, engine, zeros) for size, engine, zeros in cases] == [
+        ("gpt2-1.5b", "megatron-deepspeed", [0, 2]),
+        ("gpt2-124m", "megatron-deepspeed", [0]),
+        ("gpt2-124m", "fsdp2", [0, 2, 3]),
+    ]
+    for bad in ("1.5b", "2b:0", "124m:3", "124m:x", "fsdp2/124m:1", "fsdp3/124m:0"):
+        with pytest.raises(SystemExit, match=r"--cases .*give \[fsdp2/\]SIZE:STAGES.*e\.g\. 1\.5b:0,2"):
             module.parse_cases([bad], module.GPU_SIZES)
+
+
+def test_fsdp2_cases_run_their_twin_recipes_beside_the_engine_and_are_not_judged():
+    module = benchmark_module()
+    engine = case(module, "gpt2-124m", 0, 390_000, 511_620, 30.0)
+    fsdp2 = module.Case(engine.size, 3, engine.peer, {"tokens_per_s_per_gpu": 300_000}, engine="fsdp2")
+    assert (fsdp2.recipe, fsdp2.label) == ("gpt2_fsdp2_z3", "gpt2-124m-fsdp2-z3")
+    assert (engine.recipe, engine.label) == ("gpt2_dp", "gpt2-124m-z0")
+    lines = module.judge([engine, fsdp2], on_gpu=True)
+    assert lines[-1] == (
+        "not judged: gpt2-124m micro 16, FSDP2 z3 (resharded) "
+        "(the second engine, beside the engine; no target)"
+    )
+    assert fsdp2.missed == [] and len(engine.missed) == 1  # only the engine's ZeRO-0 misses its 0.8x

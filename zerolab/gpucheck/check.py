@@ -127,6 +127,10 @@ class Options:
         return self.work_dir or (REHEARSAL_WORK if self.rehearse else WORK)
 
 
+PEER_REPORT, FSDP2_REPORT = "gpu_vs_peer", "gpu_vs_peer_fsdp2"
+"""The folders (and, with .md, the reports) of benchmarks/gpu_vs_peer.py's two steps in the check's folder."""
+
+
 def sweep_name(work: Path, kind: str = "") -> str:
     """The name of the check's sweep of `kind` (the seeds: ""; "offload", "1.5b", "finetune"),
     under logs/sweeps/: the check's folder's name, then the kind."""
@@ -141,6 +145,8 @@ class Scale:
     peer: list[str]
     seeds: list[str]
     seeds_1_5b: list[str]
+    fsdp2: list[str]
+    """benchmarks/gpu_vs_peer.py's cases of the fsdp2 step: the second engine beside the engine's ZeRO-0."""
 
 
 GPU_SCALE = Scale(
@@ -160,6 +166,21 @@ GPU_SCALE = Scale(
     ],
     seeds=[SEED_RECIPE, "model=gpt2-124m", "train.micro_batch_size=16", "hardware.procs_per_node=1"],
     seeds_1_5b=[SEED_RECIPE, "hardware.procs_per_node=1"],
+    fsdp2=[
+        "--cases",
+        "124m:0",
+        "fsdp2/124m:0,2,3",
+        "1.5b:0",
+        "fsdp2/1.5b:0,2,3",
+        "--iters",
+        "12",
+        "--peer-steps",
+        "4",
+        "--peer-warmup-steps",
+        "1",
+        "--profile",
+        "none",
+    ],
 )
 """The budgeted plan on one GPU: ZeRO-0 and ZeRO-2 against the peer at 1.5B micro 4 and ZeRO-0 at
 124M micro 16, the seed setups at 124M micro 16, the ladder on GPT-2 1.5B ZeRO-2 (micro 4, global
@@ -191,6 +212,20 @@ REHEARSAL_SCALE = Scale(
     ],
     seeds=["cpu/tiny_dp", "hardware.procs_per_node=1", "model.attention=sdpa"],
     seeds_1_5b=["cpu/tiny_dp", "hardware.procs_per_node=1"],
+    fsdp2=[
+        "--device",
+        "cpu",
+        "--tiny",
+        "--cases",
+        "tiny:0",
+        "fsdp2/tiny:0,3",
+        "--iters",
+        "6",
+        "--peer-steps",
+        "2",
+        "--profile",
+        "none",
+    ],
 )
 """The same plan on this machine's CPU, with the tiny GPT-2 (one rank, as on the GPU)."""
 
@@ -311,18 +346,20 @@ def steps(options: Options) -> list[Step]:
         length = [f"train.iters={options.iters}", "train.log_interval=1", "train.eval_iters=1"]
         return [*zerolab, "sweep", words[0], setups, *words[1:], *length, *data_words, "--name", name]
 
-    peer = [
-        python,
-        str(REPO_ROOT / "benchmarks" / "gpu_vs_peer.py"),
-        *scale.peer,
-        *(word for setting in FASTEST for word in ("--set", setting)),
-        "--data",
-        prefix,
-        "--work",
-        str(options.work / "gpu_vs_peer"),
-        "--out",
-        str(options.work / "gpu_vs_peer.md"),
-    ]
+    def against_peer(cases: list[str], name: str) -> list[str]:
+        return [
+            python,
+            str(REPO_ROOT / "benchmarks" / "gpu_vs_peer.py"),
+            *cases,
+            *(word for setting in FASTEST for word in ("--set", setting)),
+            "--data",
+            prefix,
+            "--work",
+            str(options.work / name),
+            "--out",
+            str(options.work / f"{name}.md"),
+        ]
+
     make_model = [python, "-m", "zerolab.gpucheck.finetune_model", str(FINETUNE_MODEL)]
     finetune = [
         *zerolab,
@@ -350,7 +387,7 @@ def steps(options: Options) -> list[Step]:
             "peer",
             "benchmarks/gpu_vs_peer.py: zerolab (the default switches and the fastest) against plain PyTorch",
             budget_s=270,
-            commands=[Command(peer)],
+            commands=[Command(against_peer(scale.peer, PEER_REPORT))],
             fatal=False,
         ),
         Step(
@@ -377,6 +414,13 @@ def steps(options: Options) -> list[Step]:
             fatal=False,
         ),
         Step(
+            "fsdp2",
+            "benchmarks/gpu_vs_peer.py: PyTorch FSDP2 (DDP, z2, z3) beside the engine's ZeRO-0 and the peer",
+            budget_s=480,
+            commands=[Command(against_peer(scale.fsdp2, FSDP2_REPORT))],
+            fatal=False,
+        ),
+        Step(
             "finetune",
             "the five GPT-2 XL fine-tuning recipes on one GPU (random weights, the WNLI sample; one sweep)",
             budget_s=480,
@@ -388,7 +432,7 @@ def steps(options: Options) -> list[Step]:
 
 PLANNED = ("environment", "data", "peer", "seeds", "ladder", "report")
 """The steps a check runs unless --only names others: the budgeted plan, headline figures first."""
-STEP_NAMES = (*PLANNED, "seeds_1_5b", "finetune")
+STEP_NAMES = (*PLANNED, "seeds_1_5b", "fsdp2", "finetune")
 
 
 def describe(step: Step, number: int, total: int) -> list[str]:

@@ -22,6 +22,8 @@ from zerolab.files import write_atomic
 from zerolab.gpucheck.check import (
     FASTEST,
     FINETUNE_RECIPE,
+    FSDP2_REPORT,
+    PEER_REPORT,
     SEED_SETUPS,
     STEP_NAMES,
     WORK,
@@ -135,7 +137,11 @@ def report_text(work: Path) -> str:
         "",
         "## zerolab against a plain PyTorch GPT-2",
         "",
-        *_included(work / "gpu_vs_peer.md", "Not measured: the peer step did not run."),
+        *_included(work / f"{PEER_REPORT}.md", "Not measured: the peer step did not run."),
+        "",
+        "## PyTorch FSDP2 beside the engine",
+        "",
+        *_included(work / f"{FSDP2_REPORT}.md", "Not measured: the fsdp2 step did not run."),
     ]
     lines += _sweep(
         "The seed setups at GPT-2 124M on one GPU",
