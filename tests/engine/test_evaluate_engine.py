@@ -15,7 +15,8 @@ from engine_patch_helpers import run_on_engine
 from evaluate_helpers import FIRST_HELLASWAG_ROW
 
 from zerolab.cli import main
-from zerolab.evaluate.tasks import hellaswag_record, megatron_split
+from zerolab.evaluate.tasks import hellaswag_record
+from zerolab.recipe.megatron_split import split_ranges
 
 SPLIT = """
 import json, sys
@@ -134,11 +135,12 @@ def test_zerolabs_hellaswag_prompts_are_lm_evaluation_harness_own(engine):
 
 
 def test_the_validation_documents_are_the_engines_own_split(engine):
-    cases = [["98,2,0", 151], ["969,30,1", 1000], ["1", 7], ["90,10", 3], ["50,50,0", 9], ["2,1,1", 13]]
+    cases = [["98,2,0", 151], ["969,30,1", 1000], ["1", 7], ["90,10", 3], ["50,50,0", 9], ["2,1,1", 13],
+             ["969, 30, 1", 1000], ["90/10", 7], ["0.9, 0.05,0.05", 151], ["98,1,1,5", 151]]  # fmt: skip
     printed = run_on_engine(engine, SPLIT, json.dumps(cases))
     engines = json.loads(printed.strip().splitlines()[-1])
     for (split, size), bounds in zip(cases, engines, strict=True):
-        assert megatron_split(split, size) == list(itertools.pairwise(bounds)), (split, size)
+        assert split_ranges(split, size) == list(itertools.pairwise(bounds)), (split, size)
 
 
 def test_sampling_is_reproducible_by_its_seed(exported, capsys):

@@ -13,7 +13,8 @@ from evaluate_helpers import FIRST_HELLASWAG_ROW
 
 from zerolab.cli import main
 from zerolab.evaluate import tasks
-from zerolab.evaluate.tasks import hellaswag_record, megatron_split
+from zerolab.evaluate.tasks import hellaswag_record
+from zerolab.recipe.megatron_split import split_ranges
 
 
 def _folder(
@@ -74,7 +75,8 @@ def test_a_missing_sample_is_named_with_the_fix(tmp_path, capsys, monkeypatch):
 
 
 @pytest.mark.parametrize(
-    ("split", "documents"), [("98,2,0", 151), ("969,30,1", 1000), ("1", 7), ("90,10", 3)]
+    ("split", "documents"),
+    [("98,2,0", 151), ("969,30,1", 1000), ("1", 7), ("90,10", 3), ("969, 30, 1", 1000), ("90/10", 3)],
 )
 def test_the_validation_documents_are_megatrons_split(split, documents):
     """get_train_valid_test_split_ of Megatron-DeepSpeed's megatron/data/dataset_utils.py, worked by
@@ -84,8 +86,10 @@ def test_the_validation_documents_are_megatrons_split(split, documents):
         ("969,30,1", 1000): [(0, 969), (969, 999), (999, 1000)],
         ("1", 7): [(0, 7), (7, 7), (7, 7)],
         ("90,10", 3): [(0, 3), (3, 3), (3, 3)],
+        ("969, 30, 1", 1000): [(0, 969), (969, 999), (999, 1000)],
+        ("90/10", 3): [(0, 3), (3, 3), (3, 3)],
     }
-    assert megatron_split(split, documents) == expected[(split, documents)]
+    assert split_ranges(split, documents) == expected[(split, documents)]
 
 
 def test_the_hellaswag_sample_is_the_record_made_from_the_hubs_row_but_for_one_capital():

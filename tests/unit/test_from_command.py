@@ -10,7 +10,8 @@ import pytest
 from zerolab.cli import main
 from zerolab.errors import UserError
 from zerolab.logs.config_dump import read_launch
-from zerolab.porting.from_command import _reads_aio, _remainder, groups, launcher_layout, read_command
+from zerolab.porting.from_command import _reads_aio, _remainder, groups, read_command
+from zerolab.porting.layout import launch_layout
 
 
 def test_a_command_line_is_split_at_pretrain_gpt_and_its_flags_grouped():
@@ -25,12 +26,72 @@ def test_a_command_line_is_split_at_pretrain_gpt_and_its_flags_grouped():
         ("--fp16", []),
         ("--lr", ["1e-4"]),
     ]
-    assert launcher_layout(launcher, 8) == (1, 4)
-    assert launcher_layout(["deepspeed", "pretrain_gpt.py"], 8) == (1, 8)
-    assert launcher_layout(["torchrun", "--nnodes=2", "--nproc_per_node", "2", "pretrain_gpt.py"], 8) == (
-        2,
-        2,
-    )
+    assert _ranks(launcher) == (1, 4)
+    assert _ranks(["deepspeed", "pretrain_gpt.py"]) == (1, 8)
+    assert _ranks(["torchrun", "--nnodes=2", "--nproc_per_node", "2", "pretrain_gpt.py"]) == (2, 2)
+
+
+def _ranks(launcher: list[str], text: str = "", **given: int) -> tuple[int, int]:
+    layout = launch_layout(launcher, text, **given)
+    return layout.nodes, layout.procs_per_node
+
+
+@pytest.mark.parametrize(
+    ("command", "directives", "ranks"),
+    [
+        ("mpiexec -n 8 --ppn 4 --depth=16 --cpu-bind depth python3 pretrain_gpt.py", "", (2, 4)),
+        ("mpirun -np 16 -npernode 4 -x PATH python pretrain_gpt.py", "", (4, 4)),
+        ("mpirun -np 8 --map-by ppr:4:node python pretrain_gpt.py", "", (2, 4)),
+        ("jsrun --nrs 48 --tasks_per_rs 1 --gpu_per_rs 1 --rs_per_host 6 python pretrain_gpt.py", "", (8, 6)),
+        ("jsrun -n 8 -a 6 -g 6 -r 1 python pretrain_gpt.py", "", (8, 6)),
+        ("srun python -m torch.distributed.run --nproc_per_node 8 --nnodes 48 pretrain_gpt.py", "", (48, 8)),
+        (
+            "srun python -u -m torch.distributed.launch --nproc_per_node 4 pretrain_gpt.py",
+            "#SBATCH --nodes=16",
+            (16, 4),
+        ),
+        ("srun -N 3 torchrun --nproc-per-node 4 pretrain_gpt.py", "", (3, 4)),
+        ("srun --ntasks-per-node 8 python pretrain_gpt.py", "#SBATCH -N 4", (4, 8)),
+        ("srun --ntasks 16 --nodes 2 python pretrain_gpt.py", "", (2, 8)),
+        ("aprun -n 64 -N 8 python pretrain_gpt.py", "", (8, 8)),
+        ("deepspeed --num_gpus 8 --num_nodes 2 pretrain_gpt.py", "", (2, 8)),
+        ("deepspeed --include worker-0:0,1@worker-1:0,1 pretrain_gpt.py", "", (2, 2)),
+        ("deepspeed --hostfile hostfile pretrain_gpt.py", "#PBS -l select=4:system=polaris", (4, 8)),
+        ("torchrun --nnodes 1:4 --nproc_per_node 2 pretrain_gpt.py", "", (4, 2)),
+        ("python pretrain_gpt.py", "", (1, 1)),
+        ("mpiexec -n 12 python pretrain_gpt.py", "", (3, 4)),
+    ],
+)
+def test_the_world_size_is_read_from_each_launcher(command, directives, ranks):
+    """As each launcher counts them (the last: --gpus-per-node 4, mpiexec naming no per-node count)."""
+    gpus = {"gpus_per_node": 4} if command.startswith("mpiexec -n 12") else {}
+    launcher, _ = read_command(command)
+    assert _ranks(launcher, directives, **gpus) == ranks
+
+
+@pytest.mark.parametrize(
+    ("command", "message"),
+    [
+        (
+            "deepspeed --hostfile hostfile pretrain_gpt.py",
+            r"--hostfile hostfile: .*cannot read: give --nodes N",
+        ),
+        ("mpiexec --ppn 4 python pretrain_gpt.py", r"names no count of ranks.*give --nodes N"),
+        ("mpiexec -n '' --ppn 4 python pretrain_gpt.py", r"-n '': not a count.*shell expression"),
+        ("mpirun -np 10 -npernode 4 python pretrain_gpt.py", r"10 ranks are not whole nodes"),
+    ],
+)
+def test_a_launch_whose_ranks_cannot_be_known_asks_for_them(command, message):
+    launcher, _ = read_command(command)
+    with pytest.raises(UserError, match=message):
+        launch_layout(launcher)
+
+
+def test_nodes_and_gpus_per_node_given_override_what_is_read():
+    launcher, _ = read_command("deepspeed --hostfile hostfile pretrain_gpt.py")
+    assert _ranks(launcher, nodes=6, gpus_per_node=4) == (6, 4)
+    launcher, _ = read_command("torchrun --nnodes 2 --nproc_per_node 8 pretrain_gpt.py")
+    assert _ranks(launcher, nodes=4) == (4, 8)
 
 
 def test_a_value_before_any_flag_is_refused():

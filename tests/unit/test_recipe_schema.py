@@ -6,11 +6,14 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+import pytest
 from pydantic import BaseModel
 
 from zerolab.cli import main
+from zerolab.errors import UserError
 from zerolab.recipe.compose import load_recipe
 from zerolab.recipe.reference import REFERENCE_FILE, generate
+from zerolab.recipe.render import render
 from zerolab.recipe.schema import SECTIONS, Recipe, section_class
 from zerolab.recipe.yaml_io import parse_yaml
 
@@ -83,3 +86,18 @@ def test_the_recipes_page_shows_the_current_recipe_and_dry_run(monkeypatch, caps
     shown = readme.split(f"$ {command}\n", 1)[1].split("```", 1)[0]
     assert main(command.split()[1:]) == 0
     assert capsys.readouterr().out == shown
+
+
+@pytest.mark.parametrize("split", ["98,2,0", "969, 30, 1", "0.9,0.05,0.05", "90/10", "100", "98,1,1,5"])
+def test_data_split_takes_every_form_the_engine_reads_and_renders_it_as_given(split):
+    """Megatron's get_train_valid_test_split_ splits at commas, else slashes, and float()s each part
+    (spaces and decimals allowed, the first three read): a launch's own --split is carried as written."""
+    recipe = load_recipe("cpu/tiny_dp", [f"data.split={split}"])
+    argv = render(recipe).argv
+    assert argv[argv.index("--split") + 1] == split
+
+
+@pytest.mark.parametrize("split", ["train", "98;2", "1,,2", "-1,2"])
+def test_data_split_refuses_what_the_engine_cannot_read_naming_the_forms(split):
+    with pytest.raises(UserError, match=r"data\.split.*numbers separated by commas or by slashes"):
+        load_recipe("cpu/tiny_dp", [f"data.split={split}"])

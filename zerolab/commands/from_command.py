@@ -1,10 +1,12 @@
-"""`zerolab from-command COMMAND_FILE [--ds-config JSON] [--gpus-per-node N] [--out RECIPE]`, or
+"""`zerolab from-command COMMAND_FILE [--ds-config JSON] [--nodes N] [--gpus-per-node N] [--out RECIPE]`, or
 `zerolab from-command --log LOG [--ds-config JSON] ...`: a launch the user already runs (a
 `pretrain_gpt.py ...` command line, as a deepspeed or torchrun command or the arguments alone; or
 a train.log, whose argument dump Megatron's own parser turns back into the command line, with the
 DeepSpeed config DeepSpeed printed in it) and its DeepSpeed config become a recipe over the
 shipped blocks; the recipe is rendered back and both launches are resolved by the engine and
-compared, every difference named with why, and the porting traps named. Exit 0 with the recipe
+compared, every difference named with why, and the porting traps named. The ranks are read from the
+launcher (torchrun, deepspeed, mpiexec, mpirun, srun, jsrun, aprun) and the batch directives in the
+file (#SBATCH, #PBS, #BSUB, #$), or given by --nodes / --gpus-per-node. Exit 0 with the recipe
 (written to --out, or printed), 2 for bad input or a launch that cannot be a recipe (with why)."""
 
 from __future__ import annotations
@@ -18,7 +20,9 @@ from zerolab.engine.paths import engine_missing
 from zerolab.errors import UserError
 from zerolab.files import write_atomic
 from zerolab.logs.config_dump import read_launch
-from zerolab.porting.from_command import Ported, launcher_layout, port, read_command
+from zerolab.porting.command import prepared_launch
+from zerolab.porting.from_command import Ported, port, port_many, read_command
+from zerolab.porting.layout import DEFAULT_GPUS_PER_NODE
 
 
 def register(subparsers: Any) -> None:
@@ -44,11 +48,17 @@ def register(subparsers: Any) -> None:
         "printed)",
     )
     parser.add_argument(
+        "--nodes",
+        type=int,
+        metavar="N",
+        help="the nodes the launch runs on (default: as its launcher and batch directives say)",
+    )
+    parser.add_argument(
         "--gpus-per-node",
         type=int,
-        default=8,
         metavar="N",
-        help="ranks per node where the command names none (bare deepspeed: every GPU; default 8)",
+        help="ranks per node (default: as the launcher says; where it names none, as bare deepspeed: every "
+        "GPU of the node, 8)",
     )
     parser.add_argument("--out", metavar="RECIPE", help="write the recipe here (default: print it)")
     parser.set_defaults(run=run)
@@ -57,21 +67,36 @@ def register(subparsers: Any) -> None:
 def run(args: Any) -> int:
     if (args.command_file is None) == (args.log is None):
         raise UserError("from-command takes one launch: a COMMAND_FILE, or --log LOG")
-    if args.gpus_per_node < 1:
-        raise UserError(f"--gpus-per-node {args.gpus_per_node}: give the ranks a node runs, at least 1")
+    for flag, value, what in (
+        ("--gpus-per-node", args.gpus_per_node, "the ranks a node runs"),
+        ("--nodes", args.nodes, "the nodes the launch runs on"),
+    ):
+        if value is not None and value < 1:
+            raise UserError(f"{flag} {value}: give {what}, at least 1")
     if args.log:
-        ported = _port_log(Path(args.log), args.ds_config, args.gpus_per_node)
+        ported = _port_log(Path(args.log), args.ds_config, args.gpus_per_node or DEFAULT_GPUS_PER_NODE)
     else:
         command_file = Path(args.command_file)
         try:
             text = command_file.read_text()
         except OSError as error:
             raise UserError(f"{command_file}: cannot read the command line: {error.strerror}") from None
-        launcher, words = read_command(text, str(command_file))
+        _, words = read_command(text, str(command_file))
         ds_config = _ds_config(args.ds_config, words)
-        nodes, procs = launcher_layout(launcher, args.gpus_per_node) if launcher else (1, args.gpus_per_node)
+        prepared = prepared_launch(
+            text,
+            ds_config,
+            name=command_file.stem,
+            source=str(command_file),
+            nodes=args.nodes,
+            gpus_per_node=args.gpus_per_node,
+        )
         _needs_engine()
-        ported = port(words, ds_config, nodes=nodes, procs_per_node=procs, name=command_file.stem)
+        (result,) = port_many([prepared.launch])
+        if isinstance(result, UserError):
+            raise result
+        ported = result
+        ported.notes[:0] = prepared.notes
     for title, lines in (
         ("differs from your launch, and why", ported.differences),
         ("porting traps (a default zerolab would change, kept as your launch had it)", ported.traps),

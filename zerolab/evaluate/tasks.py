@@ -5,7 +5,6 @@ what rank/score_hf.py scores."""
 
 from __future__ import annotations
 
-import itertools
 import json
 import re
 from pathlib import Path
@@ -18,6 +17,7 @@ from zerolab.data_prep.sources import HubDataset
 from zerolab.errors import UserError
 from zerolab.recipe.compose import load_recipe
 from zerolab.recipe.inputs import blend, prepare_hint
+from zerolab.recipe.megatron_split import split_ranges
 from zerolab.rundir import RECIPE_FILE, EvalTask, whole_recipe
 
 Task = EvalTask
@@ -71,7 +71,7 @@ def validation_rows(run_dir: Path, limit: int | None) -> list[list[int]]:
             f"where the run was launched: run zerolab eval from there); {prepare_hint(recipe, key)}"
         )
     index = read_index(index_file)
-    first, end = (0, len(index)) if key == "valid_path" else megatron_split(data.split, len(index))[1]
+    first, end = (0, len(index)) if key == "valid_path" else split_ranges(data.split, len(index))[1]
     if end <= first:
         raise UserError(
             f"data.split {data.split!r} gives the validation split no documents of {prefix}; give it a "
@@ -86,19 +86,6 @@ def validation_rows(run_dir: Path, limit: int | None) -> list[list[int]]:
         )
     count = min(count, limit) if limit else count
     return [tokens[i * seq : (i + 1) * seq + 1].tolist() for i in range(count)]
-
-
-def megatron_split(split: str, documents: int) -> list[tuple[int, int]]:
-    """The document ranges of train, validation and test, as Megatron's
-    get_train_valid_test_split_ deals `documents` by the weights in `split`."""
-    weights = [float(w) for w in split.split(",")] + [0.0, 0.0]
-    weights = [w / sum(weights[:3]) for w in weights[:3]]
-    bounds = [0]
-    for weight in weights:
-        bounds.append(bounds[-1] + round(weight * float(documents)))
-    excess = bounds[-1] - documents
-    bounds = [0] + [bound - excess for bound in bounds[1:]]
-    return list(itertools.pairwise(bounds))
 
 
 def _wikitext(data: Data) -> str:

@@ -10,13 +10,12 @@ Needs the engine (Megatron's parser and DeepSpeed's config classes): `make setup
 
 from __future__ import annotations
 
+import re
 import shlex
 import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 from zerolab.engine.engine_check import Case, judge, megatron_args_of
 from zerolab.errors import UserError
@@ -24,6 +23,7 @@ from zerolab.recipe.compose import load_recipe
 from zerolab.recipe.destinations import Megatron, destinations
 from zerolab.recipe.render import render
 from zerolab.recipe.schema import Recipe, section_class
+from zerolab.recipe.yaml_io import dump_yaml
 
 BASE = [
     "model/gpt2-124m",
@@ -100,7 +100,25 @@ OPTIMIZER_UNUSED = (
 )
 """Why a ds_config optimizer block changes nothing under Megatron."""
 
+TENSORBOARD_OPTIONS = (
+    "logging.tensorboard_queue_size",
+    "logging.log_batch_size",
+    "logging.log_optimizer_states",
+)
+"""Recipe keys of TensorBoard options, which change nothing without --tensorboard-dir."""
+NO_TENSORBOARD = (
+    "without --tensorboard-dir the engine makes no TensorBoard writer (megatron/global_vars.py "
+    "_set_tensorboard_writer), so this option changes nothing; left out"
+)
+
 WHY = {
+    "deepspeed_activation_checkpointing": "your launch's --checkpoint-activations without "
+    "--deepspeed-activation-checkpointing or a --recompute-method reaches the pinned engine's own "
+    "checkpointing with no method, which raises 'Invalid activation recompute method' at the first forward "
+    "pass (megatron/model/transformer.py _checkpointed_forward); the recipe checkpoints the same "
+    "--checkpoint-num-layers chunks through DeepSpeed's, the engine's other path for it",
+    "deepspeed": "zerolab trains through DeepSpeed; your launch ran Megatron alone (the porter's notes say "
+    "how its data parallelism and loss scaling were carried)",
     "override_opt_param_scheduler": RUN_DIR_FLAGS["--override-opt_param-scheduler"],
     "universal_checkpoint": RUN_DIR_FLAGS["--universal-checkpoint"],
     "reset_iteration": RUN_DIR_FLAGS["--reset-iteration"],
@@ -113,6 +131,9 @@ WHY = {
     "no_pipeline_parallel": "zerolab runs pipeline 1 without the pipeline engine (--no-pipeline-parallel); "
     "your launch ran DeepSpeed's pipeline engine with one stage",
     "tensorboard_log_interval": "zerolab logs TensorBoard every train.log_interval iterations",
+    "log_batch_size_to_tensorboard": NO_TENSORBOARD,
+    "tensorboard_queue_size": NO_TENSORBOARD,
+    "log_optimizer_states_to_tensorboard": NO_TENSORBOARD,
     "log_timers_to_tensorboard": "logging.tensorboard logs the timers too",
     "log_validation_ppl_to_tensorboard": "logging.tensorboard logs validation perplexity too",
     "clip_grad": "under DeepSpeed, Megatron's --clip-grad clips nothing (DeepSpeed's engine steps the "
@@ -169,24 +190,6 @@ def groups(args: list[str]) -> list[tuple[str, list[str]]]:
         else:
             raise UserError(f"{token!r} comes before any --flag: give the arguments after pretrain_gpt.py")
     return out
-
-
-def launcher_layout(launcher: list[str], gpus_per_node: int) -> tuple[int, int]:
-    """(nodes, ranks per node) from a deepspeed or torchrun command line; a deepspeed launch that
-    names no count uses every GPU of one node (`gpus_per_node`)."""
-    tokens = launcher[1:-1]
-    first = next((i for i, token in enumerate(tokens) if token.startswith("--")), len(tokens))
-    flags = dict(groups(tokens[first:]))
-    nodes = _first_int(flags, ("--num_nodes", "--nnodes"), 1)
-    procs = _first_int(flags, ("--num_gpus", "--nproc_per_node", "--nproc-per-node"), gpus_per_node)
-    return nodes, procs
-
-
-def _first_int(flags: dict[str, list[str]], names: tuple[str, ...], default: int) -> int:
-    for name in names:
-        if flags.get(name):
-            return int(flags[name][0])
-    return default
 
 
 SPLITS = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "ds_sequence_parallel_size")
@@ -342,7 +345,7 @@ def _made(launch: Launch, user: dict[str, Any]) -> tuple[Launch, Ported, Case]:
     document["hardware"] = document.get("hardware", {}) | hardware
     if extra_args or extra_ds:
         document["extra"] = {"megatron_args": extra_args, "ds_config": extra_ds}
-    text = yaml.safe_dump(document, sort_keys=False, width=110)
+    text = dump_yaml(document, width=110)
     with tempfile.TemporaryDirectory(prefix="zerolab-port-") as scratch:
         path = Path(scratch) / f"{launch.name}.yaml"
         path.write_text(text)
@@ -370,6 +373,15 @@ def _made(launch: Launch, user: dict[str, Any]) -> tuple[Launch, Ported, Case]:
         for key in unchanged
     ]
     notes += [f"ds_config aio: {WHY['aio_config']}"] if unread_aio else []
+    zero_block = launch.ds_config.get("zero_optimization", {})
+    if int(zero_block.get("stage", 0)) < 3 and zero_block.get("offload_param", {}).get("device") in (
+        "cpu",
+        "nvme",
+    ):
+        notes.append(
+            f"ds_config zero_optimization.offload_param: DeepSpeed offloads weights at stage 3 alone "
+            f"(runtime/zero/stage3.py); at stage {zero_block.get('stage', 0)} nothing reads it; left out"
+        )
     notes += [f"ds_config optimizer: {OPTIMIZER_UNUSED}"] if unused_optimizer else []
     return launch, Ported(text, recipe, traps=traps, notes=notes), case
 
@@ -385,8 +397,28 @@ def _reads_aio(ds_config: dict[str, Any]) -> bool:
 def _accepted(outcome: dict[str, Any], what: str) -> dict[str, Any]:
     refused = [outcome[key] for key in ("megatron_error", "deepspeed_error") if key in outcome]
     if refused:
-        raise UserError(f"the engine refuses {what}: " + "; ".join(refused))
+        raise UserError(f"the engine refuses {what}: " + "; ".join(_why_refused(text) for text in refused))
     return outcome
+
+
+def _why_refused(text: str) -> str:
+    """The engine's refusal in a user's words where argparse's is terse: each flag the pinned engine
+    does not have, and a flag given no value (a shell expression of the launch that came out empty)."""
+    unknown = re.search(r"unrecognized arguments: (.*)$", text)
+    if unknown:
+        flags = [word for word in unknown.group(1).split() if word.startswith("--")]
+        return (
+            "flags the pinned engine does not have (from a fork or another Megatron version; each changes "
+            "what is trained, or zerolab would drop it with why): " + ", ".join(flags)
+        )
+    empty = re.search(r"argument (--[\w-]+): expected one argument", text)
+    if empty:
+        return (
+            f"{empty.group(1)} has no value in your launch (a shell variable or expression that came out "
+            "empty where the script built the command?): the engine stops at it as it would stop your "
+            "launch; give it its value"
+        )
+    return text
 
 
 def _schema_flags() -> dict[str, tuple[str, Any]]:
@@ -465,6 +497,7 @@ def _native_keys(
             consumed.add("--" + dest.replace("_", "-"))
     keys["data.split"] = resolved["split"]
     consumed.add("--split")
+    consumed.add("--encoder-seq-length")  # Megatron's validate_args makes it seq_length: model.seq_length
     keys["parallel.pipeline"] = resolved["pipeline_model_parallel_size"]
     keys["parallel.sequence"] = resolved.get("ds_sequence_parallel_size", 1)
     consumed |= {"--pipeline-model-parallel-size", "--ds-sequence-parallel-size", "--no-pipeline-parallel"}
@@ -486,6 +519,8 @@ def _native_keys(
         keys["model.masked_softmax_fusion"] = resolved.get("masked_softmax_fusion", True)
     # elsewhere zerolab renders --no-masked-softmax-fusion whatever the key says: left at its default
     keys |= _checkpointing(resolved, consumed)
+    if not resolved.get("tensorboard_dir"):  # the options of a writer the engine never makes
+        keys = {key: value for key, value in keys.items() if key not in TENSORBOARD_OPTIONS}
     if resolved.get("tensorboard_dir"):
         keys["logging.tensorboard"] = True
         consumed |= {
@@ -493,6 +528,10 @@ def _native_keys(
             "--log-validation-ppl-to-tensorboard",
             "--tensorboard-log-interval",
         }
+    for dest, key in (("wandb_project", "logging.wandb_project"), ("wandb_exp_name", "logging.wandb_name")):
+        if resolved.get(dest):
+            keys[key] = resolved[dest]
+        consumed.add("--" + dest.replace("_", "-"))
     if resolved.get("save") and resolved.get("save_interval"):
         keys["train.save_interval"] = resolved["save_interval"]
     else:
@@ -602,7 +641,7 @@ def _from_ds_config(
     if "ratio" in offload:
         keys["zero.offload_ratio"] = offload["ratio"]
     keys["zero.offload_param"] = (
-        ds_config.get("zero_optimization", {}).get("offload_param", {}).get("device") == "cpu"
+        stage == 3 and ds_config.get("zero_optimization", {}).get("offload_param", {}).get("device") == "cpu"
     )
     keys["precision.fp16"] = bool(resolved.get("fp16"))
     keys["precision.bf16"] = bool(resolved.get("bf16"))
@@ -771,26 +810,47 @@ def _offloads_nothing_as_none(zero: dict[str, Any] | None) -> dict[str, Any] | N
         return None
     blocks = ("offload_optimizer", "offload_param")
     idle = [name for name in blocks if isinstance(zero.get(name), dict) and zero[name]["device"] == "none"]
+    if int(zero.get("stage", 0)) < 3:
+        idle.append("offload_param")  # read by stage 3 alone (runtime/zero/stage3.py)
     return zero | dict.fromkeys(idle)
 
 
+ENTRY_POINT = re.compile(r"(?:^|/)pretrain_gpt\w*\.py$")
+"""The training script of a launch: the engine's pretrain_gpt.py, or a fork's own (pretrain_gpt_alcf.py)."""
+SHELLS = ("bash", "sh")
+SHELL_OPERATOR = re.compile(r"\|\|?|\|&|&&?|;|\d*>>?.*|&>.*|<.*")
+"""A word that ends the command: a pipe, a list operator or a redirection."""
+
+
 def read_command(text: str, source: str = "the command line") -> tuple[list[str], list[str]]:
-    """(launcher up to pretrain_gpt.py, its arguments) of a shell command line (backslash-newlines
-    and a leading `VAR=value` allowed); ([], words) when it names no pretrain_gpt.py. UserError,
-    naming `source`, for a line the shell could not read or one without a word."""
-    try:
-        words = shlex.split(text.replace("\\\n", " "), comments=True)
-    except ValueError as error:  # shlex: "No closing quotation", "No escaped character"
-        raise UserError(
-            f"{source}: {str(error).lower()}: the shell could not read it either; close the quote (or "
-            "escape it) and give the launch's command line as you run it"
-        ) from None
+    """(launcher up to pretrain_gpt.py, its arguments) of a shell command line (backslash-newlines,
+    a leading `VAR=value` and a launch inside `bash -c "..."`, as srun scripts write it, allowed);
+    ([], words) when it names no pretrain_gpt.py. UserError, naming `source`, for a line the shell
+    could not read or one without a word."""
+    words = _shell_words(text, source)
     if not words:
         raise UserError(
             f"{source} holds no command (only blank lines or comments): give the launch's command line, "
             "e.g. `deepspeed pretrain_gpt.py --num-layers 12 ...`, or the arguments after pretrain_gpt.py"
         )
-    script = next((i for i, word in enumerate(words) if word.endswith("pretrain_gpt.py")), None)
+    for index, word in enumerate(words[:-2]):
+        if Path(word).name in SHELLS and words[index + 1] == "-c" and "pretrain_gpt" in words[index + 2]:
+            words = words[:index] + _shell_words(words[index + 2], source) + words[index + 3 :]
+            break
+    end = next((i for i, word in enumerate(words) if SHELL_OPERATOR.fullmatch(word)), len(words))
+    words = words[:end]  # `2>&1 | tee LOG`: what the shell does with the output
+    script = next((i for i, word in enumerate(words) if ENTRY_POINT.search(word)), None)
     if script is None:
         return [], words
     return words[: script + 1], words[script + 1 :]
+
+
+def _shell_words(text: str, source: str) -> list[str]:
+    """The words the shell reads in `text` (comments and line continuations dropped)."""
+    try:
+        return shlex.split(text.replace("\\\n", " "), comments=True)
+    except ValueError as error:  # shlex: "No closing quotation", "No escaped character"
+        raise UserError(
+            f"{source}: {str(error).lower()}: the shell could not read it either; close the quote (or "
+            "escape it) and give the launch's command line as you run it"
+        ) from None

@@ -13,7 +13,8 @@ from pathlib import Path
 
 from zerolab.errors import UserError
 from zerolab.porting.capture import capture_script
-from zerolab.porting.from_command import Launch, Ported, launcher_layout, port_many
+from zerolab.porting.from_command import Launch, Ported, port_many
+from zerolab.porting.layout import launch_layout
 
 GPUS_PER_NODE = 8
 """The GPUs of a node the scripts run on at their defaults (nvidia-smi's stub answer)."""
@@ -64,7 +65,8 @@ def survey(root: Path, scripts: list[Path] | None = None) -> list[Verdict]:
         if not captured:
             continue
         first = captured[0]
-        nodes, procs = launcher_layout(first.launcher, GPUS_PER_NODE)
+        layout = launch_layout(first.launcher, default_gpus_per_node=GPUS_PER_NODE)
+        nodes, procs = layout.nodes, layout.procs_per_node
         gpus = written_for(script, first.launcher)
         if gpus is not None:  # placed on the nodes it names (a hostfile of gpus / 8 nodes)
             nodes = gpus // GPUS_PER_NODE

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 from zerolab.data_prep.indexed import read_index
 from zerolab.errors import UserError
 from zerolab.recipe.inputs import blend, prepare_hint
+from zerolab.recipe.megatron_split import split_ranges
 from zerolab.recipe.schema import Recipe
 
 if TYPE_CHECKING:
@@ -120,16 +121,10 @@ def pretraining_split_tokens(recipe: Recipe, asked_by: tuple[str, str] = EPOCHS)
 
 def train_documents(split: str, documents: int) -> int:
     """How many leading documents Megatron's `--split` weights give the training split."""
-    weights = [float(part) for part in split.split(",")]
-    weights += [0.0] * (3 - len(weights))
-    total = sum(weights)
-    if total <= 0:
-        raise UserError(f"data.split={split!r}: the weights must not all be 0")
-    ends = [0]
-    for weight in weights:
-        ends.append(ends[-1] + round(weight / total * documents))
-    excess = ends[-1] - documents
-    return ends[1] - excess
+    try:
+        return split_ranges(split, documents)[0][1]
+    except ValueError:
+        raise UserError(f"data.split={split!r}: the weights must not all be 0") from None
 
 
 def document_sizes(idx: Path) -> np.ndarray:

@@ -4,6 +4,7 @@ and meaning. docs/recipe-reference.md is generated from it (`make docs`)."""
 from __future__ import annotations
 
 import os
+import re
 import typing
 from typing import Any, Literal
 
@@ -19,6 +20,7 @@ from zerolab.contracts import (
     SWITCHES,
 )
 from zerolab.recipe.destinations import DeepSpeed, Destination, Env, Launcher, Megatron, Zerolab
+from zerolab.recipe.megatron_split import SPLIT_PATTERN
 
 MAX_LAYERS, MAX_HIDDEN, MAX_HEADS = 1024, 65536, 1024
 MAX_POSITIONS, MAX_VOCAB, MAX_BATCH = 2**20, 2**24, 2**24
@@ -681,8 +683,9 @@ class DataSection(Section):
     )
     split: str = field(
         "98,2,0",
-        "train,validation,test weights over the documents of data.path (Megatron --split)",
-        pattern=r"^\d+(,\d+){0,2}$",
+        "train,validation,test weights over the documents of data.path (Megatron --split), in any form "
+        "the engine reads: separated by commas (spaces allowed: `969, 30, 1`) or slashes (`90/10`), whole "
+        "or decimal numbers, the missing ones 0 (Megatron reads the first three)",
         to=(Megatron("--split", "with data.path"),),
     )
     tokenizer_type: Literal["GPT2BPETokenizer", "GPTSentencePieceTokenizer"] = field(
@@ -725,6 +728,23 @@ class DataSection(Section):
     num_workers: int = field(
         2, "data-loader worker processes per rank", "processes", ge=0, to=(Megatron("--num-workers"),)
     )
+
+    @field_validator("split", mode="before")
+    @classmethod
+    def _one_weight(cls, value: Any) -> Any:
+        """A single weight (`data.split=100`, read by YAML as a number) is the split of that text."""
+        return str(value) if isinstance(value, int | float) and not isinstance(value, bool) else value
+
+    @field_validator("split")
+    @classmethod
+    def _megatron_split(cls, value: str) -> str:
+        """A form of --split the engine reads (zerolab.recipe.megatron_split)."""
+        if re.fullmatch(SPLIT_PATTERN, value) is None:
+            raise ValueError(
+                "give the train,validation,test weights as Megatron's --split reads them: numbers separated "
+                "by commas or by slashes, e.g. 98,2,0 or 969, 30, 1 or 90/10"
+            )
+        return value
 
 
 class TrainSection(Section):

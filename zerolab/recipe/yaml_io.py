@@ -175,6 +175,18 @@ def _twice(source: str, path: tuple[str, ...], first: yaml.Mark, second: yaml.Ma
     )
 
 
-def dump_yaml(data: Any) -> str:
-    """Block-style YAML that keeps the key order."""
-    return yaml.safe_dump(data, sort_keys=False, default_flow_style=False, width=100)
+class RecipeDumper(yaml.SafeDumper):
+    """SafeDumper that quotes the strings RecipeLoader would read as floats (`'1e-5'`)."""
+
+
+def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    style = "'" if _FLOAT_1_2.match(value) else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+RecipeDumper.add_representer(str, _represent_str)
+
+
+def dump_yaml(data: Any, width: int = 100) -> str:
+    """Block-style YAML that keeps the key order and reads back as it was (RecipeLoader)."""
+    return yaml.dump(data, Dumper=RecipeDumper, sort_keys=False, default_flow_style=False, width=width)
