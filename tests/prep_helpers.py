@@ -7,8 +7,10 @@ import shutil
 from pathlib import Path
 
 import sentencepiece
+import tokenizers
 import zstandard
 
+from zerolab.assets import GPT2_MERGES, GPT2_VOCAB
 from zerolab.cli import main
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "prep"
@@ -70,3 +72,23 @@ def train_sentencepiece(folder: Path, vocab_size: int = 1000) -> Path:
         model_type="bpe", byte_fallback=True, minloglevel=2,
     )  # fmt: skip
     return folder / "tokenizer.model"
+
+
+def gpt2_hf_tokenizer(folder: Path) -> Path:
+    """GPT-2's tokenizer as a Hugging Face folder made from zerolab's bundled vocab.json and merges.txt:
+    tokenizer.json (HF tokenizers' byte-level BPE), the slow tokenizer's files and tokenizer_config.json
+    naming <|endoftext|> as its eos token, as OpenAI's gpt2 repository on the Hub has them."""
+    folder.mkdir(parents=True, exist_ok=True)
+    bpe = tokenizers.Tokenizer(tokenizers.models.BPE.from_file(str(GPT2_VOCAB), str(GPT2_MERGES)))
+    bpe.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = tokenizers.decoders.ByteLevel()
+    bpe.post_processor = tokenizers.processors.ByteLevel(trim_offsets=False)
+    bpe.add_special_tokens(["<|endoftext|>"])
+    bpe.save(str(folder / "tokenizer.json"))
+    shutil.copy(GPT2_VOCAB, folder / "vocab.json")
+    shutil.copy(GPT2_MERGES, folder / "merges.txt")
+    special = "<|endoftext|>"
+    config = {"tokenizer_class": "GPT2Tokenizer", "model_max_length": 1024}
+    config |= {"bos_token": special, "eos_token": special, "unk_token": special}
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    return folder

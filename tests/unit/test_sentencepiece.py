@@ -122,11 +122,17 @@ def test_model_vocab_size_must_be_the_models_pieces(sentencepiece_dataset, capsy
     [
         (
             ["data.tokenizer_type=GPTSentencePieceTokenizer"],
-            ["GPTSentencePieceTokenizer reads a SentencePiece model, and data.tokenizer_model is null"],
+            [
+                "GPTSentencePieceTokenizer reads a SentencePiece model (tokenizer.model), and "
+                "data.tokenizer_model is null"
+            ],
         ),
         (
             ["data.tokenizer_model=tokenizer.model"],
-            ["data.tokenizer_model tokenizer.model: a SentencePiece model, which GPT2BPETokenizer does not"],
+            [
+                "data.tokenizer_model tokenizer.model: a SentencePiece model or a Hugging Face folder, which "
+                "GPT2BPETokenizer does not"
+            ],
         ),
         (
             [
@@ -137,11 +143,15 @@ def test_model_vocab_size_must_be_the_models_pieces(sentencepiece_dataset, capsy
             ["data.vocab_file: GPT-2's BPE files, which GPTSentencePieceTokenizer does not read"],
         ),
         (
+            ["data.tokenizer_type=HFTokenizer"],
+            ["HFTokenizer reads a Hugging Face tokenizer folder, and data.tokenizer_model is null"],
+        ),
+        (
             ['extra.megatron_args=[--num-key-value-heads,"2"]'],
             ["--num-key-value-heads 2 with 4 attention heads", "grouped-query attention stops at the first"],
         ),
     ],
-    ids=["no model", "a model for GPT-2", "GPT-2 files for a model", "grouped-query attention"],
+    ids=["no model", "a model for GPT-2", "GPT-2 files for a model", "no folder", "grouped-query attention"],
 )
 def test_tokenizer_keys_of_another_type_are_refused(overrides, expected, capsys):
     assert main(["render", TINY, *overrides, "--json"]) == 2

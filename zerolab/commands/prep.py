@@ -73,11 +73,13 @@ def _common(parser: argparse.ArgumentParser, out_help: str, *, splittable: bool 
     )
     parser.add_argument(
         "--tokenizer-model",
-        metavar="FILE",
-        help="a SentencePiece model (e.g. Llama's tokenizer.model): write its ids, as Megatron's "
+        metavar="MODEL",
+        help="a SentencePiece model file (e.g. Llama's tokenizer.model): write its ids, as Megatron's "
         "GPTSentencePieceTokenizer reads text, each document ended by its end-of-sentence id, for a recipe "
-        "with data.tokenizer_type GPTSentencePieceTokenizer and data.tokenizer_model FILE (default: "
-        "GPT-2's BPE)",
+        "with data.tokenizer_type GPTSentencePieceTokenizer; or a Hugging Face tokenizer folder "
+        "(tokenizer.json and tokenizer_config.json): its ids as Megatron's HFTokenizer reads text, each "
+        "document ended by its eos token, for data.tokenizer_type HFTokenizer; data.tokenizer_model MODEL "
+        "either way (default: GPT-2's BPE)",
     )
     parser.add_argument("--quiet", action="store_true", help="no progress bar or messages, only the summary")
 
@@ -96,7 +98,8 @@ def register(subparsers) -> None:
         "prep",
         help="corpora into Megatron indexed binaries (PREFIX_text_document.bin/.idx)",
         description="Tokenize a corpus with GPT-2's BPE (ids identical to Megatron's GPT2BPETokenizer), "
-        "or with --tokenizer-model's SentencePiece model (GPTSentencePieceTokenizer's ids), into Megatron's "
+        "or with --tokenizer-model's SentencePiece model or Hugging Face folder (GPTSentencePieceTokenizer's "
+        "or HFTokenizer's ids), into Megatron's "
         "indexed dataset, an end-of-document id after each document.",
     )
     commands = prep.add_subparsers(dest="prep_command", metavar="CORPUS", required=True)
@@ -236,14 +239,16 @@ def _job(args, corpus: str, source, fmt, name: str | None = None):
 
 
 def _tokenizer(args) -> Tokenizer:
-    """GPT-2's BPE, or the SentencePiece model of --tokenizer-model (checked: UserError naming it)."""
+    """GPT-2's BPE, or the SentencePiece model or Hugging Face folder of --tokenizer-model (checked:
+    UserError naming it)."""
     if not args.tokenizer_model:
         return Tokenizer()
     path = Path(args.tokenizer_model)
-    if not path.is_file():
+    if not path.exists():
         raise UserError(
-            f"--tokenizer-model {path}: no such file; give the SentencePiece model (tokenizer.model) that "
-            "your recipe's data.tokenizer_model names"
+            f"--tokenizer-model {path}: no such file or folder; give the SentencePiece model "
+            "(tokenizer.model) "
+            "or the Hugging Face tokenizer folder that your recipe's data.tokenizer_model names"
         )
     tokenizer = Tokenizer(path)
     tokenizer.load()

@@ -66,7 +66,7 @@ class PrepJob:
 
     def dtype(self) -> np.dtype:
         """The token ids' type in the .bin and .idx: the smallest that holds the tokenizer's ids."""
-        return token_dtype(self.tokenizer.vocab_size)
+        return token_dtype(self.tokenizer.id_count)
 
     def options(self) -> dict:
         """The options that decide the output's bytes (recorded, and compared on rerun)."""

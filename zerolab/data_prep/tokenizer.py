@@ -1,9 +1,12 @@
 """The tokenizers whose ids `zerolab prep` writes: GPT-2's byte-level BPE as tiktoken, built
-offline from the bundled vocab.json, and a SentencePiece model (Llama's tokenizer.model).
+offline from the bundled vocab.json, a SentencePiece model (Llama's tokenizer.model), and a
+Hugging Face tokenizer folder (its tokenizer.json, read by HF tokenizers).
 
 GPT-2's ids equal Megatron's GPT2BPETokenizer: text is encoded as ordinary text, so a literal
 `<|endoftext|>` inside a document is never the end-of-document id. A SentencePiece model's equal
 Megatron's GPTSentencePieceTokenizer (sentencepiece's encode), each document ended by its eos id.
+A Hugging Face folder's equal Megatron's HFTokenizer (AutoTokenizer's encode, special tokens such
+as a BOS included), each document ended by the folder's eos token.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import sentencepiece
 import tiktoken
+import tokenizers
 from tiktoken_ext.openai_public import r50k_pat_str
 
 from zerolab.assets import EOT_TOKEN_ID, GPT2_MERGES, GPT2_VOCAB
@@ -82,8 +86,12 @@ def tokenizer_facts() -> dict:
 
 GPT2_BPE = "GPT2BPETokenizer"
 SENTENCEPIECE = "GPTSentencePieceTokenizer"
-TOKENIZER_TYPES = (GPT2_BPE, SENTENCEPIECE)
+HF = "HFTokenizer"
+TOKENIZER_TYPES = (GPT2_BPE, SENTENCEPIECE, HF)
 """The Megatron tokenizer classes whose ids `zerolab prep` writes (recipe key data.tokenizer_type)."""
+MODEL_TOKENIZERS = (SENTENCEPIECE, HF)
+"""The classes that read data.tokenizer_model: a SentencePiece model file, a Hugging Face folder."""
+HF_FILE, HF_CONFIG = "tokenizer.json", "tokenizer_config.json"
 
 
 @functools.lru_cache(maxsize=4)
@@ -112,41 +120,108 @@ def _load(path: Path):
     return _sentencepiece(str(path.resolve()), stat.st_mtime_ns, stat.st_size)
 
 
+@functools.lru_cache(maxsize=4)
+def _hf(folder: str, mtime_ns: int) -> tuple[tokenizers.Tokenizer, int]:
+    """The folder's tokenizer.json and its eos token's id (loaded once while the file is unchanged)."""
+    tokenizer = tokenizers.Tokenizer.from_file(str(Path(folder) / HF_FILE))
+    config = json.loads((Path(folder) / HF_CONFIG).read_text(encoding="utf-8"))
+    eos = config.get("eos_token")
+    eos = eos.get("content") if isinstance(eos, dict) else eos
+    eos_id = tokenizer.token_to_id(eos) if isinstance(eos, str) else None
+    if eos_id is None:
+        raise ValueError(f"its {HF_CONFIG} names no eos_token that {HF_FILE} has")
+    return tokenizer, eos_id
+
+
+def _load_hf(folder: Path) -> tuple[tokenizers.Tokenizer, int]:
+    return _hf(str(folder.resolve()), (folder / HF_FILE).stat().st_mtime_ns)
+
+
+def hf_problem(folder: Path) -> str | None:
+    """Why `folder` is no Hugging Face tokenizer folder whose ids prep can write as Megatron's
+    HFTokenizer reads them (tokenizer.json, and tokenizer_config.json naming the eos token that ends
+    each document), or None."""
+    missing = [name for name in (HF_FILE, HF_CONFIG) if not (folder / name).is_file()]
+    if missing:
+        return f"{folder} is no Hugging Face tokenizer folder: it lacks {' and '.join(missing)}"
+    try:
+        _load_hf(folder)
+    except Exception as error:  # OSError, ValueError, and tokenizers' bare Exception for a bad file
+        return f"{folder}: {error}"
+    return None
+
+
+def model_problem(path: Path) -> str | None:
+    """Why the tokenizer model at `path` (a SentencePiece file or a Hugging Face folder) cannot be read."""
+    return hf_problem(path) if path.is_dir() else sentencepiece_problem(path)
+
+
 @dataclass(frozen=True)
 class Tokenizer:
     """The tokenizer whose ids prep writes, as Megatron's tokenizer of the same type reads text:
-    GPT-2's BPE (model_file None), or the SentencePiece model at model_file (GPTSentencePieceTokenizer:
-    its `encode`, documents ended by the model's end-of-sentence id)."""
+    GPT-2's BPE (model_file None), the SentencePiece model file at model_file
+    (GPTSentencePieceTokenizer: its `encode`, documents ended by the model's end-of-sentence id), or
+    the Hugging Face folder at model_file (HFTokenizer: its encode with special tokens, documents
+    ended by its eos token)."""
 
     model_file: Path | None = None
 
     @property
     def type(self) -> str:
         """Megatron's tokenizer class (--tokenizer-type)."""
-        return GPT2_BPE if self.model_file is None else SENTENCEPIECE
+        if self.model_file is None:
+            return GPT2_BPE
+        return HF if self.model_file.is_dir() else SENTENCEPIECE
 
     def load(self) -> None:
-        """Build the tokenizer now (before workers fork); UserError naming a bad model file."""
+        """Build the tokenizer now (before workers fork); UserError naming a bad model."""
         if self.model_file is None:
             gpt2_encoding()
-        elif problem := sentencepiece_problem(self.model_file):
-            raise UserError(f"--tokenizer-model {problem}; give the tokenizer.model your recipe names")
+        elif problem := model_problem(self.model_file):
+            raise UserError(
+                f"--tokenizer-model {problem}; give the tokenizer.model or the Hugging Face tokenizer folder "
+                "your recipe's data.tokenizer_model names"
+            )
 
     @property
     def vocab_size(self) -> int:
-        """Entries of the vocabulary (before Megatron pads it)."""
-        return VOCAB_SIZE if self.model_file is None else _load(self.model_file).get_piece_size()
+        """Entries of the vocabulary as Megatron counts them (before it pads them): for a Hugging Face
+        folder, its vocabulary without the tokens added to it (the tokenizer's vocab_size)."""
+        if self.model_file is None:
+            return VOCAB_SIZE
+        if self.type == HF:
+            return _load_hf(self.model_file)[0].get_vocab_size(with_added_tokens=False)
+        return _load(self.model_file).get_piece_size()
+
+    @property
+    def id_count(self) -> int:
+        """One past the largest id the tokenizer writes (added tokens included)."""
+        if self.type == HF:
+            return _load_hf(self.model_file)[0].get_vocab_size(with_added_tokens=True)
+        return self.vocab_size
 
     @property
     def eod_id(self) -> int:
         """The id that ends each document."""
-        return EOT_TOKEN_ID if self.model_file is None else _load(self.model_file).eos_id()
+        if self.model_file is None:
+            return EOT_TOKEN_ID
+        if self.type == HF:
+            return _load_hf(self.model_file)[1]
+        return _load(self.model_file).eos_id()
 
     def encoder(self) -> Callable[[str], np.ndarray]:
         """The function from text to its token ids (uint32), without an end-of-document id; the
         model is looked up once here, not at every document."""
         if self.model_file is None:
             return encode
+        if self.type == HF:
+            hf = _load_hf(self.model_file)[0]
+
+            def encode_hf(text: str) -> np.ndarray:
+                text.encode("utf-8")  # a lone surrogate raises UnicodeEncodeError, as for GPT-2
+                return np.asarray(hf.encode(text).ids, dtype=np.uint32)
+
+            return encode_hf
         model = _load(self.model_file)
 
         def encode_pieces(text: str) -> np.ndarray:
@@ -163,6 +238,8 @@ class Tokenizer:
         """Text of token ids."""
         if self.model_file is None:
             return decode(ids)
+        if self.type == HF:
+            return _load_hf(self.model_file)[0].decode([int(i) for i in ids])
         return _load(self.model_file).decode([int(i) for i in ids])
 
     def facts(self, *, with_path: bool = False) -> dict:
@@ -171,25 +248,38 @@ class Tokenizer:
         if self.model_file is None:
             return tokenizer_facts()
         path = {"model_path": str(self.model_file.resolve())} if with_path else {}
+        hf = self.type == HF
         return {
-            "type": SENTENCEPIECE,
-            "implementation": "sentencepiece encode (ids equal Megatron's GPTSentencePieceTokenizer)",
+            "type": self.type,
+            "implementation": "HF tokenizers encode of tokenizer.json (ids equal Megatron's HFTokenizer)"
+            if hf
+            else "sentencepiece encode (ids equal Megatron's GPTSentencePieceTokenizer)",
             "vocab_size": self.vocab_size,
             "eod_id": self.eod_id,
-            "files": {self.model_file.name: sha256_of(self.model_file)},
+            "files": model_digests(self.model_file),
             **path,
         }
 
 
+def model_digests(model: Path) -> dict[str, str]:
+    """The sha256 of a tokenizer model's files: the SentencePiece file, or a folder's tokenizer.json
+    and tokenizer_config.json."""
+    if model.is_dir():
+        return {name: sha256_of(model / name) for name in (HF_FILE, HF_CONFIG)}
+    return {model.name: sha256_of(model)}
+
+
 def manifest_tokenizer(facts: dict | None, near: Path) -> Tokenizer | None:
     """The tokenizer of a dataset's manifest facts (pipeline.manifest_tokenizer_facts; GPT-2's where
-    there are none), with its SentencePiece model at the path recorded or beside the dataset `near`;
-    None where that model is not here."""
-    if facts is None or facts.get("type", GPT2_BPE) != SENTENCEPIECE:
+    there are none), with its model (file or folder) at the path recorded or beside the dataset
+    `near`; None where that model is not here."""
+    if facts is None or facts.get("type", GPT2_BPE) not in MODEL_TOKENIZERS:
         return Tokenizer()
-    files = facts.get("files")
-    for name, digest in files.items() if isinstance(files, dict) else ():
-        for candidate in (Path(str(facts.get("model_path", name))), near.parent / name):
-            if candidate.is_file() and sha256_of(candidate) == digest:
-                return Tokenizer(candidate)
+    files = facts.get("files") if isinstance(facts.get("files"), dict) else {}
+    recorded = Path(str(facts.get("model_path", "")))
+    candidates = [recorded] if facts.get("model_path") else []
+    candidates += [near.parent / name for name in files] if facts["type"] == SENTENCEPIECE else []
+    for candidate in candidates:
+        if candidate.exists() and files and model_digests(candidate) == files:
+            return Tokenizer(candidate)
     return None

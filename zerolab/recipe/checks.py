@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from zerolab.contracts import FLASH_V2
-from zerolab.data_prep.tokenizer import SENTENCEPIECE
+from zerolab.data_prep.tokenizer import MODEL_TOKENIZERS
 from zerolab.errors import UserError
 from zerolab.locations import CONFIGS_DIR, RECIPES_DIR, display_path
 from zerolab.recipe.destinations import Megatron, destinations
@@ -330,7 +330,7 @@ def _vocab_size_is_the_tokenizers(recipe: Recipe) -> Problem | None:
     try:
         counted = vocabulary_size(recipe)
     except ValueError as error:
-        key = "tokenizer_model" if recipe.data.tokenizer_type == SENTENCEPIECE else "vocab_file"
+        key = "tokenizer_model" if recipe.data.tokenizer_type in MODEL_TOKENIZERS else "vocab_file"
         return Problem((f"data.{key}",), str(error), TOKENIZER_FILE_FIX[key])
     if counted is None or recipe.model.vocab_size == counted[0]:
         return None
@@ -348,31 +348,41 @@ def _vocab_size_is_the_tokenizers(recipe: Recipe) -> Problem | None:
 @check
 def _tokenizer_files_are_the_types(recipe: Recipe) -> Problem | None:
     data = recipe.data
-    if data.tokenizer_type == SENTENCEPIECE:
+    if data.tokenizer_type in MODEL_TOKENIZERS:
         given = [key for key in BUNDLED_TOKENIZER_FILES if getattr(data, key) is not None]
+        reads = MODEL_READ[data.tokenizer_type]
         if data.tokenizer_model is None:
             return Problem(
                 ("data.tokenizer_type", "data.tokenizer_model"),
-                "GPTSentencePieceTokenizer reads a SentencePiece model, and data.tokenizer_model is null",
-                "set data.tokenizer_model to the tokenizer.model the dataset was prepared with (`zerolab "
-                "prep ... --tokenizer-model FILE`)",
+                f"{data.tokenizer_type} reads {reads}, and data.tokenizer_model is null",
+                f"set data.tokenizer_model to the {reads} the dataset was prepared with (`zerolab prep ... "
+                "--tokenizer-model FILE_OR_FOLDER`)",
             )
         if given:
             return Problem(
                 ("data.tokenizer_type", *(f"data.{key}" for key in given)),
                 f"{', '.join(f'data.{key}' for key in given)}: GPT-2's BPE files, which "
-                "GPTSentencePieceTokenizer does not read",
+                f"{data.tokenizer_type} does not read",
                 f"remove {', '.join(f'data.{key}' for key in given)}",
             )
     elif data.tokenizer_model is not None:
         return Problem(
             ("data.tokenizer_type", "data.tokenizer_model"),
-            f"data.tokenizer_model {data.tokenizer_model}: a SentencePiece model, which "
+            f"data.tokenizer_model {data.tokenizer_model}: a SentencePiece model or a Hugging Face folder, "
+            "which "
             f"{data.tokenizer_type} does not read",
-            "remove data.tokenizer_model, or set data.tokenizer_type=GPTSentencePieceTokenizer (with a "
-            "dataset prepared by `zerolab prep ... --tokenizer-model FILE`)",
+            "remove data.tokenizer_model, or set data.tokenizer_type=GPTSentencePieceTokenizer (a "
+            "tokenizer.model) or HFTokenizer (a folder), with a dataset prepared by `zerolab prep ... "
+            "--tokenizer-model FILE_OR_FOLDER`",
         )
     return None
+
+
+MODEL_READ = {
+    "GPTSentencePieceTokenizer": "a SentencePiece model (tokenizer.model)",
+    "HFTokenizer": "a Hugging Face tokenizer folder",
+}
+"""What each class of MODEL_TOKENIZERS reads as data.tokenizer_model."""
 
 
 @check

@@ -11,10 +11,17 @@ import shlex
 from pathlib import Path
 
 from zerolab.assets import GPT2_MERGES, GPT2_VOCAB
-from zerolab.checksums import sha256_of
 from zerolab.data_prep.indexed import dataset_problems, read_index
 from zerolab.data_prep.pipeline import SUFFIX, manifest_source, manifest_tokenizer_facts
-from zerolab.data_prep.tokenizer import GPT2_BPE, SENTENCEPIECE, VOCAB_SIZE, Tokenizer, sentencepiece_problem
+from zerolab.data_prep.tokenizer import (
+    GPT2_BPE,
+    HF,
+    MODEL_TOKENIZERS,
+    VOCAB_SIZE,
+    Tokenizer,
+    model_digests,
+    model_problem,
+)
 from zerolab.imported import import_hint, layout_tag, read_manifest, tokenizer_digest
 from zerolab.locations import display_path
 from zerolab.recipe.schema import MODEL_SHAPE_KEYS, Recipe
@@ -26,7 +33,8 @@ BUNDLED_TOKENIZER_FILES = {"vocab_file": GPT2_VOCAB, "merge_file": GPT2_MERGES}
 TOKENIZER_FILE_FIX = {
     "vocab_file": "point it at the GPT-2 BPE file, or remove it (null: the file bundled with zerolab)",
     "merge_file": "point it at the GPT-2 BPE file, or remove it (null: the file bundled with zerolab)",
-    "tokenizer_model": "point it at the SentencePiece model (tokenizer.model) the dataset was prepared with",
+    "tokenizer_model": "point it at the SentencePiece model (tokenizer.model) or the Hugging Face tokenizer "
+    "folder the dataset was prepared with",
 }
 """How to mend each tokenizer file key whose file is missing."""
 
@@ -40,9 +48,10 @@ def tokenizer_file(recipe: Recipe, key: str) -> str:
 
 def tokenizer_files(recipe: Recipe) -> dict[str, str]:
     """The tokenizer files the engine reads, by data key: GPT-2's vocab.json and merges.txt (the
-    bundled ones where null), or GPTSentencePieceTokenizer's model (none while null: a check refuses)."""
+    bundled ones where null), or the model of GPTSentencePieceTokenizer or HFTokenizer (none while
+    null: a check refuses)."""
     data = recipe.data
-    if data.tokenizer_type == SENTENCEPIECE:
+    if data.tokenizer_type in MODEL_TOKENIZERS:
         return {} if data.tokenizer_model is None else {"tokenizer_model": data.tokenizer_model}
     return {key: tokenizer_file(recipe, key) for key in BUNDLED_TOKENIZER_FILES}
 
@@ -50,13 +59,14 @@ def tokenizer_files(recipe: Recipe) -> dict[str, str]:
 def vocabulary_size(recipe: Recipe) -> tuple[int, str, str] | None:
     """The tokenizer's vocabulary before Megatron pads it, what was counted, and the data key of its
     file: the entries of the configured vocab file when it exists, else GPT-2's; the pieces of the
-    SentencePiece model, None where it is not there to count (the launch refuses it missing).
-    ValueError when the file is not a vocab.json or a SentencePiece model."""
-    if recipe.data.tokenizer_type == SENTENCEPIECE:
+    SentencePiece model or of the Hugging Face folder, None where it is not there to count (the
+    launch refuses it missing). ValueError when the file is not a vocab.json, a SentencePiece model or
+    a Hugging Face folder."""
+    if recipe.data.tokenizer_type in MODEL_TOKENIZERS:
         model = recipe.data.tokenizer_model
-        if model is None or not Path(model).is_file():
+        if model is None or not Path(model).exists():
             return None
-        if problem := sentencepiece_problem(Path(model)):
+        if problem := model_problem(Path(model)):
             raise ValueError(problem)
         return Tokenizer(Path(model)).vocab_size, model, "tokenizer_model"
     path = Path(tokenizer_file(recipe, "vocab_file"))
@@ -187,10 +197,10 @@ def prepare_hint(recipe: Recipe, key: str) -> str:
 
 
 def tokenizer_option(recipe: Recipe) -> str:
-    """The `zerolab prep` option that writes the recipe's tokenizer's ids: ` --tokenizer-model FILE`
-    for a SentencePiece model, nothing for GPT-2's BPE."""
+    """The `zerolab prep` option that writes the recipe's tokenizer's ids: ` --tokenizer-model MODEL`
+    for a SentencePiece model or a Hugging Face folder, nothing for GPT-2's BPE."""
     model = recipe.data.tokenizer_model
-    return f" --tokenizer-model {model}" if recipe.data.tokenizer_type == SENTENCEPIECE and model else ""
+    return f" --tokenizer-model {model}" if recipe.data.tokenizer_type in MODEL_TOKENIZERS and model else ""
 
 
 def damaged_hint(recipe: Recipe, key: str) -> str:
@@ -240,7 +250,8 @@ def pretraining_inputs_problems(recipe: Recipe) -> list[str]:
     if not problems:
         problems += size_problems(recipe)
     for key, value in tokenizer_files(recipe).items():
-        if not Path(value).is_file():
+        folder = recipe.data.tokenizer_type == HF and key == "tokenizer_model"
+        if not (Path(value).is_dir() if folder else Path(value).is_file()):
             problems.append(f"data.{key}: {value} not found; {TOKENIZER_FILE_FIX[key]}")
     problems += tokenizer_mismatches(recipe)
     if recipe.model.init_from is not None:
@@ -264,7 +275,9 @@ def tokenizer_mismatches(recipe: Recipe) -> list[str]:
     Megatron's own preprocess_data.py) is taken as it is."""
     data = recipe.data
     model = Path(data.tokenizer_model) if data.tokenizer_model else None
-    digest = sha256_of(model) if data.tokenizer_type == SENTENCEPIECE and model and model.is_file() else None
+    digests = (
+        model_digests(model) if data.tokenizer_type in MODEL_TOKENIZERS and model and model.exists() else None
+    )
     option = tokenizer_option(recipe)
     problems = []
     for key, path in dataset_paths(recipe).items():
@@ -273,16 +286,16 @@ def tokenizer_mismatches(recipe: Recipe) -> list[str]:
             continue
         made_with = facts.get("type", GPT2_BPE)
         files = facts.get("files") if isinstance(facts.get("files"), dict) else {}
-        if made_with == data.tokenizer_type and (digest is None or digest in files.values()):
+        if made_with == data.tokenizer_type and (digests is None or digests == files):
             continue
-        named = made_with + (f" ({', '.join(files)})" if made_with == SENTENCEPIECE else "")
+        named = made_with + (f" ({', '.join(files)})" if made_with in MODEL_TOKENIZERS else "")
         problems.append(
             f"data.{key}: {path} was tokenized with {named} (its manifest), the recipe trains with "
             f"data.tokenizer_type {data.tokenizer_type}"
             + (f" and data.tokenizer_model {data.tokenizer_model}" if option else "")
             + ": its ids would be other words; prepare it with the recipe's tokenizer (`zerolab prep CORPUS "
             f"--out {path.removesuffix(SUFFIX)}{option} --force`), or set data.tokenizer_type"
-            + (" and data.tokenizer_model" if made_with == SENTENCEPIECE else "")
+            + (" and data.tokenizer_model" if made_with in MODEL_TOKENIZERS else "")
             + " to the dataset's"
         )
     return problems
@@ -320,10 +333,10 @@ def init_problems(recipe: Recipe) -> list[str]:
             f"{layout.padded_vocab_size}; set model.make_vocab_size_divisible_by="
             f"{weights.make_vocab_size_divisible_by}"
         )
-    if recipe.data.tokenizer_type == SENTENCEPIECE:
+    if recipe.data.tokenizer_type in MODEL_TOKENIZERS:
         problems.append(
             f"model.init_from: the weights in {folder} learned GPT-2's BPE ids, and data.tokenizer_type "
-            "GPTSentencePieceTokenizer gives others; set data.tokenizer_type=GPT2BPETokenizer (with a "
+            f"{recipe.data.tokenizer_type} gives others; set data.tokenizer_type=GPT2BPETokenizer (with a "
             "dataset prepared without --tokenizer-model), or model.init_from=null (random weights)"
         )
         return problems
