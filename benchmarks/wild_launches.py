@@ -61,9 +61,15 @@ def verdicts(files: list[Path] | None = None) -> list[Verdict]:
     prepared = []
     for path in files if files is not None else launch_files():
         facts = json.loads(path.read_text(encoding="utf-8"))
+        given = facts.get("given", {})  # what the user answers where the porter asks for the ranks
         try:
             ready = prepared_launch(
-                command_text(facts), facts.get("ds_config") or {}, name=path.stem, source=path.name
+                command_text(facts),
+                facts.get("ds_config") or {},
+                name=path.stem,
+                source=path.name,
+                nodes=given.get("nodes"),
+                gpus_per_node=given.get("gpus_per_node"),
             )
         except UserError as error:
             found.append(Verdict(path.stem, facts, "refused", reason=str(error)))

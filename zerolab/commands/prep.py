@@ -17,7 +17,7 @@ from zerolab.data_prep.pipeline import PrepJob, enter_output_folder, run
 from zerolab.data_prep.records import TEXT_LINES, DollyFields, JsonField
 from zerolab.data_prep.sources import HubDataset, LineFiles, RecordFiles, WholeFiles, check_files
 from zerolab.data_prep.splits import SPLIT_NAMES, parse_split
-from zerolab.data_prep.tokenizer import Tokenizer
+from zerolab.data_prep.tokenizer import MEGATRON_SENTENCEPIECE, SENTENCEPIECE, Tokenizer
 from zerolab.data_prep.wikitext import HUB_DATASET, VERSIONS, WikiTextFile, WikiTextHub, hub_config
 from zerolab.errors import UserError
 from zerolab.finetune.glue import HUB_DATASET as GLUE_DATASET
@@ -80,6 +80,14 @@ def _common(parser: argparse.ArgumentParser, out_help: str, *, splittable: bool 
         "(tokenizer.json and tokenizer_config.json): its ids as Megatron's HFTokenizer reads text, each "
         "document ended by its eos token, for data.tokenizer_type HFTokenizer; data.tokenizer_model MODEL "
         "either way (default: GPT-2's BPE)",
+    )
+    parser.add_argument(
+        "--tokenizer-type",
+        choices=[SENTENCEPIECE, MEGATRON_SENTENCEPIECE],
+        default=SENTENCEPIECE,
+        help="with a SentencePiece --tokenizer-model: the Megatron class the recipe reads it with; "
+        "SentencePieceTokenizer adds Megatron's special tokens (<CLS> <SEP> <EOD> <MASK>) and ends each "
+        "document with <EOD> (default: %(default)s)",
     )
     parser.add_argument("--quiet", action="store_true", help="no progress bar or messages, only the summary")
 
@@ -250,7 +258,13 @@ def _tokenizer(args) -> Tokenizer:
             "(tokenizer.model) "
             "or the Hugging Face tokenizer folder that your recipe's data.tokenizer_model names"
         )
-    tokenizer = Tokenizer(path)
+    megatron = args.tokenizer_type == MEGATRON_SENTENCEPIECE
+    if megatron and path.is_dir():
+        raise UserError(
+            f"--tokenizer-type {MEGATRON_SENTENCEPIECE} reads a SentencePiece model file, and "
+            f"--tokenizer-model {path} is a folder (a Hugging Face tokenizer: leave --tokenizer-type out)"
+        )
+    tokenizer = Tokenizer(path, megatron_specials=megatron)
     tokenizer.load()
     return tokenizer
 

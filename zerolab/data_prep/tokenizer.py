@@ -6,13 +6,17 @@ GPT-2's ids equal Megatron's GPT2BPETokenizer: text is encoded as ordinary text,
 `<|endoftext|>` inside a document is never the end-of-document id. A SentencePiece model's equal
 Megatron's GPTSentencePieceTokenizer (sentencepiece's encode), each document ended by its eos id.
 A Hugging Face folder's equal Megatron's HFTokenizer (AutoTokenizer's encode, special tokens such
-as a BOS included), each document ended by the folder's eos token.
+as a BOS included), each document ended by the folder's eos token. Megatron's SentencePieceTokenizer
+reads the same model file as GPTSentencePieceTokenizer but adds its special tokens (<CLS>, <SEP>,
+<EOD>, <MASK> and the model's pad, bos and eos pieces) after the model's pieces where the model lacks
+them, cuts text at them, and ends documents with <EOD>: its ids are written the same way.
 """
 
 from __future__ import annotations
 
 import functools
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -87,9 +91,10 @@ def tokenizer_facts() -> dict:
 GPT2_BPE = "GPT2BPETokenizer"
 SENTENCEPIECE = "GPTSentencePieceTokenizer"
 HF = "HFTokenizer"
-TOKENIZER_TYPES = (GPT2_BPE, SENTENCEPIECE, HF)
+MEGATRON_SENTENCEPIECE = "SentencePieceTokenizer"
+TOKENIZER_TYPES = (GPT2_BPE, SENTENCEPIECE, HF, MEGATRON_SENTENCEPIECE)
 """The Megatron tokenizer classes whose ids `zerolab prep` writes (recipe key data.tokenizer_type)."""
-MODEL_TOKENIZERS = (SENTENCEPIECE, HF)
+MODEL_TOKENIZERS = (SENTENCEPIECE, HF, MEGATRON_SENTENCEPIECE)
 """The classes that read data.tokenizer_model: a SentencePiece model file, a Hugging Face folder."""
 HF_FILE, HF_CONFIG = "tokenizer.json", "tokenizer_config.json"
 
@@ -151,6 +156,22 @@ def hf_problem(folder: Path) -> str | None:
     return None
 
 
+def megatron_specials(path: Path) -> tuple[dict[str, int], int]:
+    """The special tokens of Megatron's SentencePieceTokenizer for the model at `path`, with their ids
+    in the order it adds them, and its vocabulary's size, as its _initalize makes them
+    (megatron/tokenizer/tokenizer.py): each one the model lacks gets the next id after its pieces."""
+    model = _load(path)
+    size = model.get_piece_size()
+    vocab = {model.id_to_piece(index): index for index in range(size)}
+    named = [(model.pad_id(), "<PAD>"), (model.bos_id(), "<BOS>"), (model.eos_id(), "<EOS>")]
+    pieces = [model.id_to_piece(index) if 0 <= index < size else fallback for index, fallback in named]
+    specials: dict[str, int] = {}
+    for token in ["<CLS>", "<SEP>", "<EOD>", "<MASK>", *pieces]:
+        vocab.setdefault(token, len(vocab))
+        specials[token] = vocab[token]
+    return specials, len(vocab)
+
+
 def model_problem(path: Path) -> str | None:
     """Why the tokenizer model at `path` (a SentencePiece file or a Hugging Face folder) cannot be read."""
     return hf_problem(path) if path.is_dir() else sentencepiece_problem(path)
@@ -165,13 +186,17 @@ class Tokenizer:
     ended by its eos token)."""
 
     model_file: Path | None = None
+    megatron_specials: bool = False
+    """With a SentencePiece model: Megatron's SentencePieceTokenizer (its special tokens added)."""
 
     @property
     def type(self) -> str:
         """Megatron's tokenizer class (--tokenizer-type)."""
         if self.model_file is None:
             return GPT2_BPE
-        return HF if self.model_file.is_dir() else SENTENCEPIECE
+        if self.model_file.is_dir():
+            return HF
+        return MEGATRON_SENTENCEPIECE if self.megatron_specials else SENTENCEPIECE
 
     def load(self) -> None:
         """Build the tokenizer now (before workers fork); UserError naming a bad model."""
@@ -191,6 +216,8 @@ class Tokenizer:
             return VOCAB_SIZE
         if self.type == HF:
             return _load_hf(self.model_file)[0].get_vocab_size(with_added_tokens=False)
+        if self.type == MEGATRON_SENTENCEPIECE:
+            return megatron_specials(self.model_file)[1]
         return _load(self.model_file).get_piece_size()
 
     @property
@@ -207,6 +234,8 @@ class Tokenizer:
             return EOT_TOKEN_ID
         if self.type == HF:
             return _load_hf(self.model_file)[1]
+        if self.type == MEGATRON_SENTENCEPIECE:
+            return megatron_specials(self.model_file)[0]["<EOD>"]
         return _load(self.model_file).eos_id()
 
     def encoder(self) -> Callable[[str], np.ndarray]:
@@ -223,14 +252,21 @@ class Tokenizer:
 
             return encode_hf
         model = _load(self.model_file)
+        specials = megatron_specials(self.model_file)[0] if self.megatron_specials else {}
+        cut = re.compile("|".join(map(re.escape, specials)))  # the earliest; of equals, the first added
 
         def encode_pieces(text: str) -> np.ndarray:
             try:
-                ids = model.encode(text)
+                if not specials:
+                    return np.asarray(model.encode(text), dtype=np.uint32)
+                ids, start = [], 0  # as SentencePieceTokenizer.tokenize: the text cut at special tokens
+                for found in cut.finditer(text):
+                    ids += [*model.encode(text[start : found.start()]), specials[found.group()]]
+                    start = found.end()
+                return np.asarray(ids + model.encode(text[start:]), dtype=np.uint32)
             except RuntimeError:
                 text.encode("utf-8")  # a lone surrogate raises UnicodeEncodeError, as for GPT-2
                 raise
-            return np.asarray(ids, dtype=np.uint32)
 
         return encode_pieces
 
@@ -248,17 +284,22 @@ class Tokenizer:
         if self.model_file is None:
             return tokenizer_facts()
         path = {"model_path": str(self.model_file.resolve())} if with_path else {}
-        hf = self.type == HF
         return {
             "type": self.type,
-            "implementation": "HF tokenizers encode of tokenizer.json (ids equal Megatron's HFTokenizer)"
-            if hf
-            else "sentencepiece encode (ids equal Megatron's GPTSentencePieceTokenizer)",
+            "implementation": IMPLEMENTATIONS[self.type],
             "vocab_size": self.vocab_size,
             "eod_id": self.eod_id,
             "files": model_digests(self.model_file),
             **path,
         }
+
+
+IMPLEMENTATIONS = {
+    SENTENCEPIECE: "sentencepiece encode (ids equal Megatron's GPTSentencePieceTokenizer)",
+    HF: "HF tokenizers encode of tokenizer.json (ids equal Megatron's HFTokenizer)",
+    MEGATRON_SENTENCEPIECE: "sentencepiece encode between Megatron's special tokens (ids equal Megatron's "
+    "SentencePieceTokenizer)",
+}
 
 
 def model_digests(model: Path) -> dict[str, str]:
@@ -278,8 +319,8 @@ def manifest_tokenizer(facts: dict | None, near: Path) -> Tokenizer | None:
     files = facts.get("files") if isinstance(facts.get("files"), dict) else {}
     recorded = Path(str(facts.get("model_path", "")))
     candidates = [recorded] if facts.get("model_path") else []
-    candidates += [near.parent / name for name in files] if facts["type"] == SENTENCEPIECE else []
+    candidates += [near.parent / name for name in files] if facts["type"] != HF else []
     for candidate in candidates:
         if candidate.exists() and files and model_digests(candidate) == files:
-            return Tokenizer(candidate)
+            return Tokenizer(candidate, megatron_specials=facts["type"] == MEGATRON_SENTENCEPIECE)
     return None

@@ -12,9 +12,11 @@ from typing import Any
 from zerolab.errors import UserError
 from zerolab.porting.ds_migration import migrated
 from zerolab.porting.forks import translated
-from zerolab.porting.from_command import Launch, read_command
+from zerolab.porting.from_command import Launch, groups, read_command
 from zerolab.porting.layout import launch_layout
 from zerolab.porting.megatron_only import through_deepspeed, without_deepspeed
+
+CONFIG_FLAGS = ("--deepspeed_config", "--deepspeed-config")
 
 
 @dataclass
@@ -46,6 +48,12 @@ def prepared_launch(
             f"{launcher[-1]}: a fork's own training script; zerolab trains with the pinned engine's "
             "pretrain_gpt.py, which reads the same arguments where the engine has them"
         )
+    for flag, values in groups(words):
+        if flag in CONFIG_FLAGS and not values:
+            raise UserError(
+                f"{source}: {flag} has no value in your launch (a shell variable or expression that came out "
+                "empty where the script built the command?): DeepSpeed would stop at it; give its path"
+            )
     args, fork_notes = translated(words)
     if without_deepspeed(args):
         args, ds_config, note = through_deepspeed(args)

@@ -16,6 +16,11 @@ ARGONNE = "argonne-lcf/Megatron-DeepSpeed (ALCF's fork, ffa3456d)"
 HABANA = "HabanaAI/Megatron-DeepSpeed (Intel Gaudi's fork, 891d6db9)"
 DEEPSPIN = "deep-spin/Megatron-DeepSpeed (4e33e780)"
 VILLE = "Vmjkom/Ville_Megatron-DeepSpeed (7eb36a11)"
+LIUKETT = "liukeTT/Megatron-DeepSpeed-TT (7eb904ec)"
+LIUKETT_TRACE = (
+    f"{LIUKETT}: megatron/training.py records execution and kineto traces between these steps; profiling, "
+    "not training (the pinned engine's own is --profile pt --profile_steps START,END)"
+)
 OKOGE = (
     "okoge-kaz/megatron-deepspeed-turing-techblog (808a93d8) and kojimano/Megatron-DeepSpeed-ABCI (a3fbb95e)"
 )
@@ -70,6 +75,10 @@ DROPPED = {
         f"{VILLE}'s scripts pass it, and its megatron/arguments.py (as the pinned engine's) reads the world "
         "size from the launcher's WORLD_SIZE; the porter reads the ranks from the launcher",
     ),
+    "--with-stack": Dropped(False, LIUKETT_TRACE),
+    "--profile-step-start": Dropped(True, LIUKETT_TRACE),
+    "--profile-step-end": Dropped(True, LIUKETT_TRACE),
+    "--profile-trace-path": Dropped(True, LIUKETT_TRACE),
     "--sync-tp-duplicated-parameters": Dropped(
         False,
         f"{BIGSCIENCE}: re-broadcasts the weights every tensor-parallel rank holds whole (layer norms, "
@@ -199,6 +208,9 @@ def translated(words: list[str]) -> tuple[list[str], list[str]]:
                          "with a project, which your launch does not name: left out (set "
                          "logging.wandb_project and logging.wandb_name to log there)")  # fmt: skip
             out += values[1:]
+            continue
+        if flag == "--profile" and not values:  # the fork's switch; the pinned engine's takes pt or pt-full
+            notes.append(f"--profile: changes nothing the run computes ({LIUKETT_TRACE}); left out")
             continue
         if flag == "--data-file-list":
             refused.append(f"--data-file-list {values[0] if values else ''}: {ARGONNE} reads the weighted "

@@ -138,7 +138,12 @@ def launch_layout(
         return Layout(nodes, gpus_per_node, "as given (--nodes, --gpus-per-node)")
     python = any(Path(word).name.startswith("python") for word in launcher)
     gpus = gpus_per_node or default_gpus_per_node
-    read = _read(segments(launcher), text, gpus, gpus_per_node is not None, python)
+    try:
+        read = _read(segments(launcher), text, gpus, gpus_per_node is not None, python)
+    except UserError:
+        if nodes is None:
+            raise
+        return Layout(nodes, gpus, f"--nodes {nodes} as given, {gpus} ranks a node (--gpus-per-node)")
     if nodes is not None:
         return Layout(nodes, read.procs_per_node, f"--nodes {nodes} as given; {read.how}")
     if gpus_per_node is not None and read.procs_per_node != gpus_per_node:

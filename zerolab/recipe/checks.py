@@ -380,6 +380,7 @@ def _tokenizer_files_are_the_types(recipe: Recipe) -> Problem | None:
 
 MODEL_READ = {
     "GPTSentencePieceTokenizer": "a SentencePiece model (tokenizer.model)",
+    "SentencePieceTokenizer": "a SentencePiece model (tokenizer.model)",
     "HFTokenizer": "a Hugging Face tokenizer folder",
 }
 """What each class of MODEL_TOKENIZERS reads as data.tokenizer_model."""

@@ -16,6 +16,7 @@ from zerolab.data_prep.pipeline import SUFFIX, manifest_source, manifest_tokeniz
 from zerolab.data_prep.tokenizer import (
     GPT2_BPE,
     HF,
+    MEGATRON_SENTENCEPIECE,
     MODEL_TOKENIZERS,
     VOCAB_SIZE,
     Tokenizer,
@@ -68,7 +69,7 @@ def vocabulary_size(recipe: Recipe) -> tuple[int, str, str] | None:
             return None
         if problem := model_problem(Path(model)):
             raise ValueError(problem)
-        return Tokenizer(Path(model)).vocab_size, model, "tokenizer_model"
+        return recipe_tokenizer(recipe).vocab_size, model, "tokenizer_model"
     path = Path(tokenizer_file(recipe, "vocab_file"))
     if path.is_file():
         stat = path.stat()
@@ -196,11 +197,27 @@ def prepare_hint(recipe: Recipe, key: str) -> str:
     )
 
 
+def recipe_tokenizer(recipe: Recipe) -> Tokenizer:
+    """The tokenizer whose ids the recipe's dataset must hold (its model as data.tokenizer_model names it)."""
+    data = recipe.data
+    if data.tokenizer_type not in MODEL_TOKENIZERS or data.tokenizer_model is None:
+        return Tokenizer()
+    return Tokenizer(
+        Path(data.tokenizer_model), megatron_specials=data.tokenizer_type == MEGATRON_SENTENCEPIECE
+    )
+
+
 def tokenizer_option(recipe: Recipe) -> str:
-    """The `zerolab prep` option that writes the recipe's tokenizer's ids: ` --tokenizer-model MODEL`
-    for a SentencePiece model or a Hugging Face folder, nothing for GPT-2's BPE."""
-    model = recipe.data.tokenizer_model
-    return f" --tokenizer-model {model}" if recipe.data.tokenizer_type in MODEL_TOKENIZERS and model else ""
+    """The `zerolab prep` options that write the recipe's tokenizer's ids: ` --tokenizer-model MODEL`
+    for a SentencePiece model or a Hugging Face folder (and ` --tokenizer-type SentencePieceTokenizer`
+    for Megatron's special tokens), nothing for GPT-2's BPE."""
+    data = recipe.data
+    if data.tokenizer_type not in MODEL_TOKENIZERS or not data.tokenizer_model:
+        return ""
+    kind = (
+        f" --tokenizer-type {MEGATRON_SENTENCEPIECE}" if data.tokenizer_type == MEGATRON_SENTENCEPIECE else ""
+    )
+    return f" --tokenizer-model {data.tokenizer_model}{kind}"
 
 
 def damaged_hint(recipe: Recipe, key: str) -> str:

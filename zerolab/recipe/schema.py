@@ -688,18 +688,23 @@ class DataSection(Section):
         "or decimal numbers, the missing ones 0 (Megatron reads the first three)",
         to=(Megatron("--split", "with data.path"),),
     )
-    tokenizer_type: Literal["GPT2BPETokenizer", "GPTSentencePieceTokenizer", "HFTokenizer"] = field(
+    tokenizer_type: Literal[
+        "GPT2BPETokenizer", "GPTSentencePieceTokenizer", "SentencePieceTokenizer", "HFTokenizer"
+    ] = field(
         "GPT2BPETokenizer",
         "Megatron tokenizer class: GPT2BPETokenizer (GPT-2's BPE: data.vocab_file and data.merge_file), "
         "GPTSentencePieceTokenizer (a SentencePiece model such as Llama's tokenizer.model: "
-        "data.tokenizer_model) or HFTokenizer (a Hugging Face tokenizer folder: data.tokenizer_model); "
+        "data.tokenizer_model), SentencePieceTokenizer (the same model with Megatron's special tokens "
+        "<CLS> <SEP> <EOD> <MASK> added, documents ended by <EOD>) or HFTokenizer (a Hugging Face "
+        "tokenizer folder: data.tokenizer_model); "
         "the dataset prepared with the same, `zerolab prep ... --tokenizer-model FILE_OR_FOLDER`, and "
         "model.vocab_size its vocabulary. The dataset's manifest must name the same tokenizer",
         to=(Megatron("--tokenizer-type"),),
     )
     tokenizer_model: str | None = field(
         None,
-        "the SentencePiece model of GPTSentencePieceTokenizer (tokenizer.model), or the Hugging Face "
+        "the SentencePiece model of GPTSentencePieceTokenizer and SentencePieceTokenizer (tokenizer.model), "
+        "or the Hugging Face "
         "tokenizer folder of HFTokenizer (tokenizer.json, tokenizer_config.json naming its eos token, and "
         "the files AutoTokenizer reads); null with GPT2BPETokenizer",
         "path",
