@@ -17,6 +17,7 @@ HABANA = "HabanaAI/Megatron-DeepSpeed (Intel Gaudi's fork, 891d6db9)"
 DEEPSPIN = "deep-spin/Megatron-DeepSpeed (4e33e780)"
 VILLE = "Vmjkom/Ville_Megatron-DeepSpeed (7eb36a11)"
 LIUKETT = "liukeTT/Megatron-DeepSpeed-TT (7eb904ec)"
+RIVERSTONE = "riverstone496/megatron_deepspeed-lion (b13f2ac8)"
 LIUKETT_TRACE = (
     f"{LIUKETT}: megatron/training.py records execution and kineto traces between these steps; profiling, "
     "not training (the pinned engine's own is --profile pt --profile_steps START,END)"
@@ -179,6 +180,17 @@ REFUSED = {
         "ABEJA's Japanese GPT-2 tokenizer",
         "HFTokenizer with ABEJA's Hugging Face tokenizer folder as data.tokenizer_model, the dataset "
         "prepared with it",
+    ),
+    "--optimizer onebitadam": Refused(
+        RIVERSTONE,
+        "DeepSpeed's 1-bit Adam as Megatron's optimizer (megatron/optimizer/__init__.py), its gradients "
+        "compressed to one bit after a warm-up",
+        "--optimizer adam (the pinned engine's optimizers are adam and sgd)",
+    ),
+    "--optimizer lion": Refused(
+        RIVERSTONE,
+        "the Lion optimizer (megatron/optimizer/__init__.py)",
+        "--optimizer adam (the pinned engine's optimizers are adam and sgd)",
     ),
     "--pp-partition-method": Refused(
         BIGSCIENCE,

@@ -373,6 +373,13 @@ def _made(launch: Launch, user: dict[str, Any]) -> tuple[Launch, Ported, Case]:
         for key in unchanged
     ]
     notes += [f"ds_config aio: {WHY['aio_config']}"] if unread_aio else []
+    tokenizer = resolved.get("tokenizer_type")
+    bpe_files = sorted(flags & {"--vocab-file", "--merge-file"})
+    if bpe_files and tokenizer not in (None, "GPT2BPETokenizer"):
+        notes.append(
+            f"{' and '.join(bpe_files)}: GPT-2 BPE files, read by GPT2BPETokenizer alone (megatron/tokenizer/"
+            f"tokenizer.py build_tokenizer); your launch's {tokenizer} does not read them: left out"
+        )
     zero_block = launch.ds_config.get("zero_optimization", {})
     if int(zero_block.get("stage", 0)) < 3 and zero_block.get("offload_param", {}).get("device") in (
         "cpu",
@@ -491,10 +498,11 @@ def _native_keys(
         words = resolved.get(dest)
         keys[key] = " ".join(words) if words else None
         consumed.add("--" + dest.replace("_", "-"))
+    bpe = resolved.get("tokenizer_type") in (None, "GPT2BPETokenizer")  # the others read no BPE files
     for key, dest in (("data.vocab_file", "vocab_file"), ("data.merge_file", "merge_file")):
-        if resolved.get(dest):
+        if resolved.get(dest) and bpe:
             keys[key] = resolved[dest]
-            consumed.add("--" + dest.replace("_", "-"))
+        consumed.add("--" + dest.replace("_", "-"))
     keys["data.split"] = resolved["split"]
     consumed.add("--split")
     consumed.add("--encoder-seq-length")  # Megatron's validate_args makes it seq_length: model.seq_length
