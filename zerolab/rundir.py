@@ -75,6 +75,12 @@ class RunFacts(BaseModel):
     zero_stage: Annotated[int, Field(ge=0, le=3)] | None = None
     offload_optimizer: bool | None = None
     offload_param: bool | None = None
+    hpz_partition_size: Count | None = None
+    """ZeRO++ hpZ's secondary partition of the weights (zero.hpz_partition_size); null: none."""
+    quantized_weights: bool | None = None
+    quantized_gradients: bool | None = None
+    mics_shard_size: Count | None = None
+    """MiCS's shard of the model states (zero.mics_shard_size); null: none."""
     engine: str | None = None
     """What trained the run: `megatron-deepspeed` (pretrain_gpt.py), `fsdp2` (zerolab's FSDP2 loop) or
     `deepspeed` (the fine-tuning loop)."""

@@ -244,3 +244,32 @@ def test_an_fsdp2_recipe_trains_on_both_nodes_through_slurm_as_on_one(cluster, d
     )
     assert_two_nodes_in_summary(run_dir, tmp_path)
     assert json.loads((run_dir / rundir.RUN_FILE).read_text())["engine"] == "fsdp2"
+
+
+def test_hpz_within_each_node_and_mics_shards_per_node_train_zero3s_losses_across_both(
+    cluster, dataset, tmp_path
+):
+    """The multi-node case ZeRO++ and MiCS exist for, 2 nodes x 2 ranks: hpZ's secondary weight
+    partition within each node (zero.hpz_partition_size 2) and MiCS's model states sharded per node
+    and replicated across the two (zero.mics_shard_size 2) train the losses of plain ZeRO-3 on the
+    same four ranks."""
+    two_by_two = ["hardware.nodes=2", "hardware.procs_per_node=2", *TWO_NODES[2:]]
+    trained = {}
+    for recipe in ("cpu/tiny_z3", "cpu/tiny_z3_hpz", "cpu/tiny_z3_mics"):
+        cwd = tmp_path / recipe.split("/")[1]
+        cwd.mkdir()
+        job = launch_slurm(cluster, [recipe, f"data.path={dataset}", *SHORT, *two_by_two], cwd)
+        output, _ = job.communicate(timeout=TIMEOUT_S)
+        assert job.returncode == 0, output[-3000:]
+        run_dir = slurm_run_dir(cwd)
+        facts = json.loads((run_dir / rundir.RUN_FILE).read_text())
+        assert (facts["world_size"], facts["nodes"]) == (4, 2)
+        trained[recipe] = losses(run_dir)
+    zero3 = trained["cpu/tiny_z3"]
+    for recipe in ("cpu/tiny_z3_hpz", "cpu/tiny_z3_mics"):
+        got = trained[recipe]
+        assert len(got) == len(zero3) and all(abs(a - b) <= 1e-4 for a, b in zip(got, zero3, strict=True)), (
+            recipe,
+            got,
+            zero3,
+        )

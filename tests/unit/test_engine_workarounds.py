@@ -45,6 +45,10 @@ def test_every_workaround_is_named_and_explained_in_one_line():
         "zero3_gathers_complete",
         "zero3_weights_only_load",
         "zero3_universal_group_settings",
+        "model_built_under_mics_init",
+        "mics_gathers_on_gloo",
+        "mics_resumes",
+        "mics_partition_rank_in_its_shard",
         "distillation_student_wrapped_once",
         "final_checkpoint_saved_once",
     ]

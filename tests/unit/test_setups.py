@@ -23,7 +23,13 @@ def test_the_setups_compared_are_the_zero_blocks_each_named_by_what_it_sets():
     assert sorted(name for name, _ in ZERO_SETUPS) == blocks
     for name in blocks:
         zero = read_yaml_mapping(CONFIGS_DIR / "zero" / f"{name}.yaml")["zero"]
-        assert zero_setup(zero["stage"], zero["offload_optimizer"], zero["offload_param"]) == name
+        quantized = bool(zero.get("quantized_weights") or zero.get("quantized_gradients"))
+        variant = {
+            "hpz": zero.get("hpz_partition_size"),
+            "quantized": quantized,
+            "mics": zero.get("mics_shard_size"),
+        }
+        assert zero_setup(zero["stage"], zero["offload_optimizer"], zero["offload_param"], **variant) == name
 
 
 @pytest.mark.parametrize(

@@ -264,6 +264,7 @@ def print_report(report: dict[str, Any]) -> None:
             ", ".join(f"{tool} {'ok' if where else 'MISSING'}" for tool, where in report["tools"].items()),
         ),
         *_compiled_rows(report),
+        ("ZeRO++ qwZ/qgZ", zeropp_quantizer_row(env) if env else unknown),
     ]
     for name, value in rows:
         table.add_row(name, str(value))
@@ -281,6 +282,25 @@ def print_report(report: dict[str, Any]) -> None:
             console.print(f"  - {item['what']}\n    fix: [bold]{item['fix']}[/]")
     else:
         console.print("[green]ready to train[/]")
+
+
+QUANTIZER_OP = "quantizer"
+"""DeepSpeed's op that ZeRO++'s quantized weights and gradients load (QuantizerBuilder)."""
+
+
+def zeropp_quantizer_row(env: dict[str, Any]) -> str:
+    """Whether this machine can run ZeRO++'s qwZ and qgZ: a CUDA accelerator whose DeepSpeed builds
+    the quantizer op (hpZ and MiCS need none)."""
+    op = (env.get("ops") or {}).get(QUANTIZER_OP)
+    if env.get("accelerator") != "cuda":
+        return (
+            f"no: the {env.get('accelerator', '-')} accelerator has no {QUANTIZER_OP} op (QuantizerBuilder, "
+            "CUDA sources); hpZ and MiCS run here"
+        )
+    if op is None or not op["compatible"]:
+        return f"no: DeepSpeed's {QUANTIZER_OP} op is not compatible here (ds_report says why)"
+    built = "prebuilt" if op["installed"] else ("JIT-built" if op.get("jit_built") else "built on first use")
+    return f"yes: the {QUANTIZER_OP} op is compatible ({built})"
 
 
 def _device_row(env: dict[str, Any]) -> str:

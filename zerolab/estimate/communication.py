@@ -82,8 +82,9 @@ def step_traffic(recipe: Recipe, shape: Shape, stage: Stage) -> Traffic:
     elif zero.stage == 2:
         reduce_scatter, all_gather = micro_batches * ring(gradients, n), ring(weights, n)
     else:
-        reduce_scatter = micro_batches * ring(gradients, n)
-        all_gather = micro_batches * 2 * ring(weights, n)
+        reduce_scatter, all_gather = zero3_collectives(recipe, shape, weights, gradients)
+        if shape.mics_shard:  # MiCS: the shards' gradient partitions all-reduced across their replicas
+            all_reduce = 2 * ring(gradients / n, shape.reduce_ranks // n)
     activation = w * shape.tokens * shape.hidden
     tensor_parallel = pipeline = 0.0
     if shape.tensor > 1:
@@ -107,6 +108,25 @@ def step_traffic(recipe: Recipe, shape: Shape, stage: Stage) -> Traffic:
         to_host += micro_batches * checkpoints
         from_host += micro_batches * checkpoints
     return Traffic(all_reduce, reduce_scatter, all_gather, tensor_parallel, pipeline, to_host, from_host)
+
+
+def zero3_collectives(recipe: Recipe, shape: Shape, weights: float, gradients: float) -> tuple[float, float]:
+    """Stage 3's (reduce-scatter, all-gather) bytes a step: gradients reduce-scattered and weights
+    gathered for the forward and again for the backward pass of every micro batch, over the partition
+    (all ranks, or MiCS's shard); ZeRO++'s hpZ gathers the backward's from its secondary partition
+    within a node, qwZ gathers int8 weights (1 byte a weight) and qgZ reduces int4 gradients (half a
+    byte a weight; the ZeRO++ paper's cross-node bytes, its intra-node step left out)."""
+    zero, n, micro_batches = recipe.zero, shape.zero_ranks, shape.accumulation
+    psi = weights / weight_bytes(recipe)
+    gathered = psi * QWZ_BYTES if zero.quantized_weights else weights
+    reduced = psi * QGZ_BYTES if zero.quantized_gradients else gradients
+    hpz = zero.hpz_partition_size or 1
+    backward = ring(gathered, hpz) if hpz > 1 else ring(gathered, n)
+    return micro_batches * ring(reduced, n), micro_batches * (ring(gathered, n) + backward)
+
+
+QWZ_BYTES, QGZ_BYTES = 1.0, 0.5
+"""Bytes a weight ZeRO++ sends quantized: qwZ's int8 weights, qgZ's int4 gradients."""
 
 
 def fsdp2_step_traffic(recipe: Recipe, shape: Shape, stage: Stage) -> Traffic:

@@ -12,7 +12,7 @@ from zerolab.estimate.buffers import ALLOCATOR_HEADROOM, CUDA_CONTEXT_GIB
 from zerolab.recipe.compose import load_recipe
 from zerolab.recipe.render import stage_bound
 from zerolab.recipe.schema import Recipe
-from zerolab.recipe.setups import ZERO_SETUPS, zero_setup
+from zerolab.recipe.setups import ZERO_SETUPS, zero_setup, zero_variant
 
 MICRO_BATCHES = (1, 2, 4, 8, 16, 32)
 
@@ -67,7 +67,7 @@ def current_setup(recipe: Recipe) -> str:
     """The name of the recipe's ZeRO setup (recipe.setups): a fit table row when it is a
     configs/zero/ block."""
     zero = recipe.zero
-    return zero_setup(zero.stage, zero.offload_optimizer, zero.offload_param)
+    return zero_setup(zero.stage, zero.offload_optimizer, zero.offload_param, **zero_variant(zero))
 
 
 def variant(recipe: Recipe, setup: str, micro: int) -> Recipe:

@@ -126,6 +126,16 @@ def _zero(recipe: Recipe, shape: Shape, stage: Stage) -> list[Part]:
                 host=True,
             )
         )
+    hpz = zero.hpz_partition_size or 1
+    if zero.stage == 3 and hpz > 1:
+        parts.append(
+            Part(
+                "hpz_partition",
+                "hpZ's secondary weight partition",
+                w * psi / hpz,
+                f"{psi:,} weights / hpZ={hpz} x {w} B, kept from the forward pass for the backward's gathers",
+            )
+        )
     return parts
 
 

@@ -291,7 +291,7 @@ def traffic_tables(est: MemoryEstimate, link_gbps: float | None, host_gbps: floa
         + (
             f" Not counted: DeepSpeed-Ulysses' all-to-all exchanges of queries, keys, values and attention "
             f"outputs among the {est.shape.sequence} ranks of a sequence (parallel.sequence); gradients are "
-            f"reduced over data x sequence = {est.shape.zero_ranks} ranks."
+            f"reduced over data x sequence = {est.shape.reduce_ranks} ranks."
             if est.shape.sequence > 1
             else ""
         )

@@ -54,6 +54,8 @@ class Shape:
     outputs: int
     """Logits per token: the vocabulary for pretraining; a fine-tuning's labels (its classification
     head replaces the language-model head)."""
+    mics_shard: int | None = None
+    """MiCS's shard (zero.mics_shard_size): the ranks the model states are partitioned over."""
 
     @classmethod
     def of(cls, recipe: Recipe) -> Shape:
@@ -77,6 +79,7 @@ class Shape:
             attention_dropout=model.attention_dropout,
             hidden_dropout=model.hidden_dropout,
             outputs=finetune_labels(recipe) or recipe.padded_vocab_size,
+            mics_shard=recipe.zero.mics_shard_size if recipe.zero.stage == 3 else None,
         )
 
     @property
@@ -87,10 +90,15 @@ class Shape:
         return self.seq * self.micro_batch // self.sequence
 
     @property
-    def zero_ranks(self) -> int:
-        """The ranks ZeRO partitions over and gradients are reduced over: data x sequence parallel
-        (Megatron-DeepSpeed hands DeepSpeed its sequence-data-parallel group)."""
+    def reduce_ranks(self) -> int:
+        """The ranks gradients are reduced over: data x sequence parallel (Megatron-DeepSpeed hands
+        DeepSpeed its sequence-data-parallel group)."""
         return self.data * self.sequence
+
+    @property
+    def zero_ranks(self) -> int:
+        """The ranks ZeRO partitions the model states over: all of reduce_ranks, or MiCS's shard."""
+        return self.mics_shard or self.reduce_ranks
 
     def layer_params(self) -> int:
         """Weights of one transformer layer on one tensor rank: QKV, projection and MLP matrices

@@ -74,6 +74,19 @@ def _offloaded(zero: dict[str, Any] | None, key: str, by_argument: bool) -> bool
     return isinstance(section, dict) and section.get("device") not in (None, "none")
 
 
+def zero_variant_facts(zero: dict[str, Any] | None) -> dict[str, Any]:
+    """ZeRO++ and MiCS as the ds_config's zero_optimization states them (run.json's names); a size at
+    DeepSpeed's off value (hpZ 1, MiCS -1) is none."""
+    zero = zero or {}
+    hpz, mics = whole_number(zero.get("zero_hpz_partition_size")), whole_number(zero.get("mics_shard_size"))
+    return {
+        "hpz_partition_size": hpz if hpz and hpz > 1 else None,
+        "quantized_weights": zero.get("zero_quantized_weights"),
+        "quantized_gradients": zero.get("zero_quantized_gradients"),
+        "mics_shard_size": mics if mics and mics > 0 else None,
+    }
+
+
 def read_settings(log: ParsedLog) -> LogSettings:
     """The settings `log` states (its last global batch size when no dump states one)."""
     args, ds, ds_json = log.config.args, log.config.ds, log.config.ds_json
@@ -103,6 +116,7 @@ def read_settings(log: ParsedLog) -> LogSettings:
             zero, "offload_optimizer", args.get("cpu_optimizer") is True and bool(stage)
         ),
         offload_param=_offloaded(zero, "offload_param", args.get("remote_device") == "cpu"),
+        **zero_variant_facts(zero),
         micro_batch_size=whole_number(
             first_stated(
                 args.get("micro_batch_size"),

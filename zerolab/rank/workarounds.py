@@ -988,6 +988,154 @@ def zero3_gathers_complete() -> None:
     patch_after_import(DS_PARTITION_PARAMETERS, _wait_for_every_gather)
 
 
+DS_ZERO = "deepspeed.runtime.zero"
+CONFIG_FLAGS = ("--deepspeed_config", "--deepspeed-config")
+
+
+def launch_ds_config(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    """The DeepSpeed config this launch names (its --deepspeed_config file), {} where none is readable."""
+    argv = list(sys.argv if argv is None else argv)
+    for index, token in enumerate(argv):
+        name, equals, value = token.partition("=")
+        if name in CONFIG_FLAGS:
+            path = value if equals else (argv[index + 1] if index + 1 < len(argv) else "")
+            try:
+                config = json.loads(Path(path).read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                return {}
+            return config if isinstance(config, dict) else {}
+    return {}
+
+
+def mics_asked() -> bool:
+    """Whether this launch's DeepSpeed config shards with MiCS (zero_optimization.mics_shard_size > 0)."""
+    zero = launch_ds_config().get("zero_optimization", {})
+    return isinstance(zero, dict) and int(zero.get("mics_shard_size", -1) or -1) > 0
+
+
+def _init_is_mics_init(module: types.ModuleType) -> None:
+    init, mics_init = module.Init, module.MiCS_Init
+
+    def init_or_mics(*args: Any, **kwargs: Any) -> Any:
+        return mics_init(*args, **kwargs) if kwargs.get("enabled", True) else init(*args, **kwargs)
+
+    init_or_mics.__wrapped__ = init  # type: ignore[attr-defined]
+    module.Init = init_or_mics
+
+
+# The engine builds its ZeRO-3 model under deepspeed.zero.Init (pretrain_gpt.py model_provider);
+# DeepSpeed's MiCS optimizer then stops at deepspeed.initialize: "Sharded parameters don't have the
+# MiCS_CommGroups attached ... please use deepspeed.zero.MiCS_Init" (runtime/zero/mics.py).
+def model_built_under_mics_init() -> None:
+    """With MiCS, the engine's model is built under DeepSpeed's MiCS_Init, as its MiCS optimizer asks."""
+    patch_after_import(DS_ZERO, _init_is_mics_init)
+
+
+class _EveryHandle:
+    """One wait for several async collectives."""
+
+    def __init__(self, handles: list[Any]) -> None:
+        self.handles = handles
+
+    def wait(self) -> None:
+        for handle in self.handles:
+            handle.wait()
+
+    def is_completed(self) -> bool:
+        return all(handle.is_completed() for handle in self.handles)
+
+
+def _gather_each_on_gloo(module: types.ModuleType) -> None:
+    backend = module.TorchBackend
+    coalesced = backend.all_gather_coalesced
+
+    def all_gather_coalesced(
+        self: Any,
+        output_tensors: list[Any],
+        input_tensors: list[Any],
+        group: Any = None,
+        async_op: bool = False,
+    ) -> Any:
+        import torch.distributed  # the engine's environment only
+
+        if torch.distributed.get_backend(group) != "gloo":
+            return coalesced(self, output_tensors, input_tensors, group=group, async_op=async_op)
+        handles = [
+            torch.distributed.all_gather_into_tensor(output, tensor, group=group, async_op=True)
+            for output, tensor in zip(output_tensors, input_tensors, strict=True)
+        ]
+        every = _EveryHandle(handles)
+        if async_op:
+            return every
+        every.wait()
+        return None
+
+    all_gather_coalesced.__wrapped__ = coalesced  # type: ignore[attr-defined]
+    backend.all_gather_coalesced = all_gather_coalesced
+
+
+# MiCS gathers a layer's weights with DeepSpeed's all_gather_coalesced, which opens torch's
+# coalescing manager: gloo has no startCoalescing, so the first forward pass stops ("Backend gloo
+# does not implement startCoalescing").
+def mics_gathers_on_gloo() -> None:
+    """With MiCS on gloo, DeepSpeed's coalesced all-gather is one all-gather per tensor, one handle."""
+    patch_after_import(DS_TORCH_BACKEND, _gather_each_on_gloo)
+
+
+DS_MICS = "deepspeed.runtime.zero.mics"
+
+
+def _load_with_param_shapes(module: types.ModuleType) -> None:
+    optimizer = module.MiCS_Optimizer
+    stage3_load = module.DeepSpeedZeroOptimizer_Stage3.load_state_dict
+
+    def load_state_dict(
+        self: Any,
+        state_dict_list: Any,
+        load_optimizer_states: bool = True,
+        load_from_fp32_weights: bool = False,
+        checkpoint_folder: Any = None,
+        load_serial: Any = None,
+        param_shapes: Any = None,
+    ) -> None:
+        stage3_load(
+            self, state_dict_list, load_optimizer_states, load_from_fp32_weights, checkpoint_folder,
+            load_serial, param_shapes,
+        )  # fmt: skip
+
+    load_state_dict.__wrapped__ = optimizer.load_state_dict  # type: ignore[attr-defined]
+    optimizer.load_state_dict = load_state_dict
+
+
+def _partition_group_is_the_shard(module: types.ModuleType) -> None:
+    optimizer = module.MiCS_Optimizer
+
+    def partition_group(self: Any, param: Any) -> Any:
+        return param.comm.param_shard_group
+
+    partition_group.__wrapped__ = optimizer._get_param_partition_group  # type: ignore[attr-defined]
+    optimizer._get_param_partition_group = partition_group
+
+
+# MiCS_Init leaves each weight's ds_process_group the whole data-parallel group, and ZeRO-3's
+# partition_grads reads its partition rank there: a rank of the second shard counts itself past the
+# weight's end, keeps no gradient partition, and the all-reduce across the shard's replicas then
+# waits forever (ranks with 28 buffers against ranks with 0: MiCS with replicas hangs at its first
+# step, on 2 nodes x 2 ranks and with mics_shard_size 1).
+def mics_partition_rank_in_its_shard() -> None:
+    """MiCS's optimizer partitions each weight's gradients over the weight's shard, not the world."""
+    patch_after_import(DS_MICS, _partition_group_is_the_shard)
+
+
+# DeepSpeed's engine loads a ZeRO-3 checkpoint with optimizer.load_state_dict(..., param_shapes=...);
+# MiCS_Optimizer overrides it without that argument, so a MiCS run cannot resume: "TypeError:
+# MiCS_Optimizer.load_state_dict() got an unexpected keyword argument 'param_shapes'" (0.19.6). Its
+# own body only calls ZeRO-3's, which takes it.
+def mics_resumes() -> None:
+    """A MiCS run resumes: its optimizer loads the checkpoint as ZeRO-3's does (param_shapes too)."""
+    patch_after_import(DS_MICS, _load_with_param_shapes)
+
+
 DS_ENGINE = "deepspeed.runtime.engine"
 
 
@@ -1229,7 +1377,13 @@ def collector_paused_in_start_up() -> None:
     patch_after_import(MEGATRON_TRAINING, _collector_back_for_training)
 
 
-WANTED_ONLY: dict[Callable[[], None], Callable[[], bool]] = {lazy_compiler_import: compiles_nothing}
+WANTED_ONLY: dict[Callable[[], None], Callable[[], bool]] = {
+    lazy_compiler_import: compiles_nothing,
+    model_built_under_mics_init: mics_asked,
+    mics_gathers_on_gloo: mics_asked,
+    mics_resumes: mics_asked,
+    mics_partition_rank_in_its_shard: mics_asked,
+}
 """The workarounds a launch applies only where it needs them (the others, every launch)."""
 
 WORKAROUNDS: tuple[LaunchPatch, ...] = tuple(
@@ -1260,6 +1414,10 @@ WORKAROUNDS: tuple[LaunchPatch, ...] = tuple(
         zero3_gathers_complete,
         zero3_weights_only_load,
         zero3_universal_group_settings,
+        model_built_under_mics_init,
+        mics_gathers_on_gloo,
+        mics_resumes,
+        mics_partition_rank_in_its_shard,
         distillation_student_wrapped_once,
         final_checkpoint_saved_once,
     )

@@ -458,6 +458,71 @@ def _offload_needs_zero(recipe: Recipe) -> Problem | None:
 
 
 @check
+def _hpz_within_a_node(recipe: Recipe) -> Problem | None:
+    size, hw = recipe.zero.hpz_partition_size, recipe.hardware
+    if size is None or size == 1 or (hw.procs_per_node % size == 0 and recipe.data_parallel_size % size == 0):
+        return None
+    return Problem(
+        ("zero.hpz_partition_size", "hardware.procs_per_node"),
+        f"hpZ partition {size} must divide the ranks of a node ({hw.procs_per_node}) and the data-parallel "
+        f"ranks ({recipe.data_parallel_size}): DeepSpeed keeps the secondary copy of the weights within "
+        "each group of that many consecutive ranks, which is a node's only where the node holds whole groups",
+        f"set zero.hpz_partition_size to a divisor of {hw.procs_per_node} (the ranks of a node, as the "
+        "ZeRO++ tutorial does)",
+    )
+
+
+@check
+def _mics_shards(recipe: Recipe) -> Problem | None:
+    zero, hw = recipe.zero, recipe.hardware
+    size = zero.mics_shard_size
+    if size is None:
+        return None
+    if recipe.data_parallel_size % size:
+        return Problem(
+            ("zero.mics_shard_size",),
+            f"MiCS shard {size} must divide the data-parallel ranks ({recipe.data_parallel_size}): DeepSpeed "
+            "replicates whole shards across them (runtime/zero/mics_utils.py create_mics_comm_groups)",
+            f"set zero.mics_shard_size to a divisor of {recipe.data_parallel_size}",
+        )
+    if zero.mics_hierarchical_params_gather and size <= hw.procs_per_node:
+        return Problem(
+            ("zero.mics_hierarchical_params_gather", "zero.mics_shard_size", "hardware.procs_per_node"),
+            f"hierarchical gather with a MiCS shard of {size} ranks, within one node of {hw.procs_per_node}: "
+            "DeepSpeed asserts 'sharding spans on single node, no need for hierarchy allgather' "
+            "(runtime/zero/mics_utils.py) at the start",
+            "remove zero.mics_hierarchical_params_gather, or make the shard span nodes (zero.mics_shard_size "
+            "a multiple of the ranks of a node)",
+        )
+    return None
+
+
+@check
+def _quantized_zeropp_can_act(recipe: Recipe) -> Problem | None:
+    zero, hw = recipe.zero, recipe.hardware
+    asked = [key for key in ("quantized_weights", "quantized_gradients") if getattr(zero, key)]
+    if not asked:
+        return None
+    if hw.device == "cpu":
+        return Problem(
+            ("hardware.device", *(f"zero.{key}" for key in asked)),
+            f"{', '.join(asked)} (ZeRO++ qwZ/qgZ) quantize with DeepSpeed's CUDA quantizer op "
+            "(QuantizerBuilder), which the CPU accelerator does not provide: DeepSpeed stops at "
+            "deepspeed.initialize (qwZ) or at the first backward pass (qgZ)",
+            "remove them on CPU (zero=z3_hpz keeps ZeRO++'s hpZ, which runs here); `zerolab doctor` says "
+            "whether a machine can run them",
+        )
+    if zero.quantized_gradients and hw.nodes == 1:
+        return Problem(
+            ("zero.quantized_gradients", "hardware.nodes"),
+            "qgZ on one node: DeepSpeed's ZeRO-3 takes the quantized reduce only across nodes (runtime/zero/"
+            "stage3.py: num_nodes > 1), so the run would be plain ZeRO-3 under a ZeRO++ name",
+            "remove zero.quantized_gradients on one node, or run on several (hardware.nodes)",
+        )
+    return None
+
+
+@check
 def _one_half_precision(recipe: Recipe) -> Problem | None:
     if not (recipe.precision.fp16 and recipe.precision.bf16):
         return None

@@ -38,14 +38,23 @@ def summary_line(recipe: Recipe) -> str:
 
 
 def zero_label(recipe: Recipe) -> str:
-    """`ZeRO 3 + CPU optimizer offload + CPU weight offload`."""
+    """`ZeRO 3 + CPU optimizer offload + CPU weight offload`, `ZeRO 3 + hpZ 8 + qwZ + qgZ`, `ZeRO 3 +
+    MiCS 2`."""
     zero = recipe.zero
     offloads = [
         name
         for name, on in (("CPU optimizer", zero.offload_optimizer), ("CPU weight", zero.offload_param))
         if on
     ]
-    return " + ".join([f"ZeRO {zero.stage}", *(f"{name} offload" for name in offloads)])
+    parts = [f"ZeRO {zero.stage}", *(f"{name} offload" for name in offloads)]
+    if zero.hpz_partition_size and zero.hpz_partition_size > 1:
+        parts.append(f"hpZ {zero.hpz_partition_size}")
+    parts += [name for name, on in (("qwZ", zero.quantized_weights), ("qgZ", zero.quantized_gradients)) if on]
+    if zero.mics_shard_size:
+        parts.append(
+            f"MiCS {zero.mics_shard_size}" + (" hierarchical" if zero.mics_hierarchical_params_gather else "")
+        )
+    return " + ".join(parts)
 
 
 def recompute_label(recipe: Recipe) -> str:

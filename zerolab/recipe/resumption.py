@@ -18,7 +18,7 @@ from zerolab.files import generated_doc_main, with_section
 from zerolab.locations import REPO_ROOT
 from zerolab.recipe.length import pretraining_iters
 from zerolab.recipe.schema import MODEL_SHAPE_KEYS, Recipe
-from zerolab.recipe.setups import setup_label
+from zerolab.recipe.setups import setup_label, zero_variant
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ MODEL: tuple[tuple[str, Callable[[Recipe], Any]], ...] = (
 def setup_of(recipe: Recipe) -> str:
     """The setup a checkpoint is saved under: the ZeRO setup's name with its parallel sizes."""
     zero = recipe.zero
-    label = setup_label(zero.stage, zero.offload_optimizer, zero.offload_param)
+    label = setup_label(zero.stage, zero.offload_optimizer, zero.offload_param, variant=zero_variant(zero))
     parallel = recipe.parallel
     return f"{label} dp{recipe.data_parallel_size} tp{parallel.tensor} pp{parallel.pipeline}"
 

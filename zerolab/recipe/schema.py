@@ -369,6 +369,47 @@ class ZeroSection(Section):
         ge=0,
         to=(DeepSpeed("zero_optimization.stage3_max_reuse_distance", stages=(3,)),),
     )
+    hpz_partition_size: int | None = field(
+        None,
+        "stage 3 only, ZeRO++ hpZ: a secondary copy of the weights partitioned over this many ranks (the "
+        "ranks of a node), so that the backward pass gathers them within the node "
+        "(zero_hpz_partition_size); must divide the ranks of a node; null leaves DeepSpeed's 1 (off)",
+        "ranks",
+        ge=1,
+        to=(DeepSpeed("zero_optimization.zero_hpz_partition_size", stages=(3,)),),
+    )
+    quantized_weights: bool | None = field(
+        None,
+        "stage 3 only, ZeRO++ qwZ: weights all-gathered as int8 blocks (zero_quantized_weights); needs "
+        "DeepSpeed's CUDA quantizer op (refused on CPU); null leaves DeepSpeed's false",
+        to=(DeepSpeed("zero_optimization.zero_quantized_weights", stages=(3,)),),
+    )
+    quantized_gradients: bool | None = field(
+        None,
+        "stage 3 only, ZeRO++ qgZ: gradients reduce-scattered as int4 across nodes, in full precision "
+        "within one (zero_quantized_gradients); acts only across nodes (refused on one node, where it "
+        "would silently train plain ZeRO-3) and needs DeepSpeed's CUDA quantizer op (refused on CPU); "
+        "null leaves DeepSpeed's false",
+        to=(DeepSpeed("zero_optimization.zero_quantized_gradients", stages=(3,)),),
+    )
+    mics_shard_size: int | None = field(
+        None,
+        "stage 3 only, MiCS: model states sharded over groups of this many ranks and replicated across "
+        "the groups (mics_shard_size); dividing the data-parallel ranks (1: every rank holds all the model "
+        "states, all-reduced across the replicas as plain data parallelism does); the engine's model "
+        "is built under DeepSpeed's MiCS_Init (launch workarounds, docs/zeropp.md); null leaves DeepSpeed's "
+        "-1 (off)",
+        "ranks",
+        ge=1,
+        to=(DeepSpeed("zero_optimization.mics_shard_size", stages=(3,)),),
+    )
+    mics_hierarchical_params_gather: bool | None = field(
+        None,
+        "stage 3 only, MiCS: gather the weights within a node first, then across nodes "
+        "(mics_hierarchical_params_gather); for a shard spanning nodes (DeepSpeed asserts it does); null "
+        "leaves DeepSpeed's false",
+        to=(DeepSpeed("zero_optimization.mics_hierarchical_params_gather", stages=(3,)),),
+    )
 
 
 class ActivationCheckpointingSection(Section):

@@ -8,6 +8,7 @@ from zerolab.logs.parse import ParsedLog
 from zerolab.logs.settings import LogSettings, read_settings
 from zerolab.recipe.compose import model_name_of_shape
 from zerolab.recipe.setups import setup_label as label_of_setup
+from zerolab.recipe.setups import zero_variant
 from zerolab.rundir import RunFacts
 
 
@@ -47,4 +48,5 @@ def setup_label(setup: RunFacts) -> str | None:
         setup.offload_param,
         setup.tensor_parallel,
         setup.pipeline_parallel,
+        zero_variant(setup),
     )
