@@ -149,38 +149,16 @@ class Scale:
     """benchmarks/gpu_vs_peer.py's cases of the fsdp2 step: the second engine beside the engine's ZeRO-0."""
 
 
+GPU_PEER_LENGTH = ["--iters", "12", "--peer-steps", "4", "--peer-warmup-steps", "1", "--profile", "none"]
+"""How long benchmarks/gpu_vs_peer.py measures each case in the GPU check's steps."""
+REHEARSAL_PEER_LENGTH = ["--iters", "6", "--peer-steps", "2", "--profile", "none"]
+
 GPU_SCALE = Scale(
     ladder=[LADDER_RECIPE, "hardware.procs_per_node=1", "--measured", "2", "--rounds", "2"],
-    peer=[
-        "--cases",
-        "1.5b:0,2",
-        "124m:0",
-        "--iters",
-        "12",
-        "--peer-steps",
-        "4",
-        "--peer-warmup-steps",
-        "1",
-        "--profile",
-        "none",
-    ],
+    peer=["--cases", "1.5b:0,2", "124m:0", *GPU_PEER_LENGTH],
     seeds=[SEED_RECIPE, "model=gpt2-124m", "train.micro_batch_size=16", "hardware.procs_per_node=1"],
     seeds_1_5b=[SEED_RECIPE, "hardware.procs_per_node=1"],
-    fsdp2=[
-        "--cases",
-        "124m:0",
-        "fsdp2/124m:0,2,3",
-        "1.5b:0",
-        "fsdp2/1.5b:0,2,3",
-        "--iters",
-        "12",
-        "--peer-steps",
-        "4",
-        "--peer-warmup-steps",
-        "1",
-        "--profile",
-        "none",
-    ],
+    fsdp2=["--cases", "124m:0", "fsdp2/124m:0,2,3", "1.5b:0", "fsdp2/1.5b:0,2,3", *GPU_PEER_LENGTH],
 )
 """The budgeted plan on one GPU: ZeRO-0 and ZeRO-2 against the peer at 1.5B micro 4 and ZeRO-0 at
 124M micro 16, the seed setups at 124M micro 16, the ladder on GPT-2 1.5B ZeRO-2 (micro 4, global
@@ -197,35 +175,10 @@ REHEARSAL_SCALE = Scale(
         "--rounds",
         "2",
     ],
-    peer=[
-        "--device",
-        "cpu",
-        "--tiny",
-        "--cases",
-        "tiny:0",
-        "--iters",
-        "6",
-        "--peer-steps",
-        "2",
-        "--profile",
-        "none",
-    ],
+    peer=["--device", "cpu", "--tiny", "--cases", "tiny:0", *REHEARSAL_PEER_LENGTH],
     seeds=["cpu/tiny_dp", "hardware.procs_per_node=1", "model.attention=sdpa"],
     seeds_1_5b=["cpu/tiny_dp", "hardware.procs_per_node=1"],
-    fsdp2=[
-        "--device",
-        "cpu",
-        "--tiny",
-        "--cases",
-        "tiny:0",
-        "fsdp2/tiny:0,3",
-        "--iters",
-        "6",
-        "--peer-steps",
-        "2",
-        "--profile",
-        "none",
-    ],
+    fsdp2=["--device", "cpu", "--tiny", "--cases", "tiny:0", "fsdp2/tiny:0,3", *REHEARSAL_PEER_LENGTH],
 )
 """The same plan on this machine's CPU, with the tiny GPT-2 (one rank, as on the GPU)."""
 
