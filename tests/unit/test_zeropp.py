@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from prep_helpers import SAMPLE
 
 from zerolab.cli import main
 from zerolab.engine.doctor import zeropp_quantizer_row
@@ -97,10 +98,17 @@ def test_what_cannot_act_is_refused_before_launch_saying_why(recipe, overrides, 
     assert main(["render", recipe, *overrides]) == 2
 
 
-def test_a_sweep_compares_them_with_zero3(capsys):
-    assert main(["sweep", "cpu/tiny_dp", "zero=z3,z3_hpz,z3_mics", "--dry-run"]) == 0
-    out = capsys.readouterr().out
-    assert out.count("tiny_dp") >= 3 and "z3_hpz" in out and "z3_mics" in out
+def test_a_sweep_compares_them_with_zero3(tmp_path, capsys):
+    out = tmp_path / "dolly"
+    assert main(["prep", "dolly", "--input", str(SAMPLE), "--out", str(out), "--quiet"]) == 0
+    capsys.readouterr()
+    sweep = ["sweep", "cpu/tiny_dp", "zero=z3,z3_hpz,z3_mics", f"data.path={out}_text_document", "--dry-run"]
+    assert main(sweep) == 0
+    said = capsys.readouterr().out
+    assert (
+        all(f"zero-{setup}" in said for setup in ("z3", "z3_hpz", "z3_mics"))
+        and "would run 3 cell(s)" in said
+    )
 
 
 def test_mics_workarounds_are_asked_for_by_the_launchs_own_config(tmp_path):
