@@ -114,3 +114,22 @@ def test_a_config_flag_left_empty_by_the_script_is_refused_as_the_users_broken_l
         prepared_launch(
             "deepspeed pretrain_gpt.py --num-layers 2 --deepspeed_config", {}, name="a", source="a"
         )
+
+
+def test_alcfs_data_file_list_is_read_where_the_file_is_and_refused_naming_it_where_not(tmp_path):
+    listed = tmp_path / "dolma.txt"
+    listed.write_text(
+        "0.25 /data/books-0000_text_document books\n\n0.75 /data/arxiv-0000_text_document.bin arxiv\n"
+    )
+    args, notes = translated([*ARGS, "--data-file-list", str(listed)])
+    assert args == [
+        *ARGS,
+        "--data-path",
+        "0.25",
+        "/data/books-0000_text_document",
+        "0.75",
+        "/data/arxiv-0000_text_document",
+    ]
+    assert "2 prefixes by weight" in notes[0]
+    with pytest.raises(UserError, match=r"--data-file-list /nowhere.txt: .*not on this machine"):
+        translated([*ARGS, "--data-file-list", "/nowhere.txt"])

@@ -7,6 +7,7 @@ entry cites the fork's code that shows what the flag does (read at the commits n
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from zerolab.errors import UserError
 from zerolab.porting.from_command import groups
@@ -208,6 +209,23 @@ POSITION_EMBEDDINGS = {
 """BigScience's --position-embedding-type values the pinned engine has."""
 
 
+def data_file_list(path: Path) -> list[str] | None:
+    """ALCF's --data-file-list file (`WEIGHT PREFIX CORPUS` a line, a prefix's `.bin` allowed) as
+    --data-path's `WEIGHT PREFIX` words; None where the file cannot be read."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError):
+        return None
+    words: list[str] = []
+    for line in lines:
+        if line.strip():
+            parts = line.split()
+            if len(parts) not in (2, 3):
+                return None
+            words += [parts[0], parts[1].split(".bin")[0]]
+    return words or None
+
+
 def translated(words: list[str]) -> tuple[list[str], list[str]]:
     """`words` (the arguments after pretrain_gpt.py) with fork flags renamed or dropped, and a note
     for each; UserError naming every fork feature the pinned engine lacks."""
@@ -225,9 +243,22 @@ def translated(words: list[str]) -> tuple[list[str], list[str]]:
             notes.append(f"--profile: changes nothing the run computes ({LIUKETT_TRACE}); left out")
             continue
         if flag == "--data-file-list":
-            refused.append(f"--data-file-list {values[0] if values else ''}: {ARGONNE} reads the weighted "
-                           "dataset prefixes from this file (megatron/data/gpt_dataset.py); give them as "
-                           "data.path 'WEIGHT PREFIX ...' (the pinned engine's --data-path)")  # fmt: skip
+            listed = data_file_list(Path(values[0])) if values else None
+            named = f"--data-file-list {values[0] if values else ''}"
+            if listed is None:
+                refused.append(
+                    f"{named}: {ARGONNE} reads the weighted dataset prefixes from this file "
+                    "(pretrain_gpt_alcf.py), not on this machine; port where it is, or give them as "
+                    "data.path 'WEIGHT PREFIX ...'"
+                )
+                continue
+            notes.append(
+                f"{named}: {ARGONNE}'s `weight prefix corpus` lines as the pinned engine's --data-path "
+                f"({len(listed) // 2} prefixes by weight); the corpus names, by which the fork groups and "
+                "shuffles samples (megatron/data/gpt_dataset.py), left out: the same mixture, the samples in "
+                "another order"
+            )
+            out += ["--data-path", *listed, *values[1:]]
             continue
         if flag in DROPPED:
             dropped = DROPPED[flag]
