@@ -115,6 +115,8 @@ def lock_holder(lock: Path) -> str:
 # --- the run directory's files the ranks read or write -----------------------------------------
 
 DS_CONFIG_FILE = "ds_config.json"
+DEEPSPEED_CONFIG_FLAGS = ("--deepspeed_config", "--deepspeed-config")
+"""The two spellings of the flag that names the DeepSpeed config file (DeepSpeed's parser takes both)."""
 TENSORBOARD_DIR = "tensorboard"
 WANDB_DIR = "wandb"
 FINETUNE_RECORDS_FILE = "finetune.jsonl"

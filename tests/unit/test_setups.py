@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -12,7 +13,7 @@ from zerolab.locations import CONFIGS_DIR
 from zerolab.logs.parse import parse_log
 from zerolab.logs.settings import read_settings
 from zerolab.recipe.compose import model_name_of_shape
-from zerolab.recipe.setups import ZERO_SETUPS, setup_label, zero_setup
+from zerolab.recipe.setups import ZERO_SETUPS, setup_label, zero_setup, zero_variant
 from zerolab.recipe.yaml_io import read_yaml_mapping
 
 CPU = Path(__file__).parents[1] / "fixtures" / "logs" / "cpu-engine"
@@ -23,12 +24,9 @@ def test_the_setups_compared_are_the_zero_blocks_each_named_by_what_it_sets():
     assert sorted(name for name, _ in ZERO_SETUPS) == blocks
     for name in blocks:
         zero = read_yaml_mapping(CONFIGS_DIR / "zero" / f"{name}.yaml")["zero"]
-        quantized = bool(zero.get("quantized_weights") or zero.get("quantized_gradients"))
-        variant = {
-            "hpz": zero.get("hpz_partition_size"),
-            "quantized": quantized,
-            "mics": zero.get("mics_shard_size"),
-        }
+        variant = zero_variant(
+            SimpleNamespace(**zero)
+        )  # the block's keys, as a recipe's zero section has them
         assert zero_setup(zero["stage"], zero["offload_optimizer"], zero["offload_param"], **variant) == name
 
 

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from zerolab.contracts import DEEPSPEED_CONFIG_FLAGS
 from zerolab.engine.paths import engine_missing
 from zerolab.errors import UserError
 from zerolab.files import write_atomic
@@ -160,7 +161,7 @@ def _ds_config(path: str | None, words: list[str]) -> dict[str, Any]:
             value
             for index, word in enumerate(words)
             for flag, _, value in [word.partition("=")]
-            if flag in ("--deepspeed_config", "--deepspeed-config")
+            if flag in DEEPSPEED_CONFIG_FLAGS
             for value in [value or (words[index + 1] if index + 1 < len(words) else "")]
         ),
         None,

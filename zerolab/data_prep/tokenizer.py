@@ -159,8 +159,15 @@ def hf_problem(folder: Path) -> str | None:
 def megatron_specials(path: Path) -> tuple[dict[str, int], int]:
     """The special tokens of Megatron's SentencePieceTokenizer for the model at `path`, with their ids
     in the order it adds them, and its vocabulary's size, as its _initalize makes them
-    (megatron/tokenizer/tokenizer.py): each one the model lacks gets the next id after its pieces."""
-    model = _load(path)
+    (megatron/tokenizer/tokenizer.py): each one the model lacks gets the next id after its pieces
+    (worked out once while the file is unchanged: every batch of prep asks)."""
+    stat = path.stat()
+    return _megatron_specials(str(path.resolve()), stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=4)
+def _megatron_specials(path: str, mtime_ns: int, size_bytes: int) -> tuple[dict[str, int], int]:
+    model = _sentencepiece(path, mtime_ns, size_bytes)
     size = model.get_piece_size()
     vocab = {model.id_to_piece(index): index for index in range(size)}
     named = [(model.pad_id(), "<PAD>"), (model.bos_id(), "<BOS>"), (model.eos_id(), "<EOS>")]

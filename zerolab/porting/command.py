@@ -9,14 +9,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from zerolab.contracts import DEEPSPEED_CONFIG_FLAGS
 from zerolab.errors import UserError
 from zerolab.porting.ds_migration import migrated
 from zerolab.porting.forks import translated
 from zerolab.porting.from_command import Launch, groups, read_command
 from zerolab.porting.layout import launch_layout
 from zerolab.porting.megatron_only import through_deepspeed, without_deepspeed
-
-CONFIG_FLAGS = ("--deepspeed_config", "--deepspeed-config")
 
 
 @dataclass
@@ -49,7 +48,7 @@ def prepared_launch(
             "pretrain_gpt.py, which reads the same arguments where the engine has them"
         )
     for flag, values in groups(words):
-        if flag in CONFIG_FLAGS and not values:
+        if flag in DEEPSPEED_CONFIG_FLAGS and not values:
             raise UserError(
                 f"{source}: {flag} has no value in your launch (a shell variable or expression that came out "
                 "empty where the script built the command?): DeepSpeed would stop at it; give its path"

@@ -381,10 +381,8 @@ def _made(launch: Launch, user: dict[str, Any]) -> tuple[Launch, Ported, Case]:
             f"tokenizer.py build_tokenizer); your launch's {tokenizer} does not read them: left out"
         )
     zero_block = launch.ds_config.get("zero_optimization", {})
-    if int(zero_block.get("stage", 0)) < 3 and zero_block.get("offload_param", {}).get("device") in (
-        "cpu",
-        "nvme",
-    ):
+    offloaded = zero_block.get("offload_param", {}).get("device") in ("cpu", "nvme")
+    if offloaded and int(zero_block.get("stage", 0)) < 3:
         notes.append(
             f"ds_config zero_optimization.offload_param: DeepSpeed offloads weights at stage 3 alone "
             f"(runtime/zero/stage3.py); at stage {zero_block.get('stage', 0)} nothing reads it; left out"
@@ -529,7 +527,7 @@ def _native_keys(
     keys |= _checkpointing(resolved, consumed)
     if not resolved.get("tensorboard_dir"):  # the options of a writer the engine never makes
         keys = {key: value for key, value in keys.items() if key not in TENSORBOARD_OPTIONS}
-    if resolved.get("tensorboard_dir"):
+    else:
         keys["logging.tensorboard"] = True
         consumed |= {
             "--log-timers-to-tensorboard",

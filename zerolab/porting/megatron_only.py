@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from zerolab.contracts import DEEPSPEED_CONFIG_FLAGS
 from zerolab.porting.from_command import groups
 
 MEGATRON_SCALER = {
@@ -30,9 +31,11 @@ def without_deepspeed(args: list[str]) -> bool:
 def through_deepspeed(args: list[str]) -> tuple[list[str], dict[str, Any], str]:
     """A Megatron-only launch's arguments with --deepspeed (a --deepspeed_config it names, which Megatron
     never read, left out), the DeepSpeed config that trains it the same way, and a note saying so."""
-    given = dict(groups(args))
-    unread = {"--deepspeed_config", "--deepspeed-config"}
-    kept = [token for flag, values in groups(args) if flag not in unread for token in (flag, *values)]
+    flags = groups(args)
+    given = dict(flags)
+    kept = [
+        token for flag, values in flags if flag not in DEEPSPEED_CONFIG_FLAGS for token in (flag, *values)
+    ]
 
     def value(flag: str) -> str | None:
         return given[flag][0] if given.get(flag) else None
@@ -63,7 +66,7 @@ def through_deepspeed(args: list[str]) -> tuple[list[str], dict[str, Any], str]:
         f"ZeRO {stage if distributed else 'stage 0 (plain data parallel, as Megatron DDP)'}, with your "
         "batches, clipping and Megatron's loss scaling as a DeepSpeed config: " + _shown(config)
     )
-    if unread & set(given):
+    if set(DEEPSPEED_CONFIG_FLAGS) & set(given):
         note += "; the --deepspeed_config your launch names is read only with --deepspeed: left out"
     return [*kept, "--deepspeed"], config, note
 

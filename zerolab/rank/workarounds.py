@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from zerolab.contracts import DEEPSPEED_CONFIG_FLAGS
 from zerolab.rank.import_hooks import (
     LaunchPatch,
     StubFinder,
@@ -989,7 +990,6 @@ def zero3_gathers_complete() -> None:
 
 
 DS_ZERO = "deepspeed.runtime.zero"
-CONFIG_FLAGS = ("--deepspeed_config", "--deepspeed-config")
 
 
 def launch_ds_config(argv: Sequence[str] | None = None) -> dict[str, Any]:
@@ -997,7 +997,7 @@ def launch_ds_config(argv: Sequence[str] | None = None) -> dict[str, Any]:
     argv = list(sys.argv if argv is None else argv)
     for index, token in enumerate(argv):
         name, equals, value = token.partition("=")
-        if name in CONFIG_FLAGS:
+        if name in DEEPSPEED_CONFIG_FLAGS:
             path = value if equals else (argv[index + 1] if index + 1 < len(argv) else "")
             try:
                 config = json.loads(Path(path).read_text(encoding="utf-8"))
