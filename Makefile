@@ -40,7 +40,7 @@ lint: dev  ## ruff, the import layers (import-linter: pyproject.toml), shellchec
 test: lint  ## set up .venv, lint, and run every test, all three tiers, on WORKERS=2 pytest-xdist workers (tests/README.md: engine and cluster tests skip, with the reason, without the engine or the cluster); the 25 slowest are listed at the end
 	$(PYTEST) --durations=25
 
-test-fast: dev  ## the unit tier, tests/unit: every test that needs no engine (1502 tests, 47-90 s on 2 cores)
+test-fast: dev  ## the unit tier, tests/unit: every test that needs no engine (1503 tests, 47-90 s on 2 cores)
 	$(PYTEST) tests/unit
 
 test-engine: dev  ## the engine tier, tests/engine: the tests on the real engine (`make setup` first; they skip without it)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from zerolab.contracts import FLASH_V2
-from zerolab.data_prep.tokenizer import MODEL_TOKENIZERS
+from zerolab.data_prep.tokenizer import HF, MEGATRON_SENTENCEPIECE, MODEL_TOKENIZERS, SENTENCEPIECE
 from zerolab.errors import UserError
 from zerolab.locations import CONFIGS_DIR, RECIPES_DIR, display_path
 from zerolab.recipe.destinations import Megatron, destinations
@@ -369,8 +369,7 @@ def _tokenizer_files_are_the_types(recipe: Recipe) -> Problem | None:
         return Problem(
             ("data.tokenizer_type", "data.tokenizer_model"),
             f"data.tokenizer_model {data.tokenizer_model}: a SentencePiece model or a Hugging Face folder, "
-            "which "
-            f"{data.tokenizer_type} does not read",
+            f"which {data.tokenizer_type} does not read",
             "remove data.tokenizer_model, or set data.tokenizer_type=GPTSentencePieceTokenizer (a "
             "tokenizer.model) or HFTokenizer (a folder), with a dataset prepared by `zerolab prep ... "
             "--tokenizer-model FILE_OR_FOLDER`",
@@ -379,9 +378,9 @@ def _tokenizer_files_are_the_types(recipe: Recipe) -> Problem | None:
 
 
 MODEL_READ = {
-    "GPTSentencePieceTokenizer": "a SentencePiece model (tokenizer.model)",
-    "SentencePieceTokenizer": "a SentencePiece model (tokenizer.model)",
-    "HFTokenizer": "a Hugging Face tokenizer folder",
+    SENTENCEPIECE: "a SentencePiece model (tokenizer.model)",
+    MEGATRON_SENTENCEPIECE: "a SentencePiece model (tokenizer.model)",
+    HF: "a Hugging Face tokenizer folder",
 }
 """What each class of MODEL_TOKENIZERS reads as data.tokenizer_model."""
 
